@@ -1,0 +1,40 @@
+# scripts/deps.sh: sourced by demo.sh and test.sh. Installs what redlock needs from Debian's
+# archive (bookworm) when something is missing. Needs root (or sudo) only if it must install.
+REDLOCK_DEPS=(g++ cmake make pkg-config libhiredis-dev catch2 libfmt-dev libcli11-dev
+              redis-server redis-tools faketime)
+
+redlock_install_deps() {
+  local missing=()
+  local pkg
+  for pkg in "${REDLOCK_DEPS[@]}" "$@"; do
+    if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+      missing+=("$pkg")
+    fi
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "redlock: installing ${missing[*]}" >&2
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null; then sudo="sudo"; else
+      echo "redlock: missing packages (${missing[*]}) and not root; install them first" >&2
+      return 1
+    fi
+  fi
+  # Keep the distribution's redis-server service from starting: tests run their own servers.
+  if [ ! -e /usr/sbin/policy-rc.d ] && [ -z "$sudo" ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+    local remove_policy=1
+  fi
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+  if [ -n "${remove_policy:-}" ]; then rm -f /usr/sbin/policy-rc.d; fi
+}
+
+# Configures and builds into $1 (default: build/ at the top of the repository) with -j<cores>.
+redlock_build() {
+  local build_dir="$1"
+  shift
+  cmake -S "$REDLOCK_ROOT" -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+  cmake --build "$build_dir" -j"$(nproc)"
+}
