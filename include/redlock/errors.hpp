@@ -1,0 +1,67 @@
+// redlock/errors.hpp: the exception types redlock throws.
+//
+// Contention is never an exception (try_lock() returns false). What throws is a failure to talk
+// to Redis at all: every type below derives from redlock::Error, so one catch clause covers them.
+// Bad arguments throw std::invalid_argument instead, naming the argument.
+//
+//   try {
+//     std::lock_guard<redlock::Lock> guard(lock);
+//     ...
+//   } catch (const redlock::TimeoutError& e) {   // a deadline passed (paused or slow server)
+//   } catch (const redlock::Error& e) {          // any other Redis-side failure
+//   }
+//
+// Every message names the endpoint (host:port or unix socket) and never contains a password.
+#ifndef REDLOCK_ERRORS_HPP
+#define REDLOCK_ERRORS_HPP
+
+#include <stdexcept>  // std::runtime_error
+#include <string>     // std::string
+
+namespace redlock {
+
+// Base of every redlock failure that is not a bad argument.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Could not connect, or the connection was lost (refused, reset, EOF). The connection involved
+// has been discarded; the next call reconnects.
+class ConnectionError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A connect or command deadline (Endpoint::connect_timeout / command_timeout) passed before the
+// server answered. The connection involved has been discarded.
+class TimeoutError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Redis answered with an error reply (NOAUTH, WRONGPASS, WRONGTYPE, NOPERM, OOM, ...).
+// what() is a full sentence; server_message() is the server's own text, e.g.
+// "WRONGTYPE Operation against a key holding the wrong kind of value".
+class ServerError : public Error {
+ public:
+  ServerError(const std::string& what, std::string server_message)
+      : Error(what), server_message_(std::move(server_message)) {}
+
+  // The error reply exactly as the server sent it. Thread-safe (immutable).
+  const std::string& server_message() const noexcept { return server_message_; }
+
+ private:
+  std::string server_message_;
+};
+
+// The server sent something that is not valid RESP, or a reply of a type the operation cannot
+// have produced. The connection involved has been discarded.
+class ProtocolError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace redlock
+
+#endif  // REDLOCK_ERRORS_HPP

@@ -1,0 +1,163 @@
+// redlock/lock.hpp: Lock (one Redis instance) and Redlock (a quorum of N instances).
+//
+// Both are leases: the key expires on the server after `ttl` unless extended, so a crashed holder
+// cannot block everyone forever. Both meet the C++ TimedLockable requirements, so the standard
+// guards work:
+//
+//   redlock::Client client(redlock::Endpoint::parse("redis://127.0.0.1:6379"));
+//   redlock::Lock lock(client, "reports:nightly");
+//   {
+//     std::lock_guard<redlock::Lock> guard(lock);   // waits until held
+//     run_report();                                 // must finish within lock.validity()
+//   }                                               // released here
+//
+//   redlock::Redlock quorum({c1, c2, c3, c4, c5}, "billing:rollup");
+//   std::unique_lock<redlock::Redlock> held(quorum, std::chrono::seconds(2));
+//   if (!held) { /* someone else has it: contention is false, never an exception */ }
+//
+// Threads: an object is shared by the threads of a process like a std::mutex. The thread that
+// acquired owns the hold; it may lock() again (re-entrant: each lock() needs one unlock(), the
+// last one releases). Threads of one process waiting on the same object queue locally, so only
+// one of them talks to Redis at a time. unlock() by a thread that does not own the hold does
+// nothing but log a warning.
+//
+// What a lease can promise, and what it cannot, is in the README ("Safety model"): in short, a
+// holder paused for longer than validity() may still believe it holds the lock. Use fence()
+// tokens where that matters.
+#ifndef REDLOCK_LOCK_HPP
+#define REDLOCK_LOCK_HPP
+
+#include <chrono>   // std::chrono durations and time points
+#include <cstddef>  // std::size_t
+#include <cstdint>  // std::uint64_t
+#include <memory>   // std::shared_ptr
+#include <string>   // std::string
+#include <vector>   // std::vector
+
+#include <redlock/client.hpp>         // Client
+#include <redlock/detail/chrono.hpp>  // saturating_ns
+#include <redlock/lease.hpp>          // LeaseToken
+#include <redlock/options.hpp>        // LockOptions
+
+namespace redlock {
+
+namespace detail {
+class LockCore;
+}  // namespace detail
+
+// The members Lock and Redlock share. Not constructible by itself.
+class LockBase {
+ public:
+  LockBase(const LockBase&) = delete;
+  LockBase& operator=(const LockBase&) = delete;
+
+  // Releases a hold still owned (best effort), stops its renewal. Never throws; a failed release
+  // is logged and the lease simply expires after its ttl.
+  ~LockBase();
+
+  // Waits until the lock is held by the calling thread. Returns when held.
+  // Throws Error when no node can be reached at all (every node failed; for Lock, its one node),
+  // ServerError for error replies such as WRONGTYPE (state unchanged). Thread-safe.
+  void lock();
+
+  // One attempt, no waiting. Returns true if now held by the calling thread (also when the
+  // calling thread already held it: the re-entrancy count grows), false on contention.
+  // Throws like lock(). Thread-safe.
+  bool try_lock();
+
+  // Tries until held or `timeout` has passed (on the steady clock). A zero or negative timeout
+  // makes one attempt. Returns true if held. Throws like lock(). Never leaves a grant behind when
+  // it gives up. Thread-safe.
+  template <class Rep, class Period>
+  bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout) {
+    return try_lock_for_ns(detail::saturating_ns(timeout));
+  }
+
+  // As try_lock_for(deadline - Clock::now()). Thread-safe.
+  template <class Clock, class Duration>
+  bool try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline) {
+    return try_lock_for_ns(detail::saturating_ns(deadline - Clock::now()));
+  }
+
+  // Drops one level of the calling thread's hold; the last level releases the lease (release
+  // script: compare token, delete, notify waiters). Never throws: failures are logged and the
+  // lease expires by itself. From a thread that does not own the hold: does nothing, logs a
+  // warning. Thread-safe.
+  void unlock() noexcept;
+
+  // unlock() that reports. Returns true if the hold was still ours when released (or when one
+  // re-entrancy level was dropped), false if the lease had already been lost (expired, taken
+  // over) or the calling thread did not own it; another holder's key is never touched.
+  // Throws Error if no node could be reached (the local hold is cleared anyway and the lease
+  // expires by itself). Thread-safe.
+  bool release();
+
+  // Resets the lease to `ttl` (default: options().ttl) from now if the calling thread still owns
+  // it. Returns true if renewed (validity() grows), false if the lease was already lost (the
+  // hold is then dropped locally; another holder's key is left intact).
+  // Throws std::invalid_argument if ttl <= 0, Error if no node could be reached. Thread-safe.
+  bool extend();
+  bool extend(std::chrono::milliseconds ttl);
+
+  // True if the calling thread holds the lock, it was not lost, and validity() > 0.
+  // Never throws. Thread-safe.
+  bool owns_lock() const noexcept;
+
+  // Time left on the current hold by the local steady clock, already reduced by the drift
+  // allowance; zero if not held. Milliseconds, rounded down. Never throws. Thread-safe.
+  std::chrono::milliseconds validity() const noexcept;
+
+  // The fencing token of the current hold (LockOptions::fencing), 0 if none or not held.
+  // Never throws. Thread-safe.
+  std::uint64_t fence() const noexcept;
+
+  // The cancellation signal of the current hold; an already-lost token if not held.
+  // Never throws. Thread-safe.
+  LeaseToken lease() const noexcept;
+
+  // The key this lock guards. Thread-safe.
+  const std::string& key() const noexcept;
+
+  // The options given at construction (after validation). Thread-safe.
+  const LockOptions& options() const noexcept;
+
+  // Number of instances (1 for Lock). Thread-safe.
+  std::size_t size() const noexcept;
+
+  // How many nodes must grant a lease: size()/2 + 1. Thread-safe.
+  std::size_t quorum() const noexcept;
+
+ protected:
+  LockBase(std::vector<Client> instances, std::string key, LockOptions options);
+
+ private:
+  bool try_lock_for_ns(std::chrono::nanoseconds timeout);
+
+  std::shared_ptr<detail::LockCore> core_;
+};
+
+// A lease on one Redis instance: SET key token NX PX ttl to acquire, Lua compare-and-delete to
+// release, Lua compare-and-pexpire to extend.
+class Lock final : public LockBase {
+ public:
+  // Connects nothing yet. Throws std::invalid_argument naming the argument for an empty key,
+  // a key over 4 MiB, ttl <= 0, retry_delay <= 0, clock_drift_factor outside [0, 1).
+  Lock(Client client, std::string key, LockOptions options = {});
+};
+
+// The same lease on N independent instances (Redlock): requests go to all nodes at once, each
+// with its own deadline; held when at least quorum() nodes granted it and
+// validity = ttl - elapsed - (ttl * drift + 2 ms) > 0. Partial grants are rolled back on every
+// node. With fencing, the token is max+1 over the granting nodes' counters, written back to them
+// before the lock is reported held.
+class Redlock final : public LockBase {
+ public:
+  // Throws std::invalid_argument for zero instances, two instances naming the same server
+  // (same Client pool, or the same address even in another database), and everything Lock's
+  // constructor rejects.
+  Redlock(std::vector<Client> instances, std::string key, LockOptions options = {});
+};
+
+}  // namespace redlock
+
+#endif  // REDLOCK_LOCK_HPP

@@ -1,0 +1,73 @@
+// redlock/options.hpp: how a Lock or Redlock behaves (ttl, waiting, fencing, renewal).
+//
+//   redlock::LockOptions opts;
+//   opts.ttl = std::chrono::seconds(10);     // lease length on the server
+//   opts.auto_renew = true;                  // the watchdog keeps it alive while held
+//   opts.on_lost = [](const redlock::LostEvent& e) { /* stop writing, e.reason says why */ };
+//   redlock::Lock lock(client, "orders:compaction", opts);
+#ifndef REDLOCK_OPTIONS_HPP
+#define REDLOCK_OPTIONS_HPP
+
+#include <chrono>      // std::chrono::milliseconds
+#include <cstdint>     // std::uint64_t
+#include <functional>  // std::function
+#include <memory>      // std::shared_ptr
+#include <string>      // std::string
+
+namespace redlock {
+
+class Watchdog;
+
+// Why a held lease ended without the holder releasing it.
+enum class LostReason {
+  refused,      // a renewal found the key gone or owned by another token
+  no_quorum,    // Redlock: fewer than a quorum of nodes confirmed a renewal
+  expired,      // the local validity deadline passed without a confirmed renewal
+  cap_reached,  // max_renewals or max_hold was reached; the lock was released on purpose
+};
+
+// Short lowercase name ("refused", "no_quorum", "expired", "cap_reached"). Thread-safe.
+const char* to_string(LostReason reason) noexcept;
+
+// What on_lost receives.
+struct LostEvent {
+  std::string key;            // the lock's key
+  LostReason reason{};        // why
+  std::uint64_t fence{0};     // the fence token of the lost hold (0 without fencing)
+  std::uint64_t renewals{0};  // renewals that succeeded during the hold
+};
+
+struct LockOptions {
+  // How long the lease lives on the server unless renewed. Must be > 0 and, for Redlock, longer
+  // than the drift allowance (ttl * clock_drift_factor + 2 ms).
+  std::chrono::milliseconds ttl{30'000};
+  // Base of the wait between attempts in lock()/try_lock_for(): each wait is drawn uniformly from
+  // [retry_delay/2, retry_delay*3/2] and never runs past the remaining ttl of the current holder
+  // or the caller's deadline. With wake_on_release it is only the fallback for leases that end by
+  // expiry. Must be > 0.
+  std::chrono::milliseconds retry_delay{50};
+  // Clock drift allowance: validity = ttl - elapsed - (ttl * factor + 2 ms). In [0, 1).
+  double clock_drift_factor{0.01};
+  // Issue a fencing token (fence()) with every hold: a per-key counter that only grows.
+  bool fencing{false};
+  // Waiters subscribe to the lock's release channel and retry as soon as a holder releases,
+  // instead of only sleeping retry_delay. Costs one subscriber connection per Client.
+  bool wake_on_release{true};
+
+  // Renew the lease in the background (about every ttl/3) while it is held.
+  bool auto_renew{false};
+  // The watchdog that renews it. nullptr: the process-wide Watchdog::shared().
+  std::shared_ptr<Watchdog> watchdog;
+  // Stop after this many renewals: the lock is released and on_lost gets cap_reached. 0: no cap.
+  std::uint64_t max_renewals{0};
+  // Stop renewing once the hold is this old: released, on_lost gets cap_reached. 0: no cap.
+  std::chrono::milliseconds max_hold{0};
+  // Called once when a held lease is lost (renewal refused, no quorum, expired, cap reached).
+  // Runs on the watchdog's callback thread, never on its renewal thread; must not throw
+  // (exceptions are swallowed and logged). May be empty.
+  std::function<void(const LostEvent&)> on_lost;
+};
+
+}  // namespace redlock
+
+#endif  // REDLOCK_OPTIONS_HPP

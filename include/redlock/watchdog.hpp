@@ -1,0 +1,72 @@
+// redlock/watchdog.hpp: one background thread that keeps many leases alive.
+//
+// Locks created with LockOptions::auto_renew = true are renewed by a Watchdog about every ttl/3
+// while held. Leases on the same node are renewed together, in one pipelined round trip. When a
+// renewal fails the holder learns at once: owns_lock() turns false, its LeaseToken is raised and
+// on_lost runs (on a separate callback thread, so a slow callback cannot delay other renewals).
+//
+//   auto dog = std::make_shared<redlock::Watchdog>();   // or leave options.watchdog empty to use
+//   redlock::LockOptions opts;                          // the process-wide Watchdog::shared()
+//   opts.auto_renew = true;
+//   opts.watchdog = dog;
+//
+// The watchdog never renews a lease after its release has begun, never throws out of its thread,
+// and does not keep a process alive: its threads stop when the last reference goes away.
+#ifndef REDLOCK_WATCHDOG_HPP
+#define REDLOCK_WATCHDOG_HPP
+
+#include <chrono>   // std::chrono::microseconds
+#include <cstddef>  // std::size_t
+#include <cstdint>  // std::uint64_t
+#include <memory>   // std::shared_ptr, std::unique_ptr
+
+namespace redlock {
+
+namespace detail {
+class WatchdogImpl;
+}  // namespace detail
+
+// Counters since construction (or the last reset_stats()).
+struct WatchdogStats {
+  std::size_t leases{0};         // leases watched right now
+  std::uint64_t renewals{0};     // renewals confirmed
+  std::uint64_t lost{0};         // leases reported lost (any reason, caps included)
+  std::uint64_t round_trips{0};  // batches sent (one per node per wake-up)
+  // How late renewals ran after they were due, over the last 65,536 renewals.
+  std::chrono::microseconds lateness_p50{0};
+  std::chrono::microseconds lateness_p99{0};
+  std::chrono::microseconds lateness_max{0};
+  // CPU time used by the renewal thread since it started.
+  std::chrono::microseconds thread_cpu{0};
+};
+
+class Watchdog {
+ public:
+  // Creates an idle watchdog; its threads start with the first lease. Throws std::system_error
+  // only if a thread cannot be started (later, at the first lease).
+  Watchdog();
+  // Stops and joins its threads (at most about one command timeout if a renewal is in flight).
+  // Leases still watched are no longer renewed and expire by their ttl. Never throws.
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  // The process-wide watchdog used when LockOptions::watchdog is empty; created on first use.
+  // Thread-safe.
+  static std::shared_ptr<Watchdog> shared();
+
+  // A snapshot of the counters. Thread-safe.
+  WatchdogStats stats() const;
+  // Zeroes the counters and the lateness window. Thread-safe.
+  void reset_stats();
+
+  // Internal: used by the lock engine. Not part of the API.
+  detail::WatchdogImpl& impl() noexcept { return *impl_; }
+
+ private:
+  std::unique_ptr<detail::WatchdogImpl> impl_;
+};
+
+}  // namespace redlock
+
+#endif  // REDLOCK_WATCHDOG_HPP

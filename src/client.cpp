@@ -1,0 +1,138 @@
+// src/client.cpp: the public Client handle and Script.
+#include <redlock/client.hpp>
+
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include <redlock/errors.hpp>
+
+#include "connection.hpp"
+#include "sha1.hpp"
+
+namespace redlock {
+namespace {
+
+void validate(const Endpoint& ep) {
+  if (ep.unix_socket.empty()) {
+    if (ep.host.empty()) {
+      throw std::invalid_argument("redlock: endpoint.host must not be empty (or set unix_socket)");
+    }
+    if (ep.port < 1 || ep.port > 65535) {
+      throw std::invalid_argument(
+          fmt::format("redlock: endpoint.port must be in 1..65535 (got {})", ep.port));
+    }
+  }
+  if (ep.database < 0) {
+    throw std::invalid_argument(
+        fmt::format("redlock: endpoint.database must be >= 0 (got {})", ep.database));
+  }
+  if (ep.connect_timeout.count() <= 0) {
+    throw std::invalid_argument("redlock: endpoint.connect_timeout must be > 0 ms");
+  }
+  if (ep.command_timeout.count() <= 0) {
+    throw std::invalid_argument("redlock: endpoint.command_timeout must be > 0 ms");
+  }
+}
+
+// Runs one batch on one node and returns its replies, throwing the node's error if any.
+std::vector<detail::ReplyPtr> run(detail::ClientImpl& node,
+                                  std::vector<detail::CommandView> commands) {
+  detail::NodeBatch batch;
+  batch.node = &node;
+  batch.commands = std::move(commands);
+  detail::execute(&batch, 1);
+  if (batch.error) std::rethrow_exception(batch.error);
+  return std::move(batch.replies);
+}
+
+struct ArgvStorage {
+  std::vector<const char*> argv;
+  std::vector<std::size_t> lens;
+  explicit ArgvStorage(const std::vector<std::string_view>& args) {
+    if (args.empty()) throw std::invalid_argument("redlock: argv must not be empty");
+    argv.reserve(args.size());
+    lens.reserve(args.size());
+    for (auto a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+  }
+  detail::CommandView view(const Script* script = nullptr) const {
+    return detail::CommandView{static_cast<int>(argv.size()), argv.data(), lens.data(), script};
+  }
+};
+
+}  // namespace
+
+Script::Script(std::string body) : body_(std::move(body)), sha1_(detail::sha1_hex(body_)) {}
+
+Client::Client(Endpoint endpoint) {
+  validate(endpoint);
+  impl_ = std::make_shared<detail::ClientImpl>(std::move(endpoint));
+}
+
+const Endpoint& Client::endpoint() const noexcept { return impl_->endpoint(); }
+
+void Client::ping() const { command({"PING"}); }
+
+std::string Client::server_version() const {
+  const Reply info = command({"INFO", "server"});
+  const std::string& text = info.str();
+  const std::string field = "redis_version:";
+  const auto at = text.find(field);
+  if (at == std::string::npos) {
+    throw ProtocolError(
+        fmt::format("redlock: INFO from {} has no redis_version field", impl_->address()));
+  }
+  const auto start = at + field.size();
+  const auto end = text.find_first_of("\r\n", start);
+  return text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+}
+
+Reply Client::command(const std::vector<std::string_view>& argv) const {
+  ArgvStorage storage(argv);
+  auto replies = run(*impl_, {storage.view()});
+  if (detail::is_error(replies[0].get())) {
+    std::rethrow_exception(
+        detail::server_error(impl_->address(), argv[0], detail::text(replies[0].get())));
+  }
+  return detail::to_reply(replies[0].get());
+}
+
+std::vector<Reply> Client::pipeline(
+    const std::vector<std::vector<std::string_view>>& commands) const {
+  if (commands.empty()) return {};
+  std::vector<ArgvStorage> storage;
+  storage.reserve(commands.size());
+  std::vector<detail::CommandView> views;
+  views.reserve(commands.size());
+  for (const auto& c : commands) {
+    storage.emplace_back(c);
+    views.push_back(storage.back().view());
+  }
+  auto replies = run(*impl_, std::move(views));
+  std::vector<Reply> out;
+  out.reserve(replies.size());
+  for (const auto& r : replies) out.push_back(detail::to_reply(r.get()));
+  return out;
+}
+
+Reply Client::eval(const Script& script, const std::vector<std::string_view>& keys,
+                   const std::vector<std::string_view>& args) const {
+  const std::string numkeys = std::to_string(keys.size());
+  std::vector<std::string_view> argv{"EVALSHA", script.sha1(), numkeys};
+  argv.insert(argv.end(), keys.begin(), keys.end());
+  argv.insert(argv.end(), args.begin(), args.end());
+  ArgvStorage storage(argv);
+  auto replies = run(*impl_, {storage.view(&script)});
+  if (detail::is_error(replies[0].get())) {
+    std::rethrow_exception(
+        detail::server_error(impl_->address(), "EVALSHA", detail::text(replies[0].get())));
+  }
+  return detail::to_reply(replies[0].get());
+}
+
+std::size_t Client::idle_connections() const { return impl_->idle(); }
+
+}  // namespace redlock

@@ -1,0 +1,506 @@
+// src/connection.cpp: hiredis contexts, the connection pool, and the multiplexed batch executor.
+#include "connection.hpp"
+
+#include <poll.h>
+#include <sys/time.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include <redlock/errors.hpp>
+
+#include "log_internal.hpp"
+#include "subscriber.hpp"
+
+namespace redlock {
+namespace detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::size_t kMaxIdle = 16;
+
+timeval to_timeval(std::chrono::milliseconds ms) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
+  return tv;
+}
+
+bool looks_like_timeout(const redisContext& context) {
+  return context.err == REDIS_ERR_IO &&
+         (std::strstr(context.errstr, "temporarily unavailable") != nullptr ||
+          std::strstr(context.errstr, "timed out") != nullptr ||
+          std::strstr(context.errstr, "would block") != nullptr);
+}
+
+// The one place that turns a failed hiredis context into a redlock exception.
+std::exception_ptr transport_error(const redisContext* context, const ClientImpl& node,
+                                   std::string_view doing) {
+  const Endpoint& ep = node.endpoint();
+  if (context == nullptr) {
+    return std::make_exception_ptr(ConnectionError(fmt::format(
+        "redlock: cannot {} {}: out of memory allocating a connection", doing, node.address())));
+  }
+  if (looks_like_timeout(*context)) {
+    const auto limit = doing == "connect to" ? ep.connect_timeout : ep.command_timeout;
+    return std::make_exception_ptr(TimeoutError(fmt::format(
+        "redlock: {} did not answer within {} ms while trying to {} it ({}); the server may be "
+        "paused, overloaded or unreachable",
+        node.address(), limit.count(), doing, context->errstr)));
+  }
+  switch (context->err) {
+    case REDIS_ERR_PROTOCOL:
+      return std::make_exception_ptr(ProtocolError(
+          fmt::format("redlock: protocol error from {} ({}); is it really a Redis server?",
+                      node.address(), context->errstr)));
+    case REDIS_ERR_EOF:
+      return std::make_exception_ptr(ConnectionError(fmt::format(
+          "redlock: {} closed the connection ({}); it may have restarted or killed this client, "
+          "the next call reconnects",
+          node.address(), context->errstr)));
+    default:
+      return std::make_exception_ptr(ConnectionError(
+          fmt::format("redlock: cannot {} {} ({}); check that redis-server is running there", doing,
+                      node.address(), context->errstr)));
+  }
+}
+
+bool is_noscript(const redisReply* reply) {
+  return reply != nullptr && reply->type == REDIS_REPLY_ERROR &&
+         std::string_view(reply->str, reply->len).rfind("NOSCRIPT", 0) == 0;
+}
+
+// Per-node progress while a batch runs.
+struct Pending {
+  NodeBatch* batch{nullptr};
+  std::unique_ptr<Connection> connection;
+  std::size_t handshake{0};  // leading replies that belong to the handshake
+  std::size_t expected{0};
+  std::vector<ReplyPtr> replies;
+  Clock::time_point deadline{};
+  bool done{false};
+};
+
+// Writes the batch's on_timeout commands behind what was sent (best effort, never blocks long:
+// the socket's send timeout bounds it).
+void send_on_timeout(Pending& p) noexcept {
+  if (p.batch->on_timeout.empty() || !p.connection) return;
+  redisContext* context = p.connection->context.get();
+  for (const auto& command : p.batch->on_timeout) {
+    redisAppendCommandArgv(context, command.argc, const_cast<const char**>(command.argv),
+                           command.lens);
+  }
+  int done = 0;
+  while (done == 0) {
+    if (redisBufferWrite(context, &done) == REDIS_ERR) return;
+  }
+}
+
+void fail(Pending& p, std::exception_ptr error) {
+  p.batch->error = std::move(error);
+  p.connection.reset();  // a context that reported an error is never reused
+  p.done = true;
+}
+
+void append(redisContext* context, const CommandView& command, bool as_eval) {
+  if (as_eval) {
+    std::vector<const char*> argv(command.argv, command.argv + command.argc);
+    std::vector<std::size_t> lens(command.lens, command.lens + command.argc);
+    argv[0] = "EVAL";
+    lens[0] = 4;
+    argv[1] = command.script->body().data();
+    lens[1] = command.script->body().size();
+    redisAppendCommandArgv(context, command.argc, argv.data(), lens.data());
+  } else {
+    // hiredis 0.14 takes `const char**` but does not modify the array.
+    redisAppendCommandArgv(context, command.argc, const_cast<const char**>(command.argv),
+                           command.lens);
+  }
+}
+
+bool flush(Pending& p) {
+  int done = 0;
+  while (done == 0) {
+    if (redisBufferWrite(p.connection->context.get(), &done) == REDIS_ERR) {
+      fail(p, transport_error(p.connection->context.get(), *p.batch->node, "send to"));
+      return false;
+    }
+  }
+  return true;
+}
+
+// Takes every complete reply hiredis has buffered.
+bool drain(Pending& p) {
+  redisContext* context = p.connection->context.get();
+  while (p.replies.size() < p.expected) {
+    void* raw = nullptr;
+    if (redisGetReplyFromReader(context, &raw) == REDIS_ERR) {
+      fail(p, transport_error(context, *p.batch->node, "read from"));
+      return false;
+    }
+    if (raw == nullptr) break;
+    p.replies.emplace_back(static_cast<redisReply*>(raw));
+  }
+  return true;
+}
+
+// Blocking read of the remaining replies on one connection (SO_RCVTIMEO bounds each read).
+void read_blocking(Pending& p) {
+  redisContext* context = p.connection->context.get();
+  while (p.replies.size() < p.expected) {
+    void* raw = nullptr;
+    if (redisGetReply(context, &raw) == REDIS_ERR) {
+      if (looks_like_timeout(*context)) {
+        context->err = 0;  // the context itself is fine; only the reply is late
+        send_on_timeout(p);
+        context->err = REDIS_ERR_IO;
+      }
+      fail(p, transport_error(context, *p.batch->node, "read from"));
+      return;
+    }
+    p.replies.emplace_back(static_cast<redisReply*>(raw));
+  }
+}
+
+// Reads the remaining replies of every pending node, all at once, each until its deadline.
+void read_multiplexed(std::vector<Pending>& pending) {
+  std::vector<pollfd> fds;
+  std::vector<Pending*> owners;
+  for (;;) {
+    fds.clear();
+    owners.clear();
+    const auto now = Clock::now();
+    auto next_deadline = Clock::time_point::max();
+    for (auto& p : pending) {
+      if (p.done || p.replies.size() >= p.expected) continue;
+      if (now >= p.deadline) {
+        send_on_timeout(p);
+        // Reported as a timeout: the context saw no error, so describe it ourselves.
+        p.connection->context->err = REDIS_ERR_IO;
+        std::snprintf(p.connection->context->errstr, sizeof(p.connection->context->errstr), "%s",
+                      "Resource temporarily unavailable");
+        fail(p, transport_error(p.connection->context.get(), *p.batch->node, "read from"));
+        continue;
+      }
+      next_deadline = std::min(next_deadline, p.deadline);
+      fds.push_back(pollfd{p.connection->context->fd, POLLIN, 0});
+      owners.push_back(&p);
+    }
+    if (fds.empty()) return;
+    const auto wait = std::chrono::ceil<std::chrono::milliseconds>(next_deadline - now);
+    const int rc = ::poll(fds.data(), fds.size(), static_cast<int>(wait.count()));
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      for (auto* p : owners) {
+        fail(*p, std::make_exception_ptr(ConnectionError(
+                     fmt::format("redlock: poll failed: {}", std::strerror(errno)))));
+      }
+      return;
+    }
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      Pending& p = *owners[i];
+      if (redisBufferRead(p.connection->context.get()) == REDIS_ERR) {
+        fail(p, transport_error(p.connection->context.get(), *p.batch->node, "read from"));
+        continue;
+      }
+      drain(p);
+    }
+  }
+}
+
+// Checks the handshake replies and moves the command replies into the batch.
+void finish(Pending& p) {
+  if (p.done) return;
+  for (std::size_t i = 0; i < p.handshake; ++i) {
+    const redisReply* reply = p.replies[i].get();
+    if (is_error(reply)) {
+      const bool auth = i == 0 && !p.batch->node->endpoint().password.empty();
+      fail(p, server_error(p.batch->node->address(), auth ? "AUTH" : "SELECT", text(reply)));
+      return;
+    }
+  }
+  p.connection->authenticated = true;
+  p.batch->replies.clear();
+  for (std::size_t i = p.handshake; i < p.replies.size(); ++i) {
+    p.batch->replies.push_back(std::move(p.replies[i]));
+  }
+}
+
+// EVAL fallback for NOSCRIPT replies, one node at a time (rare: after SCRIPT FLUSH or restart).
+void retry_noscript(Pending& p) {
+  if (p.done) return;
+  std::vector<std::size_t> redo;
+  for (std::size_t i = 0; i < p.batch->commands.size(); ++i) {
+    if (p.batch->commands[i].script != nullptr && is_noscript(p.batch->replies[i].get())) {
+      redo.push_back(i);
+    }
+  }
+  if (redo.empty()) return;
+  log_message(LogLevel::debug, "redlock: NOSCRIPT, re-sending with EVAL");
+  for (std::size_t i : redo) append(p.connection->context.get(), p.batch->commands[i], true);
+  if (!flush(p)) return;
+  p.replies.clear();
+  p.expected = redo.size();
+  read_blocking(p);
+  if (p.done) return;
+  for (std::size_t k = 0; k < redo.size(); ++k) p.batch->replies[redo[k]] = std::move(p.replies[k]);
+}
+
+}  // namespace
+
+bool is_error(const redisReply* reply) noexcept {
+  return reply != nullptr && reply->type == REDIS_REPLY_ERROR;
+}
+
+std::string_view text(const redisReply* reply) noexcept {
+  if (reply == nullptr || reply->str == nullptr) return {};
+  return {reply->str, reply->len};
+}
+
+std::exception_ptr server_error(const std::string& address, std::string_view operation,
+                                std::string_view message) {
+  std::string hint;
+  if (message.rfind("NOAUTH", 0) == 0 || message.rfind("WRONGPASS", 0) == 0 ||
+      message.find("invalid password") != std::string_view::npos) {
+    hint = "; check Endpoint::username and Endpoint::password";
+  } else if (message.rfind("NOPERM", 0) == 0) {
+    hint = "; the ACL user lacks a permission redlock needs (see README, 'Minimal Redis ACL')";
+  } else if (message.rfind("WRONGTYPE", 0) == 0) {
+    hint = "; the key holds a value that is not a lock: use another key";
+  } else if (message.rfind("OOM", 0) == 0) {
+    hint = "; the server hit maxmemory: free memory or raise maxmemory";
+  } else if (message.rfind("BUSY", 0) == 0) {
+    hint = "; a long-running script blocks the server";
+  }
+  return std::make_exception_ptr(ServerError(
+      fmt::format("redlock: {} answered {} with an error: {}{}", address, operation, message, hint),
+      std::string(message)));
+}
+
+Reply to_reply(const redisReply* reply) {
+  if (reply == nullptr) return Reply();
+  switch (reply->type) {
+    case REDIS_REPLY_STRING:
+      return Reply(Reply::Type::string, std::string(reply->str, reply->len));
+    case REDIS_REPLY_STATUS:
+      return Reply(Reply::Type::status, std::string(reply->str, reply->len));
+    case REDIS_REPLY_ERROR:
+      return Reply(Reply::Type::error, std::string(reply->str, reply->len));
+    case REDIS_REPLY_INTEGER:
+      return Reply(static_cast<std::int64_t>(reply->integer));
+    case REDIS_REPLY_ARRAY: {
+      std::vector<Reply> elements;
+      elements.reserve(reply->elements);
+      for (std::size_t i = 0; i < reply->elements; ++i) {
+        elements.push_back(to_reply(reply->element[i]));
+      }
+      return Reply(std::move(elements));
+    }
+    default:
+      return Reply();
+  }
+}
+
+ClientImpl::ClientImpl(Endpoint endpoint) : endpoint_(std::move(endpoint)) {
+  address_ = endpoint_.address();
+  // AUTH [user] pass, then SELECT db: pipelined in front of a new connection's first batch.
+  std::vector<std::vector<std::string>> commands;
+  if (!endpoint_.password.empty()) {
+    if (endpoint_.username.empty()) {
+      commands.push_back({"AUTH", endpoint_.password});
+    } else {
+      commands.push_back({"AUTH", endpoint_.username, endpoint_.password});
+    }
+  }
+  if (endpoint_.database != 0) commands.push_back({"SELECT", std::to_string(endpoint_.database)});
+  std::size_t total = 0;
+  for (auto& c : commands) total += c.size();
+  handshake_args_.reserve(total);  // views below point into it: no reallocation after this
+  for (auto& c : commands) {
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lens;
+    for (auto& a : c) {
+      handshake_args_.push_back(std::move(a));
+      argv.push_back(handshake_args_.back().data());
+      lens.push_back(handshake_args_.back().size());
+    }
+    handshake_argv_.push_back(std::move(argv));
+    handshake_lens_.push_back(std::move(lens));
+  }
+  for (std::size_t i = 0; i < handshake_argv_.size(); ++i) {
+    handshake_.push_back(CommandView{static_cast<int>(handshake_argv_[i].size()),
+                                     handshake_argv_[i].data(), handshake_lens_[i].data(),
+                                     nullptr});
+  }
+}
+
+ClientImpl::~ClientImpl() = default;
+
+std::string ClientImpl::identity() const {
+  std::string host = endpoint_.host;
+  if (host == "localhost") host = "127.0.0.1";
+  // The database is left out on purpose: two databases of one server share its failures and
+  // must not count twice towards a quorum.
+  if (!endpoint_.unix_socket.empty()) return "unix:" + endpoint_.unix_socket;
+  return host + ":" + std::to_string(endpoint_.port);
+}
+
+std::unique_ptr<Connection> ClientImpl::checkout() {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (!idle_.empty()) {
+      auto connection = std::move(idle_.back());
+      idle_.pop_back();
+      connection->reused = true;
+      return connection;
+    }
+  }
+  const timeval connect_tv = to_timeval(endpoint_.connect_timeout);
+  ContextPtr context(
+      endpoint_.unix_socket.empty()
+          ? redisConnectWithTimeout(endpoint_.host.c_str(), endpoint_.port, connect_tv)
+          : redisConnectUnixWithTimeout(endpoint_.unix_socket.c_str(), connect_tv));
+  if (context == nullptr || context->err != 0) {
+    std::rethrow_exception(transport_error(context.get(), *this, "connect to"));
+  }
+  if (redisSetTimeout(context.get(), to_timeval(endpoint_.command_timeout)) != REDIS_OK) {
+    std::rethrow_exception(transport_error(context.get(), *this, "configure"));
+  }
+  logf(LogLevel::debug, "redlock: connected to {}", address_);
+  auto connection = std::make_unique<Connection>();
+  connection->context = std::move(context);
+  connection->authenticated = handshake_.empty();
+  return connection;
+}
+
+void ClientImpl::checkin(std::unique_ptr<Connection> connection) noexcept {
+  if (!connection || connection->context == nullptr || connection->context->err != 0) return;
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (idle_.size() < kMaxIdle) idle_.push_back(std::move(connection));
+}
+
+void ClientImpl::clear_idle() noexcept {
+  std::vector<std::unique_ptr<Connection>> stale;
+  std::lock_guard<std::mutex> guard(mutex_);
+  stale.swap(idle_);
+}
+
+std::size_t ClientImpl::idle() const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return idle_.size();
+}
+
+std::unique_ptr<Connection> ClientImpl::connect_ready() {
+  NodeBatch batch;
+  batch.node = this;
+  static const char* const kPing[] = {"PING"};
+  static const std::size_t kPingLen[] = {4};
+  batch.commands.push_back(CommandView{1, kPing, kPingLen, nullptr});
+  // Run the handshake on a private connection that is handed out instead of pooled.
+  auto connection = checkout();
+  Pending p;
+  p.batch = &batch;
+  p.connection = std::move(connection);
+  if (!p.connection->authenticated) {
+    for (const auto& h : handshake_) append(p.connection->context.get(), h, false);
+    p.handshake = handshake_.size();
+  }
+  append(p.connection->context.get(), batch.commands[0], false);
+  p.expected = p.handshake + 1;
+  if (flush(p)) read_blocking(p);
+  finish(p);
+  if (batch.error) std::rethrow_exception(batch.error);
+  if (is_error(batch.replies[0].get())) {
+    std::rethrow_exception(server_error(address_, "PING", text(batch.replies[0].get())));
+  }
+  return std::move(p.connection);
+}
+
+Subscriber& ClientImpl::subscriber() {
+  std::call_once(subscriber_once_, [this] { subscriber_ = std::make_unique<Subscriber>(*this); });
+  return *subscriber_;
+}
+
+namespace {
+
+void execute_once(NodeBatch* batches, std::size_t count, std::vector<bool>& stale) {
+  std::vector<Pending> pending(count);
+  const auto start = Clock::now();
+  std::size_t live = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    Pending& p = pending[i];
+    p.batch = &batches[i];
+    p.batch->error = nullptr;
+    p.batch->replies.clear();
+    try {
+      p.connection = p.batch->node->checkout();
+    } catch (...) {
+      p.batch->error = std::current_exception();
+      p.done = true;
+      continue;
+    }
+    redisContext* context = p.connection->context.get();
+    if (!p.connection->authenticated) {
+      for (const auto& h : p.batch->node->handshake()) append(context, h, false);
+      p.handshake = p.batch->node->handshake().size();
+    }
+    for (const auto& command : p.batch->commands) append(context, command, false);
+    p.expected = p.handshake + p.batch->commands.size();
+    p.replies.reserve(p.expected);
+    p.deadline = start + p.batch->node->endpoint().command_timeout;
+    stale[i] = p.connection->reused;
+    if (flush(p)) ++live;
+  }
+  if (live == 1 && count == 1) {
+    read_blocking(pending[0]);
+  } else if (live > 0) {
+    read_multiplexed(pending);
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    Pending& p = pending[i];
+    // A pooled connection the server had already closed (restart, CLIENT KILL, idle timeout)
+    // fails before any reply: worth one retry on a fresh connection, nothing was executed.
+    stale[i] = stale[i] && p.done && p.replies.empty() && p.batch->error != nullptr &&
+               p.connection == nullptr;
+    if (stale[i]) {
+      try {
+        std::rethrow_exception(p.batch->error);
+      } catch (const TimeoutError&) {
+        stale[i] = false;  // a slow server is not a stale connection
+      } catch (...) {
+      }
+    }
+    finish(p);
+    retry_noscript(p);
+    if (!p.done) p.batch->node->checkin(std::move(p.connection));
+  }
+}
+
+}  // namespace
+
+void execute(NodeBatch* batches, std::size_t count) {
+  std::vector<bool> stale(count, false);
+  execute_once(batches, count, stale);
+  if (std::find(stale.begin(), stale.end(), true) == stale.end()) return;
+  std::vector<NodeBatch> again;
+  std::vector<std::size_t> index;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (!stale[i]) continue;
+    batches[i].node->clear_idle();
+    logf(LogLevel::info, "redlock: connection to {} was closed by the server; reconnecting",
+         batches[i].node->address());
+    again.push_back(std::move(batches[i]));
+    index.push_back(i);
+  }
+  std::vector<bool> unused(again.size(), false);
+  execute_once(again.data(), again.size(), unused);
+  for (std::size_t k = 0; k < again.size(); ++k) batches[index[k]] = std::move(again[k]);
+}
+
+}  // namespace detail
+}  // namespace redlock

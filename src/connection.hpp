@@ -1,0 +1,163 @@
+// src/connection.hpp: the I/O half of redlock. Owns hiredis contexts and replies, maps hiredis
+// failures to redlock exceptions, and runs batches: several commands on each of several nodes,
+// one round trip per node, all nodes at once, each bounded by its own command timeout.
+//
+// The algorithm half (quorum, validity, tokens) is in engine.hpp and never touches hiredis.
+#ifndef REDLOCK_SRC_CONNECTION_HPP
+#define REDLOCK_SRC_CONNECTION_HPP
+
+#include <hiredis/hiredis.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <redlock/client.hpp>
+#include <redlock/endpoint.hpp>
+#include <redlock/reply.hpp>
+
+namespace redlock {
+namespace detail {
+
+struct ContextDeleter {
+  void operator()(redisContext* context) const noexcept {
+    if (context != nullptr) redisFree(context);
+  }
+};
+struct ReplyDeleter {
+  void operator()(redisReply* reply) const noexcept {
+    if (reply != nullptr) freeReplyObject(reply);
+  }
+};
+using ContextPtr = std::unique_ptr<redisContext, ContextDeleter>;
+using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
+
+// One command, as argv views the caller keeps alive until the batch returns. When `script` is set,
+// argv[0] must be "EVALSHA" and argv[1] the script's SHA1; on NOSCRIPT the same command is re-sent
+// as EVAL with the body.
+struct CommandView {
+  int argc{0};
+  const char* const* argv{nullptr};
+  const std::size_t* lens{nullptr};
+  const Script* script{nullptr};
+};
+
+// A small owning command builder for fixed-size commands on the hot path (no allocation).
+template <int N>
+struct FixedCommand {
+  const char* argv[N]{};
+  std::size_t lens[N]{};
+  int argc{0};
+  const Script* script{nullptr};
+
+  FixedCommand& arg(std::string_view value) noexcept {
+    argv[argc] = value.data();
+    lens[argc] = value.size();
+    ++argc;
+    return *this;
+  }
+  CommandView view() const noexcept { return CommandView{argc, argv, lens, script}; }
+};
+
+// A live hiredis connection. Any transport error retires it (a context that reported an error is
+// never reused).
+struct Connection {
+  ContextPtr context;
+  bool authenticated{false};  // AUTH/SELECT handshake done
+  bool reused{false};         // came out of the idle pool (may be stale after a restart)
+};
+
+class Subscriber;
+
+// What a Client shares among its copies: the endpoint, a pool of idle connections, the
+// subscriber connection for wake-on-release (created on first use).
+class ClientImpl {
+ public:
+  explicit ClientImpl(Endpoint endpoint);
+  ~ClientImpl();
+  ClientImpl(const ClientImpl&) = delete;
+  ClientImpl& operator=(const ClientImpl&) = delete;
+
+  const Endpoint& endpoint() const noexcept { return endpoint_; }
+  // "host:port" or "unix:/path": what every message names.
+  const std::string& address() const noexcept { return address_; }
+  // Identity of the server for duplicate detection (address; not the database).
+  std::string identity() const;
+
+  // An idle connection, or a new one (connect only; the handshake rides on the first batch).
+  // Throws ConnectionError or TimeoutError.
+  std::unique_ptr<Connection> checkout();
+  // Returns a healthy connection to the pool (closes it if the pool is full).
+  void checkin(std::unique_ptr<Connection> connection) noexcept;
+  std::size_t idle() const;
+  // Closes every idle connection (after one turned out stale: the others likely are too).
+  void clear_idle() noexcept;
+
+  // Opens a connection and completes the handshake synchronously (for the subscriber).
+  std::unique_ptr<Connection> connect_ready();
+
+  // The handshake commands (AUTH, SELECT) for a new connection; empty if none needed.
+  const std::vector<CommandView>& handshake() const noexcept { return handshake_; }
+
+  // The subscriber for wake-on-release, created on first call. Thread-safe.
+  Subscriber& subscriber();
+
+  // Whether SET ... NX ... GET works on this server (Redis >= 7.0); learned on first use.
+  std::atomic<bool> set_nx_get{true};
+
+ private:
+  Endpoint endpoint_;
+  std::string address_;
+  // Storage behind handshake_ views.
+  std::vector<std::string> handshake_args_;
+  std::vector<std::vector<const char*>> handshake_argv_;
+  std::vector<std::vector<std::size_t>> handshake_lens_;
+  std::vector<CommandView> handshake_;
+
+  mutable std::mutex mutex_;
+  std::vector<std::unique_ptr<Connection>> idle_;  // guarded by mutex_
+  std::once_flag subscriber_once_;
+  std::unique_ptr<Subscriber> subscriber_;
+};
+
+// Commands for one node, and what came back.
+struct NodeBatch {
+  ClientImpl* node{nullptr};
+  std::vector<CommandView> commands;
+  // Sent on the same connection, behind `commands`, if this node times out; then the connection
+  // is closed. Redis runs one connection's commands in order even after the client left, so a
+  // rollback sent this way cannot overtake the request it undoes (a paused node that resumes
+  // runs SET, then the release).
+  std::vector<CommandView> on_timeout;
+  // Out: one reply per command (all present when `error` is null). Error replies are replies.
+  std::vector<ReplyPtr> replies;
+  // Out: why this node could not answer (ConnectionError, TimeoutError, ProtocolError, or a
+  // ServerError from the AUTH/SELECT handshake). Null on success.
+  std::exception_ptr error;
+};
+
+// Runs every batch: sends each node's commands in one write, then reads all replies, polling all
+// nodes at once. A node that does not answer within its command_timeout gets a TimeoutError and
+// costs the others nothing. NOSCRIPT replies are retried with EVAL on the same connection.
+// Never throws for per-node failures (they land in NodeBatch::error); throws std::bad_alloc only.
+void execute(NodeBatch* batches, std::size_t count);
+
+// Helpers for reading replies.
+bool is_error(const redisReply* reply) noexcept;
+std::string_view text(const redisReply* reply) noexcept;
+// The exception for an error reply to `operation` on `address`, with a hint for common errors.
+std::exception_ptr server_error(const std::string& address, std::string_view operation,
+                                std::string_view message);
+// Converts a hiredis reply to the public value type.
+Reply to_reply(const redisReply* reply);
+
+}  // namespace detail
+}  // namespace redlock
+
+#endif  // REDLOCK_SRC_CONNECTION_HPP

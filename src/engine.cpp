@@ -1,0 +1,394 @@
+// src/engine.cpp: acquire / extend / release on N nodes with the quorum rules of quorum.hpp.
+#include "engine.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include <redlock/errors.hpp>
+
+#include "log_internal.hpp"
+
+namespace redlock {
+namespace detail {
+namespace {
+
+const char kReleaseLua[] = R"(if redis.call('get', KEYS[1]) == ARGV[1] then
+  redis.call('del', KEYS[1])
+  redis.call('publish', ARGV[2], ARGV[1])
+  return 1
+end
+return 0)";
+
+const char kExtendLua[] = R"(if redis.call('get', KEYS[1]) == ARGV[1] then
+  return redis.call('pexpire', KEYS[1], ARGV[2])
+end
+return 0)";
+
+const char kAcquireFencedLua[] = R"(if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, redis.call('incr', KEYS[2])}
+end
+if redis.call('type', KEYS[1]).ok ~= 'string' then
+  return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
+end
+return {0, redis.call('pttl', KEYS[1])})";
+
+const char kRaiseFenceLua[] = R"(if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
+local current = tonumber(redis.call('get', KEYS[2]) or '0')
+if current < tonumber(ARGV[2]) then redis.call('set', KEYS[2], ARGV[2]) end
+return 1)";
+
+// What one node said to an acquire attempt.
+enum class Answer { granted, refused, failed };
+
+// Picks the exception to throw when no node gave a usable answer: a server error reply explains
+// more than a transport failure.
+std::exception_ptr pick_failure(const std::vector<std::exception_ptr>& errors,
+                                const std::vector<bool>& is_server) {
+  std::exception_ptr first;
+  for (std::size_t i = 0; i < errors.size(); ++i) {
+    if (!errors[i]) continue;
+    if (is_server[i]) return errors[i];
+    if (!first) first = errors[i];
+  }
+  return first;
+}
+
+}  // namespace
+
+const Scripts& Scripts::get() {
+  static const Scripts scripts{Script(kReleaseLua), Script(kExtendLua), Script(kAcquireFencedLua),
+                               Script(kRaiseFenceLua)};
+  return scripts;
+}
+
+LeaseEngine::LeaseEngine(std::vector<std::shared_ptr<ClientImpl>> nodes, std::string key,
+                         const LockOptions& options)
+    : nodes_(std::move(nodes)),
+      key_(std::move(key)),
+      ttl_(options.ttl),
+      drift_factor_(options.clock_drift_factor),
+      fencing_(options.fencing) {
+  if (nodes_.empty()) throw std::invalid_argument("redlock: instances must not be empty");
+  std::set<const ClientImpl*> pools;
+  std::set<std::string> identities;
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    if (!nodes_[i]) throw std::invalid_argument("redlock: instances contains an empty Client");
+    if (!pools.insert(nodes_[i].get()).second || !identities.insert(nodes_[i]->identity()).second) {
+      throw std::invalid_argument(fmt::format(
+          "redlock: instances[{}] ({}) names a server that is already in the list; each Redis "
+          "instance may count only once towards the quorum",
+          i, nodes_[i]->address()));
+    }
+  }
+  if (key_.empty()) throw std::invalid_argument("redlock: key must not be empty");
+  if (key_.size() > kMaxKeyBytes) {
+    throw std::invalid_argument(fmt::format("redlock: key is {} bytes; the maximum is {} bytes",
+                                            key_.size(), kMaxKeyBytes));
+  }
+  if (ttl_.count() <= 0) {
+    throw std::invalid_argument(
+        fmt::format("redlock: options.ttl must be > 0 ms (got {} ms)", ttl_.count()));
+  }
+  // Redis takes PX up to LLONG_MAX minus the current time; keep well inside it.
+  if (ttl_ > std::chrono::milliseconds(std::numeric_limits<std::int64_t>::max() / 4)) {
+    throw std::invalid_argument(
+        fmt::format("redlock: options.ttl is too large ({} ms)", ttl_.count()));
+  }
+  if (options.retry_delay.count() <= 0) {
+    throw std::invalid_argument(fmt::format("redlock: options.retry_delay must be > 0 ms (got {})",
+                                            options.retry_delay.count()));
+  }
+  if (!(drift_factor_ >= 0.0 && drift_factor_ < 1.0)) {
+    throw std::invalid_argument(fmt::format(
+        "redlock: options.clock_drift_factor must be in [0, 1) (got {})", drift_factor_));
+  }
+  if (drift_of(ttl_, drift_factor_) >= ttl_) {
+    throw std::invalid_argument(
+        fmt::format("redlock: options.ttl of {} ms leaves no validity after the drift allowance of "
+                    "ttl * {} + 2 ms; use a longer ttl",
+                    ttl_.count(), drift_factor_));
+  }
+  if (options.max_hold.count() < 0) {
+    throw std::invalid_argument("redlock: options.max_hold must be >= 0 ms");
+  }
+  fence_key_ = key_ + ":fence";
+  channel_ = key_ + ":released";
+  ttl_ms_ = std::to_string(ttl_.count());
+}
+
+AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl) {
+  const Scripts& scripts = Scripts::get();
+  const std::size_t n = nodes_.size();
+  std::vector<NodeBatch> batches(n);
+  std::vector<FixedCommand<8>> commands(n);
+  FixedCommand<2> pttl;
+  pttl.arg("PTTL").arg(key_);
+  // EVAL, not EVALSHA: nobody reads this reply, so a NOSCRIPT could not be retried.
+  FixedCommand<6> undo;
+  undo.arg("EVAL").arg(scripts.release.body()).arg("1").arg(key_).arg(token).arg(channel_);
+  for (std::size_t i = 0; i < n; ++i) {
+    FixedCommand<8>& c = commands[i];
+    if (fencing_) {
+      c.script = &scripts.acquire_fenced;
+      c.arg("EVALSHA").arg(scripts.acquire_fenced.sha1()).arg("2").arg(key_).arg(fence_key_);
+      c.arg(token).arg(ttl_ms_);
+    } else {
+      c.arg("SET").arg(key_).arg(token).arg("NX").arg("PX").arg(ttl_ms_);
+      if (nodes_[i]->set_nx_get.load(std::memory_order_relaxed)) c.arg("GET");
+    }
+    batches[i].node = nodes_[i].get();
+    batches[i].commands.push_back(c.view());
+    if (want_pttl && !fencing_) batches[i].commands.push_back(pttl.view());
+    // A node too slow to answer in time does not count; undo whatever it does later, in order.
+    batches[i].on_timeout.push_back(undo.view());
+  }
+  const auto started = SteadyClock::now();
+  execute(batches.data(), n);
+
+  AcquireResult result;
+  std::vector<Answer> answers(n, Answer::failed);
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<bool> is_server(n, false);
+  std::vector<std::uint64_t> fences(n, 0);
+  bool old_server = false;
+  auto note_pttl = [&](long long pttl) {
+    if (pttl < 0) return;
+    const std::chrono::milliseconds value(pttl);
+    if (result.holder_pttl.count() < 0 || value < result.holder_pttl) result.holder_pttl = value;
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    NodeBatch& b = batches[i];
+    if (b.error) {
+      errors[i] = b.error;
+      continue;
+    }
+    const redisReply* r = b.replies[0].get();
+    if (is_error(r)) {
+      if (!fencing_ && text(r).rfind("ERR syntax error", 0) == 0 &&
+          nodes_[i]->set_nx_get.exchange(false)) {
+        old_server = true;  // Redis < 7.0: SET NX GET unsupported; plain SET NX from now on
+      }
+      errors[i] = server_error(nodes_[i]->address(), fencing_ ? "the acquire script" : "SET NX PX",
+                               text(r));
+      is_server[i] = true;
+      continue;
+    }
+    if (fencing_) {
+      if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+          r->element[0]->type == REDIS_REPLY_INTEGER &&
+          r->element[1]->type == REDIS_REPLY_INTEGER) {
+        if (r->element[0]->integer == 1) {
+          answers[i] = Answer::granted;
+          fences[i] = static_cast<std::uint64_t>(r->element[1]->integer);
+        } else {
+          answers[i] = Answer::refused;
+          note_pttl(r->element[1]->integer);
+        }
+      } else {
+        errors[i] = std::make_exception_ptr(ProtocolError(fmt::format(
+            "redlock: unexpected reply to the acquire script from {}", nodes_[i]->address())));
+      }
+      continue;
+    }
+    // SET NX PX [GET]: nil or OK = granted (GET returns nil when it set the key); a string is the
+    // current holder's token (ours only if an earlier send of this very attempt got through).
+    if (r->type == REDIS_REPLY_NIL) {
+      const bool with_get = b.commands[0].argc == 7;
+      answers[i] = with_get ? Answer::granted : Answer::refused;
+    } else if (r->type == REDIS_REPLY_STATUS) {
+      answers[i] = Answer::granted;
+    } else if (r->type == REDIS_REPLY_STRING) {
+      answers[i] = text(r) == token ? Answer::granted : Answer::refused;
+    } else {
+      errors[i] = std::make_exception_ptr(ProtocolError(
+          fmt::format("redlock: unexpected reply to SET NX PX from {}", nodes_[i]->address())));
+      continue;
+    }
+    if (answers[i] == Answer::refused && b.replies.size() > 1 &&
+        b.replies[1]->type == REDIS_REPLY_INTEGER) {
+      note_pttl(b.replies[1]->integer);
+    }
+  }
+  for (Answer a : answers) result.granted += a == Answer::granted ? 1 : 0;
+  Decision decision = decide(n, result.granted, ttl_, drift_factor_, started, SteadyClock::now());
+
+  // Redlock fencing: the token is max+1 over the granting nodes' counters (each INCRed), written
+  // back to them, so any later majority intersects one node whose counter is already >= ours.
+  if (decision.held && fencing_) {
+    std::uint64_t fence = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (answers[i] == Answer::granted) fence = std::max(fence, fences[i]);
+    }
+    if (n > 1) {
+      const std::string fence_text = std::to_string(fence);
+      std::vector<NodeBatch> raise;
+      std::vector<FixedCommand<8>> raise_commands(n);
+      std::vector<std::size_t> who;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (answers[i] != Answer::granted) continue;
+        FixedCommand<8>& c = raise_commands[i];
+        c.script = &scripts.raise_fence;
+        c.arg("EVALSHA").arg(scripts.raise_fence.sha1()).arg("2").arg(key_).arg(fence_key_);
+        c.arg(token).arg(fence_text);
+        NodeBatch b;
+        b.node = nodes_[i].get();
+        b.commands.push_back(c.view());
+        raise.push_back(std::move(b));
+        who.push_back(i);
+      }
+      execute(raise.data(), raise.size());
+      std::size_t confirmed = 0;
+      for (auto& b : raise) {
+        if (!b.error && b.replies[0]->type == REDIS_REPLY_INTEGER && b.replies[0]->integer == 1) {
+          ++confirmed;
+        }
+      }
+      decision = decide(n, confirmed, ttl_, drift_factor_, started, SteadyClock::now());
+    }
+    result.fence = fence;
+  }
+
+  if (decision.held) {
+    result.held = true;
+    result.valid_until = decision.valid_until;
+    return result;
+  }
+  // Not held: undo every grant, and also try nodes that did not answer (a late SET may still land
+  // there); nodes that cleanly refused cannot hold our token.
+  // Timed-out nodes already got the undo on their own connection (see on_timeout).
+  std::vector<bool> undo_on(n, false);
+  bool rollback = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    bool timed_out = false;
+    if (errors[i] && !is_server[i]) {
+      try {
+        std::rethrow_exception(errors[i]);
+      } catch (const TimeoutError&) {
+        timed_out = true;
+      } catch (...) {
+      }
+    }
+    undo_on[i] = answers[i] == Answer::granted || (errors[i] && !timed_out);
+    rollback = rollback || undo_on[i];
+  }
+  if (rollback) {
+    try {
+      release(token, &undo_on);
+    } catch (...) {  // best effort; the grants expire by ttl anyway
+    }
+  }
+  std::size_t answered = 0;
+  for (Answer a : answers) answered += a != Answer::failed ? 1 : 0;
+  if (answered == 0) {
+    if (old_server) return acquire(token, want_pttl);  // once more, with plain SET NX
+    result.failure = pick_failure(errors, is_server);
+  } else {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!errors[i]) continue;
+      try {
+        std::rethrow_exception(errors[i]);
+      } catch (const std::exception& e) {
+        logf(LogLevel::warn, "redlock: acquire of a lock: node {} failed: {}", i, e.what());
+      }
+    }
+  }
+  result.fence = 0;
+  return result;
+}
+
+ExtendResult LeaseEngine::extend(const std::string& token, std::chrono::milliseconds ttl) {
+  const std::size_t n = nodes_.size();
+  const std::string ttl_ms = std::to_string(ttl.count());
+  std::vector<NodeBatch> batches(n);
+  std::vector<FixedCommand<6>> commands(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    commands[i] = extend_command(token, ttl_ms);
+    batches[i].node = nodes_[i].get();
+    batches[i].commands.push_back(commands[i].view());
+  }
+  const auto started = SteadyClock::now();
+  execute(batches.data(), n);
+  ExtendResult result;
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<bool> is_server(n, false);
+  std::size_t answered = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (batches[i].error) {
+      errors[i] = batches[i].error;
+      continue;
+    }
+    const redisReply* r = batches[i].replies[0].get();
+    if (is_error(r)) {
+      errors[i] = server_error(nodes_[i]->address(), "the extend script", text(r));
+      is_server[i] = true;
+      continue;
+    }
+    ++answered;
+    if (extend_confirmed(r)) ++result.confirmed;
+  }
+  const Decision d = decide(n, result.confirmed, ttl, drift_factor_, started, SteadyClock::now());
+  result.held = d.held;
+  result.valid_until = d.valid_until;
+  if (answered == 0) result.failure = pick_failure(errors, is_server);
+  return result;
+}
+
+ReleaseResult LeaseEngine::release(const std::string& token, const std::vector<bool>* only) {
+  const Scripts& scripts = Scripts::get();
+  std::vector<NodeBatch> batches;
+  batches.reserve(nodes_.size());
+  FixedCommand<6> command;
+  command.script = &scripts.release;
+  command.arg("EVALSHA").arg(scripts.release.sha1()).arg("1").arg(key_).arg(token).arg(channel_);
+  std::vector<std::size_t> index;
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    if (only != nullptr && !(*only)[i]) continue;
+    batches.emplace_back();
+    batches.back().node = nodes_[i].get();
+    batches.back().commands.push_back(command.view());
+    index.push_back(i);
+  }
+  const std::size_t n = batches.size();
+  execute(batches.data(), n);
+  ReleaseResult result;
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<bool> is_server(n, false);
+  std::size_t answered = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::size_t i = index[k];
+    if (batches[k].error) {
+      errors[k] = batches[k].error;
+      continue;
+    }
+    const redisReply* r = batches[k].replies[0].get();
+    if (is_error(r)) {
+      errors[k] = server_error(nodes_[i]->address(), "the release script", text(r));
+      is_server[k] = true;
+      continue;
+    }
+    ++answered;
+    if (r->type == REDIS_REPLY_INTEGER && r->integer == 1) ++result.released;
+  }
+  if (answered == 0) result.failure = pick_failure(errors, is_server);
+  return result;
+}
+
+FixedCommand<6> LeaseEngine::extend_command(const std::string& token,
+                                            const std::string& ttl_ms) const {
+  const Scripts& scripts = Scripts::get();
+  FixedCommand<6> c;
+  c.script = &scripts.extend;
+  c.arg("EVALSHA").arg(scripts.extend.sha1()).arg("1").arg(key_).arg(token).arg(ttl_ms);
+  return c;
+}
+
+bool LeaseEngine::extend_confirmed(const redisReply* reply) noexcept {
+  return reply != nullptr && reply->type == REDIS_REPLY_INTEGER && reply->integer == 1;
+}
+
+}  // namespace detail
+}  // namespace redlock

@@ -1,0 +1,109 @@
+// src/engine.hpp: the lease engine. One implementation of acquire / extend / release for N nodes;
+// a single-instance Lock is the N = 1 case. The rules come from quorum.hpp, the I/O from
+// connection.hpp; nothing here knows about threads, re-entrancy or waiting (see lock.cpp).
+#ifndef REDLOCK_SRC_ENGINE_HPP
+#define REDLOCK_SRC_ENGINE_HPP
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <redlock/client.hpp>
+#include <redlock/options.hpp>
+
+#include "connection.hpp"
+#include "quorum.hpp"
+
+namespace redlock {
+namespace detail {
+
+// The Lua scripts, shared by every lock (SHA1 computed once).
+struct Scripts {
+  // KEYS[1] lock key; ARGV[1] token; ARGV[2] release channel. Deletes the key if it still holds
+  // the token and publishes on the channel. Returns 1 if deleted, 0 if it was not ours.
+  Script release;
+  // KEYS[1] lock key; ARGV[1] token; ARGV[2] ttl ms. PEXPIREs the key if it still holds the token.
+  // Returns 1 if extended, 0 if not ours.
+  Script extend;
+  // KEYS[1] lock key, KEYS[2] fence counter; ARGV[1] token; ARGV[2] ttl ms.
+  // SET NX PX and INCR the counter in one step. Returns {1, fence} or {0, pttl of the holder}.
+  Script acquire_fenced;
+  // KEYS[1] lock key, KEYS[2] fence counter; ARGV[1] token; ARGV[2] fence.
+  // If the key still holds the token, raises the counter to at least fence. Returns 1 or 0.
+  Script raise_fence;
+  static const Scripts& get();
+};
+
+struct AcquireResult {
+  bool held{false};
+  SteadyClock::time_point valid_until{};
+  std::uint64_t fence{0};
+  std::size_t granted{0};
+  // Smallest remaining ttl reported by nodes that refused (-1: unknown or no expiry).
+  std::chrono::milliseconds holder_pttl{-1};
+  // Set when no node gave a usable answer: the error to throw (server error preferred).
+  std::exception_ptr failure;
+};
+
+struct ExtendResult {
+  bool held{false};
+  SteadyClock::time_point valid_until{};
+  std::size_t confirmed{0};
+  std::exception_ptr failure;  // as in AcquireResult
+};
+
+struct ReleaseResult {
+  std::size_t released{0};     // nodes where our token was deleted
+  std::exception_ptr failure;  // as in AcquireResult
+};
+
+class LeaseEngine {
+ public:
+  // Throws std::invalid_argument for bad options or duplicate nodes (see Lock/Redlock ctors).
+  LeaseEngine(std::vector<std::shared_ptr<ClientImpl>> nodes, std::string key,
+              const LockOptions& options);
+
+  // One attempt with `token` on every node at once; rolls back partial or late grants.
+  // `want_pttl` also asks refusing nodes for the holder's remaining ttl (one round trip still).
+  AcquireResult acquire(const std::string& token, bool want_pttl);
+  // Compare-and-pexpire on every node; held iff a quorum confirmed and validity stays positive.
+  ExtendResult extend(const std::string& token, std::chrono::milliseconds ttl);
+  // Compare-and-delete (and publish) on every node, or only where (*only)[i] is true.
+  ReleaseResult release(const std::string& token, const std::vector<bool>* only = nullptr);
+
+  // Building blocks for the watchdog, which batches extends of many leases per node.
+  // The returned command points into `token`, `ttl_ms` and this engine: keep them alive.
+  FixedCommand<6> extend_command(const std::string& token, const std::string& ttl_ms) const;
+  static bool extend_confirmed(const redisReply* reply) noexcept;
+
+  const std::vector<std::shared_ptr<ClientImpl>>& nodes() const noexcept { return nodes_; }
+  const std::string& key() const noexcept { return key_; }
+  // The pub/sub channel releases are announced on: key + ":released".
+  const std::string& channel() const noexcept { return channel_; }
+  std::size_t quorum() const noexcept { return quorum_of(nodes_.size()); }
+  std::chrono::milliseconds ttl() const noexcept { return ttl_; }
+  double drift_factor() const noexcept { return drift_factor_; }
+
+ private:
+  std::vector<std::shared_ptr<ClientImpl>> nodes_;
+  std::string key_;
+  std::string fence_key_;
+  std::string channel_;
+  std::chrono::milliseconds ttl_;
+  std::string ttl_ms_;
+  double drift_factor_;
+  bool fencing_;
+};
+
+// The documented maximum key length. Redis would take up to 512 MB, but a lock name that large
+// is a bug, and every operation sends the key (and the release channel) again.
+constexpr std::size_t kMaxKeyBytes = 4u * 1024u * 1024u;
+
+}  // namespace detail
+}  // namespace redlock
+
+#endif  // REDLOCK_SRC_ENGINE_HPP

@@ -1,0 +1,143 @@
+// src/hold.hpp: the state of one hold (one successful acquire until release or loss), shared by
+// the lock, its LeaseTokens and the watchdog.
+#ifndef REDLOCK_SRC_HOLD_HPP
+#define REDLOCK_SRC_HOLD_HPP
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include <redlock/options.hpp>
+
+#include "quorum.hpp"
+
+namespace redlock {
+namespace detail {
+
+class HoldState {
+ public:
+  HoldState(std::string token, std::uint64_t fence, SteadyClock::time_point acquired,
+            SteadyClock::time_point valid_until)
+      : token_(std::move(token)), fence_(fence), acquired_(acquired) {
+    set_valid_until(valid_until);
+  }
+
+  const std::string& token() const noexcept { return token_; }
+  std::uint64_t fence() const noexcept { return fence_; }
+  SteadyClock::time_point acquired() const noexcept { return acquired_; }
+
+  SteadyClock::time_point valid_until() const noexcept {
+    return SteadyClock::time_point(
+        SteadyClock::duration(valid_until_.load(std::memory_order_acquire)));
+  }
+  void set_valid_until(SteadyClock::time_point t) noexcept {
+    valid_until_.store(t.time_since_epoch().count(), std::memory_order_release);
+  }
+
+  // Lost: marked lost, or past its validity while not released. Lock-free.
+  bool lost(SteadyClock::time_point now) const noexcept {
+    if (lost_.load(std::memory_order_acquire)) return true;
+    return !released_.load(std::memory_order_acquire) && now >= valid_until();
+  }
+  bool marked_lost() const noexcept { return lost_.load(std::memory_order_acquire); }
+  bool released() const noexcept { return released_.load(std::memory_order_acquire); }
+  LostReason reason() const noexcept {
+    return static_cast<LostReason>(reason_.load(std::memory_order_acquire));
+  }
+  std::uint64_t renewals() const noexcept { return renewals_.load(std::memory_order_relaxed); }
+
+  // Watchdog side: claims the right to renew. False if the hold is ending (release began or it
+  // was lost): then no renewal may be sent.
+  bool begin_renewal() {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (ending_) return false;
+    renewing_ = true;
+    return true;
+  }
+  // Watchdog side: the renewal's result is in. Applies it only if the hold is not ending.
+  void end_renewal(bool confirmed, SteadyClock::time_point valid_until) {
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      renewing_ = false;
+      if (confirmed && !ending_) {
+        set_valid_until(valid_until);
+        renewals_.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    cv_.notify_all();
+  }
+
+  // Stops renewal for good and waits until no renewal is in flight, so that nothing can extend
+  // the key after this returns. Returns false if it had already ended (released or lost).
+  bool begin_end() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const bool was_live = !ending_;
+    ending_ = true;
+    cv_.wait(lock, [this] { return !renewing_; });
+    return was_live;
+  }
+  bool ending() const {
+    std::lock_guard<std::mutex> guard(mutex_);
+    return ending_;
+  }
+
+  // Marks the hold lost (first call wins). Returns true if this call marked it.
+  bool mark_lost(LostReason reason) {
+    bool first = false;
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      ending_ = true;
+      if (!lost_.load(std::memory_order_relaxed) && !released_.load(std::memory_order_relaxed)) {
+        reason_.store(static_cast<int>(reason), std::memory_order_release);
+        lost_.store(true, std::memory_order_release);
+        first = true;
+      }
+    }
+    cv_.notify_all();
+    return first;
+  }
+  void mark_released() {
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      ending_ = true;
+      released_.store(true, std::memory_order_release);
+    }
+    cv_.notify_all();
+  }
+
+  // Blocks until lost or released, at most `timeout`. Returns lost().
+  bool wait_for(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const auto deadline = SteadyClock::now() + timeout;
+    for (;;) {
+      if (lost_.load() || released_.load()) break;
+      const auto now = SteadyClock::now();
+      if (now >= deadline || now >= valid_until()) break;
+      cv_.wait_until(lock, std::min(deadline, valid_until()));
+    }
+    return lost(SteadyClock::now());
+  }
+
+ private:
+  const std::string token_;
+  const std::uint64_t fence_;
+  const SteadyClock::time_point acquired_;
+  std::atomic<SteadyClock::rep> valid_until_{0};
+  std::atomic<bool> lost_{false};
+  std::atomic<bool> released_{false};
+  std::atomic<int> reason_{static_cast<int>(LostReason::expired)};
+  std::atomic<std::uint64_t> renewals_{0};
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  bool renewing_{false};  // guarded by mutex_
+  bool ending_{false};    // guarded by mutex_
+};
+
+}  // namespace detail
+}  // namespace redlock
+
+#endif  // REDLOCK_SRC_HOLD_HPP

@@ -1,0 +1,418 @@
+// src/lock.cpp: Lock and Redlock on top of the lease engine: thread ownership, re-entrancy, local
+// queueing, waiting (jittered backoff + wake-on-release), the watchdog hand-off.
+#include <redlock/lock.hpp>
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+#include <redlock/errors.hpp>
+#include <redlock/watchdog.hpp>
+
+#include "engine.hpp"
+#include "hold.hpp"
+#include "log_internal.hpp"
+#include "subscriber.hpp"
+#include "token.hpp"
+#include "watchdog_impl.hpp"
+
+namespace redlock {
+namespace detail {
+namespace {
+
+std::vector<std::shared_ptr<ClientImpl>> impls_of(const std::vector<Client>& clients) {
+  std::vector<std::shared_ptr<ClientImpl>> out;
+  out.reserve(clients.size());
+  for (const auto& c : clients) out.push_back(c.impl());
+  return out;
+}
+
+// Subscribes one waiter to the lock's release channel on every node for the duration of a
+// contended wait. Registration goes to all nodes first; confirmations are then awaited together,
+// so a dead node costs at most one timeout, not one per node.
+class ReleaseWatch {
+ public:
+  ReleaseWatch(const LeaseEngine& engine, bool enabled) : engine_(engine) {
+    if (!enabled) return;
+    for (const auto& node : engine_.nodes()) {
+      try {
+        if (node->subscriber().watch(engine_.channel(), &slot_)) ++confirmed_;
+        watched_.push_back(node.get());
+      } catch (const std::exception& e) {
+        logf(LogLevel::debug, "redlock: cannot subscribe for {}: {}", engine_.key(), e.what());
+      }
+    }
+  }
+  ~ReleaseWatch() {
+    for (ClientImpl* node : watched_) node->subscriber().unwatch(engine_.channel(), &slot_);
+  }
+  ReleaseWatch(const ReleaseWatch&) = delete;
+  ReleaseWatch& operator=(const ReleaseWatch&) = delete;
+
+  // Waits until a release is announced or `until`. Without a confirmed subscription, sleeps.
+  void wait_until(SteadyClock::time_point until) {
+    if (confirmed_ > 0) {
+      slot_.wait_until(until);
+    } else {
+      std::this_thread::sleep_until(until);
+    }
+  }
+
+ private:
+  const LeaseEngine& engine_;
+  WakeSlot slot_;
+  std::vector<ClientImpl*> watched_;
+  std::size_t confirmed_{0};
+};
+
+}  // namespace
+
+class LockCore {
+ public:
+  LockCore(std::vector<std::shared_ptr<ClientImpl>> nodes, std::string key, LockOptions options)
+      : options_(std::move(options)),
+        engine_(std::make_shared<LeaseEngine>(std::move(nodes), std::move(key), options_)) {
+    if (options_.auto_renew || options_.on_lost) {
+      if (!options_.watchdog) options_.watchdog = Watchdog::shared();
+    }
+  }
+
+  bool acquire(SteadyClock::time_point deadline, bool wait_forever, bool single_attempt);
+  bool release();
+  bool extend(std::chrono::milliseconds ttl);
+  void destroy() noexcept;
+
+  bool owns() const noexcept {
+    std::lock_guard<std::mutex> guard(mutex_);
+    return owner_ == std::this_thread::get_id() && hold_ && !hold_->lost(SteadyClock::now());
+  }
+  std::shared_ptr<HoldState> hold() const noexcept {
+    std::lock_guard<std::mutex> guard(mutex_);
+    return hold_;
+  }
+
+  const LockOptions& options() const noexcept { return options_; }
+  const LeaseEngine& engine() const noexcept { return *engine_; }
+
+ private:
+  bool attempts(SteadyClock::time_point deadline, bool wait_forever, bool single_attempt);
+  bool take(const AcquireResult& result, const std::string& token, SteadyClock::time_point start);
+  void free_gate() {
+    std::lock_guard<std::mutex> guard(mutex_);
+    busy_ = false;
+    local_.notify_one();
+  }
+  void report_lost(const std::shared_ptr<HoldState>& hold, LostReason reason) {
+    if (hold->mark_lost(reason) && options_.on_lost && options_.watchdog) {
+      options_.watchdog->impl().report_lost(engine_->key(), hold, options_.on_lost, reason);
+    }
+  }
+
+  LockOptions options_;
+  std::shared_ptr<LeaseEngine> engine_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable local_;  // threads of this process queueing for this object
+  bool busy_{false};               // a thread of this process is acquiring or holds the lock
+  std::thread::id owner_{};
+  std::size_t depth_{0};
+  std::shared_ptr<HoldState> hold_;
+};
+
+bool LockCore::acquire(SteadyClock::time_point deadline, bool wait_forever, bool single_attempt) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (owner_ == std::this_thread::get_id()) {
+    // Re-entrant: a lost hold is not silently re-acquired; lock() still counts so that unlocks
+    // balance, try_lock*() report false.
+    if (hold_ && !hold_->lost(SteadyClock::now())) {
+      ++depth_;
+      return true;
+    }
+    if (wait_forever) {
+      ++depth_;
+      return true;
+    }
+    return false;
+  }
+  // Queue behind other threads of this process: only one of them talks to Redis at a time.
+  if (single_attempt) {
+    if (busy_) return false;
+  } else if (wait_forever) {
+    local_.wait(lock, [this] { return !busy_; });
+  } else if (!local_.wait_until(lock, deadline, [this] { return !busy_; })) {
+    return false;
+  }
+  busy_ = true;
+  lock.unlock();
+  bool held = false;
+  try {
+    held = attempts(deadline, wait_forever, single_attempt);
+  } catch (...) {
+    free_gate();
+    throw;
+  }
+  if (!held) free_gate();
+  return held;
+}
+
+bool LockCore::attempts(SteadyClock::time_point deadline, bool wait_forever, bool single_attempt) {
+  auto attempt = [&](bool want_pttl, AcquireResult& out) {
+    const std::string token = make_token();
+    const auto start = SteadyClock::now();
+    out = engine_->acquire(token, want_pttl);
+    if (out.failure) std::rethrow_exception(out.failure);
+    return out.held && take(out, token, start);
+  };
+  AcquireResult result;
+  if (attempt(false, result)) return true;
+  if (single_attempt || (!wait_forever && SteadyClock::now() >= deadline)) return false;
+
+  // Contended. Subscribe to releases first, then try again: a release after the subscription is
+  // confirmed cannot be missed, one before it is seen by the next attempt.
+  ReleaseWatch watch(*engine_, options_.wake_on_release);
+  const auto base = std::chrono::nanoseconds(options_.retry_delay);
+  for (;;) {
+    if (attempt(true, result)) return true;
+    const auto now = SteadyClock::now();
+    if (!wait_forever && now >= deadline) return false;
+    auto wait = jittered(base);
+    if (result.holder_pttl.count() >= 0) {
+      // The holder's lease ends then: do not sleep past it (it may end by expiry, unannounced).
+      wait = std::min<std::chrono::nanoseconds>(wait,
+                                                result.holder_pttl + std::chrono::milliseconds(1));
+    }
+    auto until = now + wait;
+    if (!wait_forever) until = std::min(until, deadline);
+    watch.wait_until(until);
+  }
+}
+
+bool LockCore::take(const AcquireResult& result, const std::string& token,
+                    SteadyClock::time_point start) {
+  auto hold = std::make_shared<HoldState>(token, result.fence, start, result.valid_until);
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    owner_ = std::this_thread::get_id();
+    depth_ = 1;
+    hold_ = hold;
+  }
+  if (options_.auto_renew) {
+    try {
+      options_.watchdog->impl().watch(
+          engine_, hold, WatchSettings{options_.max_renewals, options_.max_hold, options_.on_lost});
+    } catch (...) {
+      // Could not start renewal (thread creation failed): do not hand out a hold the caller
+      // believes is renewed. Roll back and report.
+      {
+        std::lock_guard<std::mutex> guard(mutex_);
+        owner_ = {};
+        depth_ = 0;
+        hold_.reset();
+      }
+      hold->mark_released();
+      try {
+        engine_->release(token);
+      } catch (...) {
+      }
+      throw;
+    }
+  }
+  return true;
+}
+
+bool LockCore::release() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (owner_ != std::this_thread::get_id() || !hold_) {
+    lock.unlock();
+    logf(LogLevel::warn,
+         "redlock: release of {} by a thread that does not hold it; nothing was done",
+         engine_->key());
+    return false;
+  }
+  if (depth_ > 1) {
+    --depth_;
+    return !hold_->lost(SteadyClock::now());
+  }
+  auto hold = std::move(hold_);
+  owner_ = {};
+  depth_ = 0;
+  lock.unlock();
+
+  // Stop renewal before the key is deleted, and wait out a renewal in flight.
+  const bool live = hold->begin_end();
+  const bool was_valid = live && !hold->lost(SteadyClock::now());
+  const bool capped = hold->marked_lost() && hold->reason() == LostReason::cap_reached;
+  ReleaseResult result;
+  std::exception_ptr error;
+  if (!capped) {  // after a cap the watchdog has already released it
+    try {
+      result = engine_->release(hold->token());
+      error = result.failure;
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  hold->mark_released();
+  free_gate();
+  if (error) std::rethrow_exception(error);
+  return was_valid && result.released >= engine_->quorum();
+}
+
+bool LockCore::extend(std::chrono::milliseconds ttl) {
+  if (ttl.count() <= 0) {
+    throw std::invalid_argument("redlock: extend: ttl must be > 0 ms (got " +
+                                std::to_string(ttl.count()) + ")");
+  }
+  std::shared_ptr<HoldState> hold;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (owner_ != std::this_thread::get_id() || !hold_) return false;
+    hold = hold_;
+  }
+  const auto start = SteadyClock::now();
+  if (hold->ending() || hold->lost(start)) return false;
+  ExtendResult result = engine_->extend(hold->token(), ttl);
+  if (result.failure) std::rethrow_exception(result.failure);
+  // Held only if a quorum confirmed before the old validity ran out.
+  if (result.held && SteadyClock::now() < hold->valid_until()) {
+    hold->set_valid_until(result.valid_until);
+    return true;
+  }
+  report_lost(hold, engine_->nodes().size() > 1 && result.confirmed > 0 ? LostReason::no_quorum
+                                                                        : LostReason::refused);
+  return false;
+}
+
+void LockCore::destroy() noexcept {
+  std::shared_ptr<HoldState> hold;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    hold = std::move(hold_);
+    owner_ = {};
+    depth_ = 0;
+  }
+  if (!hold) return;
+  try {
+    hold->begin_end();
+    const bool capped = hold->marked_lost() && hold->reason() == LostReason::cap_reached;
+    if (!capped) {
+      ReleaseResult r = engine_->release(hold->token());
+      if (r.failure) std::rethrow_exception(r.failure);
+    }
+  } catch (const std::exception& e) {
+    logf(LogLevel::warn,
+         "redlock: could not release {} while destroying the lock ({}); it expires by its ttl",
+         engine_->key(), e.what());
+  } catch (...) {
+  }
+  hold->mark_released();
+}
+
+}  // namespace detail
+
+// ---- LockBase / Lock / Redlock -------------------------------------------------------------
+
+LockBase::LockBase(std::vector<Client> instances, std::string key, LockOptions options)
+    : core_(std::make_shared<detail::LockCore>(detail::impls_of(instances), std::move(key),
+                                               std::move(options))) {}
+
+LockBase::~LockBase() { core_->destroy(); }
+
+void LockBase::lock() {
+  core_->acquire(detail::SteadyClock::time_point::max(), /*wait_forever=*/true,
+                 /*single_attempt=*/false);
+}
+
+bool LockBase::try_lock() {
+  return core_->acquire(detail::SteadyClock::now(), false, /*single_attempt=*/true);
+}
+
+bool LockBase::try_lock_for_ns(std::chrono::nanoseconds timeout) {
+  if (timeout <= std::chrono::nanoseconds::zero()) return try_lock();
+  const auto now = detail::SteadyClock::now();
+  const auto room = detail::SteadyClock::time_point::max() - now;
+  if (timeout >= room) {
+    return core_->acquire(detail::SteadyClock::time_point::max(), true, false);
+  }
+  return core_->acquire(now + timeout, false, false);
+}
+
+void LockBase::unlock() noexcept {
+  try {
+    core_->release();
+  } catch (const std::exception& e) {
+    detail::logf(LogLevel::warn, "redlock: unlock of {} failed ({}); the lease expires by its ttl",
+                 core_->engine().key(), e.what());
+  } catch (...) {
+  }
+}
+
+bool LockBase::release() { return core_->release(); }
+
+bool LockBase::extend() { return core_->extend(core_->options().ttl); }
+
+bool LockBase::extend(std::chrono::milliseconds ttl) { return core_->extend(ttl); }
+
+bool LockBase::owns_lock() const noexcept { return core_->owns(); }
+
+std::chrono::milliseconds LockBase::validity() const noexcept {
+  auto hold = core_->hold();
+  if (!hold) return std::chrono::milliseconds::zero();
+  const auto now = detail::SteadyClock::now();
+  if (hold->lost(now)) return std::chrono::milliseconds::zero();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(hold->valid_until() - now);
+}
+
+std::uint64_t LockBase::fence() const noexcept {
+  auto hold = core_->hold();
+  return hold ? hold->fence() : 0;
+}
+
+LeaseToken LockBase::lease() const noexcept { return LeaseToken(core_->hold()); }
+
+const std::string& LockBase::key() const noexcept { return core_->engine().key(); }
+
+const LockOptions& LockBase::options() const noexcept { return core_->options(); }
+
+std::size_t LockBase::size() const noexcept { return core_->engine().nodes().size(); }
+
+std::size_t LockBase::quorum() const noexcept { return core_->engine().quorum(); }
+
+Lock::Lock(Client client, std::string key, LockOptions options)
+    : LockBase(std::vector<Client>{std::move(client)}, std::move(key), std::move(options)) {}
+
+Redlock::Redlock(std::vector<Client> instances, std::string key, LockOptions options)
+    : LockBase(std::move(instances), std::move(key), std::move(options)) {}
+
+// ---- LeaseToken ----------------------------------------------------------------------------
+
+bool LeaseToken::lost() const noexcept {
+  return !state_ || state_->lost(detail::SteadyClock::now());
+}
+
+LostReason LeaseToken::reason() const noexcept {
+  return state_ ? state_->reason() : LostReason::expired;
+}
+
+bool LeaseToken::wait_for(std::chrono::milliseconds timeout) const {
+  if (!state_) return true;
+  return state_->wait_for(timeout);
+}
+
+const char* to_string(LostReason reason) noexcept {
+  switch (reason) {
+    case LostReason::refused:
+      return "refused";
+    case LostReason::no_quorum:
+      return "no_quorum";
+    case LostReason::expired:
+      return "expired";
+    case LostReason::cap_reached:
+      return "cap_reached";
+  }
+  return "unknown";
+}
+
+}  // namespace redlock

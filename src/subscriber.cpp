@@ -1,0 +1,245 @@
+// src/subscriber.cpp: the shared pub/sub connection behind wake-on-release.
+#include "subscriber.hpp"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string_view>
+#include <vector>
+
+#include "connection.hpp"
+#include "log_internal.hpp"
+
+namespace redlock {
+namespace detail {
+
+void WakeSlot::notify() noexcept {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    notified_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool WakeSlot::wait_until(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait_until(lock, deadline, [this] { return notified_; });
+  const bool was = notified_;
+  notified_ = false;
+  return was;
+}
+
+Subscriber::Subscriber(ClientImpl& node) : node_(node) {
+  event_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  thread_ = std::thread([this] { run(); });
+}
+
+Subscriber::~Subscriber() {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    stop_ = true;
+  }
+  wake_thread();
+  if (thread_.joinable()) thread_.join();
+  if (event_fd_ >= 0) ::close(event_fd_);
+}
+
+void Subscriber::wake_thread() noexcept {
+  const std::uint64_t one = 1;
+  if (event_fd_ >= 0) {
+    [[maybe_unused]] const ssize_t n = ::write(event_fd_, &one, sizeof one);
+  }
+}
+
+void Subscriber::enqueue(bool subscribe, const std::string& channel) {
+  outgoing_.push_back(Outgoing{subscribe, channel});
+}
+
+bool Subscriber::watch(const std::string& channel, WakeSlot* slot) {
+  const auto limit = node_.endpoint().connect_timeout + node_.endpoint().command_timeout;
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto [it, inserted] = channels_.try_emplace(channel);
+  it->second.waiters.insert(slot);
+  if (inserted && connected_) enqueue(true, channel);
+  if (failing_) return false;  // the node is down: do not wait, the timer covers it
+  lock.unlock();
+  if (inserted) wake_thread();
+  lock.lock();
+  auto subscribed = [&] {
+    auto found = channels_.find(channel);
+    return found != channels_.end() && found->second.state == State::subscribed;
+  };
+  confirmed_.wait_for(lock, limit, [&] { return stop_ || failing_ || subscribed(); });
+  return !stop_ && subscribed();
+}
+
+void Subscriber::unwatch(const std::string& channel, WakeSlot* slot) noexcept {
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    auto it = channels_.find(channel);
+    if (it == channels_.end()) return;
+    it->second.waiters.erase(slot);
+    if (it->second.waiters.empty() && it->second.state == State::subscribed) {
+      it->second.state = State::unsubscribing;
+      if (connected_) {
+        try {
+          enqueue(false, channel);
+          wake = true;
+        } catch (...) {  // bad_alloc: the channel simply stays subscribed
+        }
+      }
+    }
+  }
+  if (wake) wake_thread();
+}
+
+SubscriberStats Subscriber::stats() const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  SubscriberStats out = stats_;
+  out.channels = channels_.size();
+  return out;
+}
+
+void Subscriber::drop_connection_for_test() {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    drop_requested_ = true;
+  }
+  wake_thread();
+}
+
+void Subscriber::run() noexcept {
+  std::unique_ptr<Connection> connection;
+  auto backoff = std::chrono::milliseconds(10);
+  std::vector<std::string> batch_channels;
+  for (;;) {
+    try {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        if (stop_) return;
+        if (drop_requested_) {
+          drop_requested_ = false;
+          connection.reset();
+          connected_ = false;
+        }
+      }
+      if (!connection) {
+        try {
+          connection = node_.connect_ready();
+        } catch (const std::exception& e) {
+          logf(LogLevel::warn, "redlock: subscriber cannot connect: {}", e.what());
+          std::unique_lock<std::mutex> lock(mutex_);
+          failing_ = true;
+          confirmed_.notify_all();
+          confirmed_.wait_for(lock, backoff, [this] { return stop_; });
+          backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+          continue;
+        }
+        backoff = std::chrono::milliseconds(10);
+        std::vector<WakeSlot*> to_wake;
+        {
+          // (Re)subscribe every channel that has waiters; waiters may have missed a release
+          // while the connection was down, so wake them all to retry.
+          std::lock_guard<std::mutex> guard(mutex_);
+          ++stats_.reconnects;
+          connected_ = true;
+          failing_ = false;
+          outgoing_.clear();
+          for (auto it = channels_.begin(); it != channels_.end();) {
+            if (it->second.waiters.empty()) {
+              it = channels_.erase(it);
+              continue;
+            }
+            it->second.state = State::subscribing;
+            enqueue(true, it->first);
+            to_wake.insert(to_wake.end(), it->second.waiters.begin(), it->second.waiters.end());
+            ++it;
+          }
+          if (stats_.reconnects > 1) {
+            for (WakeSlot* slot : to_wake) slot->notify();
+          }
+        }
+      }
+      redisContext* context = connection->context.get();
+
+      // Send what watch()/unwatch() queued, in order.
+      {
+        std::lock_guard<std::mutex> guard(mutex_);
+        while (!outgoing_.empty()) {
+          const Outgoing& out = outgoing_.front();
+          const char* argv[2] = {out.subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE", out.channel.data()};
+          const std::size_t lens[2] = {out.subscribe ? 9u : 11u, out.channel.size()};
+          redisAppendCommandArgv(context, 2, argv, lens);
+          outgoing_.pop_front();
+        }
+      }
+      int done = 0;
+      while (done == 0) {
+        if (redisBufferWrite(context, &done) == REDIS_ERR) break;
+      }
+      if (context->err != 0) throw std::runtime_error(context->errstr);
+
+      pollfd fds[2] = {{context->fd, POLLIN, 0}, {event_fd_, POLLIN, 0}};
+      const int rc = ::poll(fds, 2, 1000);
+      if (rc < 0 && errno != EINTR) throw std::runtime_error("poll failed");
+      if ((fds[1].revents & POLLIN) != 0) {
+        std::uint64_t value = 0;
+        [[maybe_unused]] const ssize_t n = ::read(event_fd_, &value, sizeof value);
+      }
+      if (fds[0].revents == 0) continue;
+      if (redisBufferRead(context) == REDIS_ERR) throw std::runtime_error(context->errstr);
+      for (;;) {
+        void* raw = nullptr;
+        if (redisGetReplyFromReader(context, &raw) == REDIS_ERR) {
+          throw std::runtime_error(context->errstr);
+        }
+        if (raw == nullptr) break;
+        ReplyPtr reply(static_cast<redisReply*>(raw));
+        if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 3) continue;
+        const std::string_view kind = text(reply->element[0]);
+        const std::string channel(text(reply->element[1]));
+        std::lock_guard<std::mutex> guard(mutex_);
+        auto it = channels_.find(channel);
+        if (kind == "message") {
+          ++stats_.messages;
+          if (it != channels_.end()) {
+            for (WakeSlot* slot : it->second.waiters) slot->notify();
+          }
+        } else if (kind == "subscribe") {
+          if (it == channels_.end()) continue;
+          if (it->second.waiters.empty()) {
+            it->second.state = State::unsubscribing;
+            enqueue(false, channel);
+          } else {
+            it->second.state = State::subscribed;
+          }
+          confirmed_.notify_all();
+        } else if (kind == "unsubscribe") {
+          if (it == channels_.end()) continue;
+          if (it->second.waiters.empty()) {
+            channels_.erase(it);
+          } else {
+            it->second.state = State::subscribing;
+            enqueue(true, channel);
+          }
+        }
+      }
+    } catch (const std::exception& e) {
+      logf(LogLevel::info, "redlock: subscriber connection to {} lost ({}); reconnecting",
+           node_.address(), e.what());
+      connection.reset();
+      std::lock_guard<std::mutex> guard(mutex_);
+      connected_ = false;
+    } catch (...) {
+      connection.reset();
+      std::lock_guard<std::mutex> guard(mutex_);
+      connected_ = false;
+    }
+  }
+}
+
+}  // namespace detail
+}  // namespace redlock

@@ -1,0 +1,97 @@
+// src/subscriber.hpp: one pub/sub connection per Client, shared by every waiter on every key.
+//
+// A waiter registers a WakeSlot for a lock's release channel; the subscriber thread SUBSCRIBEs
+// on the first waiter of a channel and UNSUBSCRIBEs after the last. watch() returns only once the
+// server has confirmed the subscription, so an attempt made after it cannot miss a release (no
+// lost wake-up). After a connection loss the thread reconnects, re-subscribes, and wakes every
+// waiter (releases during the gap were not seen).
+#ifndef REDLOCK_SRC_SUBSCRIBER_HPP
+#define REDLOCK_SRC_SUBSCRIBER_HPP
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+namespace redlock {
+namespace detail {
+
+class ClientImpl;
+
+// Where one waiter is told "a release happened". Shared by the subscribers of every node the
+// waiter watches (Redlock: any node's notification wakes it).
+class WakeSlot {
+ public:
+  void notify() noexcept;
+  // Waits until notified or `deadline`; returns true if notified (and consumes it).
+  bool wait_until(std::chrono::steady_clock::time_point deadline);
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool notified_{false};
+};
+
+struct SubscriberStats {
+  std::uint64_t messages{0};
+  std::uint64_t reconnects{0};
+  std::size_t channels{0};
+};
+
+class Subscriber {
+ public:
+  explicit Subscriber(ClientImpl& node);
+  ~Subscriber();
+  Subscriber(const Subscriber&) = delete;
+  Subscriber& operator=(const Subscriber&) = delete;
+
+  // Adds `slot` as a waiter on `channel` and waits (at most connect_timeout + command_timeout)
+  // until the server confirms the subscription. Returns true if confirmed; false means the
+  // waiter must rely on its timer (the slot stays registered and may still be woken).
+  bool watch(const std::string& channel, WakeSlot* slot);
+  // Removes the waiter; the last one of a channel unsubscribes it. Never throws.
+  void unwatch(const std::string& channel, WakeSlot* slot) noexcept;
+
+  SubscriberStats stats() const;
+  // Test hook: closes the current connection as if the server had dropped it.
+  void drop_connection_for_test();
+
+ private:
+  enum class State { subscribing, subscribed, unsubscribing };
+  struct Channel {
+    std::set<WakeSlot*> waiters;
+    State state{State::subscribing};
+  };
+  struct Outgoing {
+    bool subscribe;
+    std::string channel;
+  };
+
+  void run() noexcept;
+  void enqueue(bool subscribe, const std::string& channel);  // mutex_ held
+  void wake_thread() noexcept;
+
+  ClientImpl& node_;
+  int event_fd_{-1};
+  mutable std::mutex mutex_;
+  std::condition_variable confirmed_;
+  std::map<std::string, Channel> channels_;  // guarded by mutex_
+  std::deque<Outgoing> outgoing_;            // guarded by mutex_
+  bool connected_{false};                    // guarded by mutex_
+  bool failing_{false};                      // guarded by mutex_: last connect attempt failed
+  bool stop_{false};                         // guarded by mutex_
+  bool drop_requested_{false};               // guarded by mutex_
+  SubscriberStats stats_;                    // guarded by mutex_
+  std::thread thread_;
+};
+
+}  // namespace detail
+}  // namespace redlock
+
+#endif  // REDLOCK_SRC_SUBSCRIBER_HPP

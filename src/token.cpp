@@ -1,0 +1,64 @@
+// src/token.cpp: tokens straight from getrandom(2); jitter from an OS-seeded per-thread PRNG.
+#include "token.hpp"
+
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdint>
+#include <random>
+#include <system_error>
+
+namespace redlock {
+namespace detail {
+namespace {
+
+void fill_random(unsigned char* out, std::size_t size) {
+  std::size_t done = 0;
+  while (done < size) {
+    const ssize_t n = getrandom(out + done, size - done, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw std::system_error(errno, std::generic_category(), "redlock: getrandom failed");
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace
+
+std::string make_token() {
+  std::array<unsigned char, kTokenBytes> bytes{};
+  fill_random(bytes.data(), bytes.size());
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(2 * kTokenBytes, '0');
+  for (std::size_t i = 0; i < kTokenBytes; ++i) {
+    out[2 * i] = kHex[bytes[i] >> 4];
+    out[2 * i + 1] = kHex[bytes[i] & 0xf];
+  }
+  return out;
+}
+
+std::chrono::nanoseconds jittered(std::chrono::nanoseconds base) {
+  // Jitter only spreads retries apart; it needs no secrecy, but it must differ between processes
+  // and threads (never std::rand(), never a fixed seed), hence the OS seed.
+  // Reseeded after fork(), so parent and child do not retry in lock-step.
+  thread_local std::mt19937_64 generator;
+  thread_local pid_t seeded_for = 0;
+  if (seeded_for != getpid()) {
+    std::array<unsigned char, 8> seed{};
+    fill_random(seed.data(), seed.size());
+    std::uint64_t value = 0;
+    for (unsigned char byte : seed) value = (value << 8) | byte;
+    generator.seed(value);
+    seeded_for = getpid();
+  }
+  if (base.count() <= 1) return base;
+  std::uniform_int_distribution<std::int64_t> dist(base.count() / 2,
+                                                   base.count() + base.count() / 2);
+  return std::chrono::nanoseconds(dist(generator));
+}
+
+}  // namespace detail
+}  // namespace redlock

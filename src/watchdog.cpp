@@ -1,0 +1,361 @@
+// src/watchdog.cpp: one renewal thread for any number of leases, plus a callback thread.
+#include <redlock/watchdog.hpp>
+
+#include <time.h>
+
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+
+#include "log_internal.hpp"
+#include "token.hpp"
+#include "watchdog_impl.hpp"
+
+namespace redlock {
+namespace detail {
+namespace {
+
+constexpr std::size_t kLatenessWindow = 65536;
+// Leases due within this much of each other are renewed in the same round trip.
+constexpr auto kCoalesce = std::chrono::milliseconds(2);
+
+std::int64_t thread_cpu_us() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+}
+
+}  // namespace
+
+WatchdogImpl::~WatchdogImpl() {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (renewer_.joinable()) renewer_.join();
+  {
+    std::lock_guard<std::mutex> guard(callback_mutex_);
+    callback_stop_ = true;
+  }
+  callback_wake_.notify_all();
+  if (callbacker_.joinable()) callbacker_.join();
+}
+
+void WatchdogImpl::ensure_started() {
+  if (started_) return;
+  renewer_ = std::thread([this] { renew_loop(); });
+  try {
+    callbacker_ = std::thread([this] { callback_loop(); });
+  } catch (...) {
+    stop_ = true;
+    wake_.notify_all();
+    renewer_.join();
+    stop_ = false;
+    throw;
+  }
+  started_ = true;
+}
+
+SteadyClock::time_point WatchdogImpl::next_due(const Entry& entry,
+                                               SteadyClock::time_point from) const {
+  // About ttl/3, spread by +-10% so that leases taken together do not renew in lock-step.
+  const auto third = std::chrono::nanoseconds(entry.engine->ttl()) / 3;
+  return from + third - third / 5 + jittered(third / 5);
+}
+
+void WatchdogImpl::watch(std::shared_ptr<LeaseEngine> engine, std::shared_ptr<HoldState> hold,
+                         WatchSettings settings) {
+  auto entry = std::make_unique<Entry>();
+  entry->engine = std::move(engine);
+  entry->hold = std::move(hold);
+  entry->settings = std::move(settings);
+  entry->ttl_ms = std::to_string(entry->engine->ttl().count());
+  entry->due = next_due(*entry, entry->hold->acquired());
+  std::lock_guard<std::mutex> guard(mutex_);
+  ensure_started();
+  std::size_t slot = 0;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+    entries_[slot] = std::move(entry);
+  } else {
+    slot = entries_.size();
+    entries_.push_back(std::move(entry));
+  }
+  queue_.push(Due{entries_[slot]->due, slot});
+  wake_.notify_one();
+}
+
+void WatchdogImpl::post(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> guard(callback_mutex_);
+    callbacks_.push_back(std::move(task));
+  }
+  callback_wake_.notify_one();
+}
+
+void WatchdogImpl::report_lost(const std::string& key, const std::shared_ptr<HoldState>& hold,
+                               const std::function<void(const LostEvent&)>& on_lost,
+                               LostReason reason) {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    ++lost_;
+    ensure_started();
+  }
+  if (!on_lost) return;
+  LostEvent event{key, reason, hold->fence(), hold->renewals()};
+  post([on_lost, event] { on_lost(event); });
+}
+
+void WatchdogImpl::lose(Entry& entry, LostReason reason) {
+  if (!entry.hold->mark_lost(reason)) return;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    ++lost_;
+  }
+  logf(LogLevel::warn, "redlock: lease on {} lost ({}) after {} renewals", entry.engine->key(),
+       to_string(reason), entry.hold->renewals());
+  if (entry.settings.on_lost) {
+    LostEvent event{entry.engine->key(), reason, entry.hold->fence(), entry.hold->renewals()};
+    auto callback = entry.settings.on_lost;
+    post([callback, event] { callback(event); });
+  }
+}
+
+void WatchdogImpl::record_lateness(std::chrono::microseconds late) {
+  if (lateness_us_.size() < kLatenessWindow) {
+    lateness_us_.push_back(late.count());
+  } else {
+    lateness_us_[lateness_next_] = late.count();
+    lateness_next_ = (lateness_next_ + 1) % kLatenessWindow;
+  }
+}
+
+void WatchdogImpl::renew_loop() noexcept {
+  std::vector<std::size_t> slots;
+  for (;;) {
+    try {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        for (;;) {
+          if (stop_) return;
+          if (!queue_.empty() && queue_.top().when <= SteadyClock::now()) break;
+          if (queue_.empty()) {
+            wake_.wait(lock);
+          } else {
+            wake_.wait_until(lock, queue_.top().when);
+          }
+        }
+        const auto now = SteadyClock::now();
+        slots.clear();
+        while (!queue_.empty() && queue_.top().when <= now + kCoalesce) {
+          const Due due = queue_.top();
+          queue_.pop();
+          Entry* entry = entries_[due.slot].get();
+          if (entry == nullptr || entry->due != due.when) continue;  // stale queue record
+          record_lateness(std::chrono::duration_cast<std::chrono::microseconds>(
+              std::max(now - due.when, SteadyClock::duration::zero())));
+          slots.push_back(due.slot);
+        }
+      }
+      if (!slots.empty()) renew_batch(slots, SteadyClock::now());
+      thread_cpu_us_.store(thread_cpu_us(), std::memory_order_relaxed);
+    } catch (const std::exception& e) {
+      logf(LogLevel::error, "redlock: watchdog: {}", e.what());
+    } catch (...) {
+      logf(LogLevel::error, "redlock: watchdog: unknown exception");
+    }
+  }
+}
+
+void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::time_point now) {
+  struct Work {
+    std::size_t slot;
+    Entry* entry;
+    std::vector<std::pair<std::size_t, std::size_t>> where;  // (batch index, command index)
+  };
+  std::vector<Work> work;
+  std::unordered_map<ClientImpl*, std::size_t> batch_of;
+  std::vector<NodeBatch> batches;
+  std::vector<std::unique_ptr<FixedCommand<6>>> storage;
+  std::vector<std::size_t> finished;
+
+  for (std::size_t slot : slots) {
+    Entry* entry;
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      entry = entries_[slot].get();
+    }
+    HoldState& hold = *entry->hold;
+    if (hold.ending()) {
+      finished.push_back(slot);
+      continue;
+    }
+    const WatchSettings& s = entry->settings;
+    const bool cap = (s.max_renewals > 0 && hold.renewals() >= s.max_renewals) ||
+                     (s.max_hold.count() > 0 && now - hold.acquired() >= s.max_hold);
+    if (cap) {
+      // The seeds' advice: at the cap, give the lock up rather than hold it forever.
+      if (hold.begin_end()) {
+        try {
+          entry->engine->release(hold.token());
+        } catch (...) {
+        }
+        lose(*entry, LostReason::cap_reached);
+      }
+      finished.push_back(slot);
+      continue;
+    }
+    if (hold.lost(now)) {
+      lose(*entry, LostReason::expired);
+      finished.push_back(slot);
+      continue;
+    }
+    if (!hold.begin_renewal()) {
+      finished.push_back(slot);
+      continue;
+    }
+    Work w{slot, entry, {}};
+    for (const auto& node : entry->engine->nodes()) {
+      auto [it, inserted] = batch_of.try_emplace(node.get(), batches.size());
+      if (inserted) {
+        batches.emplace_back();
+        batches.back().node = node.get();
+      }
+      storage.push_back(std::make_unique<FixedCommand<6>>(
+          entry->engine->extend_command(hold.token(), entry->ttl_ms)));
+      batches[it->second].commands.push_back(storage.back()->view());
+      w.where.emplace_back(it->second, batches[it->second].commands.size() - 1);
+    }
+    work.push_back(std::move(w));
+  }
+
+  const auto started = SteadyClock::now();
+  if (!batches.empty()) {
+    execute(batches.data(), batches.size());
+    std::lock_guard<std::mutex> guard(mutex_);
+    round_trips_ += batches.size();
+  }
+  const auto done = SteadyClock::now();
+
+  for (Work& w : work) {
+    Entry& entry = *w.entry;
+    const LeaseEngine& engine = *entry.engine;
+    std::size_t confirmed = 0;
+    std::size_t refused = 0;
+    for (auto [b, c] : w.where) {
+      const NodeBatch& batch = batches[b];
+      if (batch.error || is_error(batch.replies[c].get())) continue;
+      if (LeaseEngine::extend_confirmed(batch.replies[c].get())) {
+        ++confirmed;
+      } else {
+        ++refused;
+      }
+    }
+    const std::size_t n = engine.nodes().size();
+    const Decision d = decide(n, confirmed, engine.ttl(), engine.drift_factor(), started, done);
+    const bool in_time = done < entry.hold->valid_until();
+    entry.hold->end_renewal(d.held && in_time, d.valid_until);
+    if (d.held && in_time) {
+      {
+        std::lock_guard<std::mutex> guard(mutex_);
+        ++renewals_;
+      }
+      entry.due = next_due(entry, started);
+    } else if (n - refused < engine.quorum()) {
+      // Enough nodes said "not yours" that no quorum can confirm: lost for good.
+      lose(entry, n > 1 ? LostReason::no_quorum : LostReason::refused);
+      finished.push_back(w.slot);
+      continue;
+    } else if (entry.hold->lost(SteadyClock::now())) {
+      lose(entry, n > 1 ? LostReason::no_quorum : LostReason::expired);
+      finished.push_back(w.slot);
+      continue;
+    } else {
+      // Transient failure (timeouts): try again soon, but no later than the validity deadline,
+      // where the hold is declared expired.
+      const auto retry = done + std::chrono::nanoseconds(engine.ttl()) / 10;
+      entry.due = std::min(retry, entry.hold->valid_until());
+    }
+    std::lock_guard<std::mutex> guard(mutex_);
+    queue_.push(Due{entry.due, w.slot});
+  }
+
+  std::lock_guard<std::mutex> guard(mutex_);
+  for (std::size_t slot : finished) {
+    entries_[slot].reset();
+    free_slots_.push_back(slot);
+  }
+}
+
+void WatchdogImpl::callback_loop() noexcept {
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock<std::mutex> lock(callback_mutex_);
+      callback_wake_.wait(lock, [this] { return callback_stop_ || !callbacks_.empty(); });
+      if (callbacks_.empty()) return;  // stopping, and nothing left to run
+      task = std::move(callbacks_.front());
+      callbacks_.pop_front();
+    }
+    try {
+      task();
+    } catch (const std::exception& e) {
+      logf(LogLevel::error, "redlock: on_lost callback threw: {}", e.what());
+    } catch (...) {
+      logf(LogLevel::error, "redlock: on_lost callback threw");
+    }
+  }
+}
+
+WatchdogStats WatchdogImpl::stats() const {
+  WatchdogStats out;
+  std::vector<std::int64_t> window;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    out.leases = entries_.size() - free_slots_.size();
+    out.renewals = renewals_;
+    out.lost = lost_;
+    out.round_trips = round_trips_;
+    window = lateness_us_;
+  }
+  if (!window.empty()) {
+    std::sort(window.begin(), window.end());
+    auto at = [&](double q) {
+      const auto i = static_cast<std::size_t>(q * static_cast<double>(window.size() - 1));
+      return std::chrono::microseconds(window[i]);
+    };
+    out.lateness_p50 = at(0.50);
+    out.lateness_p99 = at(0.99);
+    out.lateness_max = std::chrono::microseconds(window.back());
+  }
+  out.thread_cpu = std::chrono::microseconds(thread_cpu_us_.load(std::memory_order_relaxed));
+  return out;
+}
+
+void WatchdogImpl::reset_stats() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  renewals_ = 0;
+  lost_ = 0;
+  round_trips_ = 0;
+  lateness_us_.clear();
+  lateness_next_ = 0;
+}
+
+}  // namespace detail
+
+Watchdog::Watchdog() : impl_(std::make_unique<detail::WatchdogImpl>()) {}
+
+Watchdog::~Watchdog() = default;
+
+std::shared_ptr<Watchdog> Watchdog::shared() {
+  static const std::shared_ptr<Watchdog> instance = std::make_shared<Watchdog>();
+  return instance;
+}
+
+WatchdogStats Watchdog::stats() const { return impl_->stats(); }
+
+void Watchdog::reset_stats() { impl_->reset_stats(); }
+
+}  // namespace redlock

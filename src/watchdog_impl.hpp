@@ -1,0 +1,99 @@
+// src/watchdog_impl.hpp: the watchdog's machinery (see include/redlock/watchdog.hpp).
+#ifndef REDLOCK_SRC_WATCHDOG_IMPL_HPP
+#define REDLOCK_SRC_WATCHDOG_IMPL_HPP
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <queue>
+#include <thread>
+#include <vector>
+
+#include <redlock/options.hpp>
+#include <redlock/watchdog.hpp>
+
+#include "engine.hpp"
+#include "hold.hpp"
+
+namespace redlock {
+namespace detail {
+
+struct WatchSettings {
+  std::uint64_t max_renewals{0};
+  std::chrono::milliseconds max_hold{0};
+  std::function<void(const LostEvent&)> on_lost;
+};
+
+class WatchdogImpl {
+ public:
+  WatchdogImpl() = default;
+  ~WatchdogImpl();
+  WatchdogImpl(const WatchdogImpl&) = delete;
+  WatchdogImpl& operator=(const WatchdogImpl&) = delete;
+
+  // Starts renewing `hold` (first renewal at about ttl/3). Starts the threads if needed.
+  void watch(std::shared_ptr<LeaseEngine> engine, std::shared_ptr<HoldState> hold,
+             WatchSettings settings);
+  // Runs on_lost for a hold found lost outside the watchdog (e.g. by extend()), on the callback
+  // thread. No-op if on_lost is empty.
+  void report_lost(const std::string& key, const std::shared_ptr<HoldState>& hold,
+                   const std::function<void(const LostEvent&)>& on_lost, LostReason reason);
+
+  WatchdogStats stats() const;
+  void reset_stats();
+
+ private:
+  struct Entry {
+    std::shared_ptr<LeaseEngine> engine;
+    std::shared_ptr<HoldState> hold;
+    WatchSettings settings;
+    SteadyClock::time_point due;
+    std::string ttl_ms;
+  };
+  struct Due {
+    SteadyClock::time_point when;
+    std::size_t slot;
+    bool operator>(const Due& other) const { return when > other.when; }
+  };
+
+  void ensure_started();  // mutex_ held
+  void renew_loop() noexcept;
+  void callback_loop() noexcept;
+  void renew_batch(std::vector<std::size_t>& slots, SteadyClock::time_point now);
+  void lose(Entry& entry, LostReason reason);
+  void post(std::function<void()> task);
+  SteadyClock::time_point next_due(const Entry& entry, SteadyClock::time_point from) const;
+  void record_lateness(std::chrono::microseconds late);  // mutex_ held
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_{false};
+  bool started_{false};
+  std::vector<std::unique_ptr<Entry>> entries_;  // slot -> entry (null: free)
+  std::vector<std::size_t> free_slots_;
+  std::priority_queue<Due, std::vector<Due>, std::greater<Due>> queue_;
+  std::thread renewer_;
+
+  std::mutex callback_mutex_;
+  std::condition_variable callback_wake_;
+  std::deque<std::function<void()>> callbacks_;
+  bool callback_stop_{false};
+  std::thread callbacker_;
+
+  // Stats (guarded by mutex_).
+  std::uint64_t renewals_{0};
+  std::uint64_t lost_{0};
+  std::uint64_t round_trips_{0};
+  std::vector<std::int64_t> lateness_us_;  // ring of the last kWindow
+  std::size_t lateness_next_{0};
+  std::atomic<std::int64_t> thread_cpu_us_{0};
+};
+
+}  // namespace detail
+}  // namespace redlock
+
+#endif  // REDLOCK_SRC_WATCHDOG_IMPL_HPP
