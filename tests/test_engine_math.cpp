@@ -1,0 +1,91 @@
+// Pure parts of the engine: quorum and validity arithmetic with a fake clock, SHA-1, tokens,
+// jitter, duration saturation.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <set>
+#include <string>
+
+#include <redlock/detail/chrono.hpp>
+
+#include "quorum.hpp"
+#include "sha1.hpp"
+#include "token.hpp"
+
+using namespace std::chrono_literals;
+using redlock::detail::decide;
+using redlock::detail::drift_of;
+using redlock::detail::quorum_of;
+using redlock::detail::SteadyClock;
+
+TEST_CASE("quorum is a strict majority", "[unit][engine]") {
+  CHECK(quorum_of(1) == 1);
+  CHECK(quorum_of(2) == 2);
+  CHECK(quorum_of(3) == 2);
+  CHECK(quorum_of(4) == 3);
+  CHECK(quorum_of(5) == 3);
+  CHECK(quorum_of(7) == 4);
+}
+
+TEST_CASE("drift is ttl * factor + 2 ms", "[unit][engine]") {
+  CHECK(drift_of(10000ms, 0.01) == 102ms);
+  CHECK(drift_of(1000ms, 0.0) == 2ms);
+}
+
+TEST_CASE("decide: held iff quorum granted and validity stays positive", "[unit][engine]") {
+  const SteadyClock::time_point t0{};  // a fake clock: only differences matter
+  // 3 of 5 granted, 100 ms elapsed, ttl 10 s, drift 102 ms: validity 9798 ms.
+  auto d = decide(5, 3, 10000ms, 0.01, t0, t0 + 100ms);
+  CHECK(d.held);
+  CHECK(d.valid_until - (t0 + 100ms) == 9798ms);
+  CHECK_FALSE(decide(5, 2, 10000ms, 0.01, t0, t0 + 100ms).held);
+  CHECK(decide(1, 1, 10000ms, 0.01, t0, t0).held);
+  CHECK_FALSE(decide(1, 0, 10000ms, 0.01, t0, t0).held);
+  // Elapsed eats the validity: ttl 100 ms, drift 3 ms, 97 ms elapsed -> exactly zero: not held.
+  CHECK_FALSE(decide(3, 3, 100ms, 0.01, t0, t0 + 97ms).held);
+  CHECK(decide(3, 3, 100ms, 0.01, t0, t0 + 96ms).held);
+}
+
+TEST_CASE("SHA-1 matches the FIPS 180 test vectors", "[unit][engine]") {
+  using redlock::detail::sha1_hex;
+  CHECK(sha1_hex("") == "da39a3ee5e6b4b0d3255bfef95601890afd80709");
+  CHECK(sha1_hex("abc") == "a9993e364706816aba3e25717850c26c9cd0d89d");
+  CHECK(sha1_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
+        "84983e441c3bd26ebaae4aa1f95129e5e54670f1");
+  CHECK(sha1_hex(std::string(1000000, 'a')) == "34aa973cd4c4daa4f61eeb2bdbad27316534016f");
+  // Lengths around the padding boundary (55, 56, 63, 64 bytes) are all distinct and well-formed.
+  std::set<std::string> seen;
+  for (std::size_t n : {55u, 56u, 63u, 64u, 65u}) seen.insert(sha1_hex(std::string(n, 'x')));
+  CHECK(seen.size() == 5);
+}
+
+TEST_CASE("tokens are 160-bit hex strings that do not repeat", "[unit][engine]") {
+  std::set<std::string> seen;
+  for (int i = 0; i < 100000; ++i) {
+    const std::string token = redlock::detail::make_token();
+    REQUIRE(token.size() == 2 * redlock::detail::kTokenBytes);
+    REQUIRE(token.find_first_not_of("0123456789abcdef") == std::string::npos);
+    seen.insert(token);
+  }
+  CHECK(seen.size() == 100000);
+}
+
+TEST_CASE("jitter stays within [base/2, 3*base/2] and varies", "[unit][engine]") {
+  std::set<long long> values;
+  for (int i = 0; i < 1000; ++i) {
+    const auto j = redlock::detail::jittered(100ms);
+    REQUIRE(j >= 50ms);
+    REQUIRE(j <= 150ms);
+    values.insert(j.count());
+  }
+  CHECK(values.size() > 900);
+}
+
+TEST_CASE("durations saturate instead of overflowing", "[unit][engine]") {
+  using redlock::detail::saturating_ns;
+  CHECK(saturating_ns(std::chrono::hours::max()) == std::chrono::nanoseconds::max());
+  CHECK(saturating_ns(std::chrono::hours::min()) == std::chrono::nanoseconds::min());
+  CHECK(saturating_ns(std::chrono::duration<double>(1e300)) == std::chrono::nanoseconds::max());
+  CHECK(saturating_ns(-5ms) == -5ms);
+  CHECK(saturating_ns(1500us) == 1500us);
+}

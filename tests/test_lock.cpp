@@ -1,0 +1,463 @@
+// Lock on one instance: the std mutex vocabulary, re-entrancy, expiry, fencing, bad input,
+// mutual exclusion across threads and processes, faults mid-hold.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <redlock/redlock.hpp>
+
+#include "support/redis_server.hpp"
+
+using namespace std::chrono_literals;
+using redlock::test::key;
+using redlock::test::RedisServer;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+redlock::LockOptions fast(std::chrono::milliseconds ttl = 10s) {
+  redlock::LockOptions o;
+  o.ttl = ttl;
+  o.retry_delay = 5ms;
+  return o;
+}
+
+std::string holder_of(const RedisServer& server, const std::string& k) {
+  const auto r = server.raw({"GET", k});
+  return r.is_nil() ? std::string() : r.str();
+}
+
+}  // namespace
+
+TEST_CASE("Lock acquires with a 160-bit token and a PX ttl, and releases", "[redis][lock]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("basic");
+  redlock::Lock lock(client, k, fast(5s));
+  CHECK(lock.key() == k);
+  CHECK(lock.size() == 1);
+  CHECK(lock.quorum() == 1);
+  REQUIRE(lock.try_lock());
+  CHECK(lock.owns_lock());
+  const std::string token = holder_of(server, k);
+  CHECK(token.size() == 40);
+  const auto pttl = server.raw({"PTTL", k}).integer();
+  CHECK(pttl > 4000);
+  CHECK(pttl <= 5000);
+  CHECK(lock.validity() > 4800ms);
+  CHECK(lock.validity() <= 5000ms);
+  CHECK(lock.release());
+  CHECK_FALSE(lock.owns_lock());
+  CHECK(lock.validity() == 0ms);
+  CHECK(server.raw({"EXISTS", k}).integer() == 0);
+  // A new hold gets a new token.
+  REQUIRE(lock.try_lock());
+  CHECK(holder_of(server, k) != token);
+  lock.unlock();
+}
+
+TEST_CASE("A second Lock on the same key sees contention as false, not an exception",
+          "[redis][lock]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("contend");
+  redlock::Lock a(client, k, fast());
+  redlock::Lock b(client, k, fast());
+  REQUIRE(a.try_lock());
+  CHECK_FALSE(b.try_lock());
+  const auto start = Clock::now();
+  CHECK_FALSE(b.try_lock_for(300ms));
+  const auto waited = Clock::now() - start;
+  CHECK(waited >= 290ms);
+  CHECK(waited < 1500ms);
+  CHECK_FALSE(b.try_lock_for(-5s));  // negative: one attempt
+  CHECK_FALSE(b.try_lock_until(std::chrono::system_clock::now() + 50ms));
+  a.unlock();
+  CHECK(b.try_lock_for(1s));
+  b.unlock();
+}
+
+TEST_CASE("Lock works with lock_guard, unique_lock, scoped_lock, condition_variable_any",
+          "[redis][lock]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  redlock::Lock lock(client, key("guards"), fast());
+  {
+    std::lock_guard<redlock::Lock> guard(lock);
+    CHECK(lock.owns_lock());
+  }
+  CHECK_FALSE(lock.owns_lock());
+  {
+    std::unique_lock<redlock::Lock> held(lock, std::try_to_lock);
+    CHECK(held.owns_lock());
+    held.unlock();
+    CHECK(held.try_lock_for(100ms));
+  }
+  {
+    std::unique_lock<redlock::Lock> held(lock, 100ms);
+    CHECK(held.owns_lock());
+  }
+  redlock::Lock other(client, key("guards-2"), fast());
+  {
+    std::scoped_lock both(lock, other);
+    CHECK(lock.owns_lock());
+    CHECK(other.owns_lock());
+  }
+  CHECK(server.raw({"EXISTS", key("guards"), key("guards-2")}).integer() == 0);
+  // condition_variable_any waits by unlocking and re-locking the Lock.
+  std::condition_variable_any cv;
+  bool ready = false;
+  std::thread producer([&] {
+    std::this_thread::sleep_for(50ms);
+    std::lock_guard<redlock::Lock> guard(lock);
+    ready = true;
+    cv.notify_one();
+  });
+  {
+    std::unique_lock<redlock::Lock> held(lock);
+    CHECK(cv.wait_for(held, 5s, [&] { return ready; }));
+    CHECK(lock.owns_lock());
+  }
+  producer.join();
+}
+
+TEST_CASE("Lock is re-entrant for the owning thread; other threads cannot unlock it",
+          "[redis][lock]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("reentrant");
+  redlock::Lock lock(client, k, fast());
+  lock.lock();
+  lock.lock();
+  CHECK(lock.try_lock());  // depth 3
+  lock.unlock();
+  lock.unlock();
+  CHECK(lock.owns_lock());
+  CHECK(server.raw({"EXISTS", k}).integer() == 1);
+  // Another thread: unlock does nothing, release says false, owns_lock is false there.
+  std::thread other([&] {
+    CHECK_FALSE(lock.owns_lock());
+    lock.unlock();
+    CHECK_FALSE(lock.release());
+    CHECK_FALSE(lock.try_lock());  // the holder is this process's other thread
+  });
+  other.join();
+  CHECK(lock.owns_lock());
+  CHECK(server.raw({"EXISTS", k}).integer() == 1);
+  lock.unlock();
+  CHECK(server.raw({"EXISTS", k}).integer() == 0);
+  lock.unlock();  // not held: logged, harmless
+}
+
+TEST_CASE("Threads of one process queue locally on a shared Lock", "[redis][lock]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("local-queue");
+  redlock::Lock lock(client, k, fast());
+  lock.lock();
+  std::atomic<bool> got{false};
+  std::thread waiter([&] {
+    lock.lock();
+    got = true;
+    lock.unlock();
+  });
+  std::this_thread::sleep_for(200ms);
+  // The waiting thread queues on the object instead of polling Redis.
+  const auto calls_before = server.raw({"INFO", "commandstats"}).str();
+  std::this_thread::sleep_for(200ms);
+  const auto calls_after = server.raw({"INFO", "commandstats"}).str();
+  const auto sets = [](const std::string& info) {
+    const auto at = info.find("cmdstat_set:calls=");
+    return at == std::string::npos ? 0L : std::stol(info.substr(at + 18));
+  };
+  CHECK(sets(calls_after) == sets(calls_before));
+  CHECK_FALSE(got.load());
+  lock.unlock();
+  waiter.join();
+  CHECK(got.load());
+}
+
+TEST_CASE("An expired hold cannot release or extend the next holder's lock",
+          "[redis][lock][slow]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("expiry");
+  redlock::Lock first(client, k, fast(200ms));
+  redlock::Lock second(client, k, fast(5s));
+  REQUIRE(first.try_lock());
+  std::this_thread::sleep_for(400ms);
+  CHECK_FALSE(first.owns_lock());
+  CHECK(first.validity() == 0ms);
+  CHECK(first.lease().lost());
+  REQUIRE(second.try_lock());
+  const std::string token = holder_of(server, k);
+  CHECK_FALSE(first.extend());
+  CHECK_FALSE(first.release());
+  CHECK(holder_of(server, k) == token);
+  CHECK(second.owns_lock());
+  second.unlock();
+}
+
+TEST_CASE("extend resets the lease on the server and locally", "[redis][lock]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("extend");
+  redlock::Lock lock(client, k, fast(1s));
+  REQUIRE(lock.try_lock());
+  std::this_thread::sleep_for(300ms);
+  CHECK(lock.validity() < 750ms);
+  REQUIRE(lock.extend(5s));
+  CHECK(lock.validity() > 4500ms);
+  CHECK(server.raw({"PTTL", k}).integer() > 4500);
+  CHECK(lock.extend());  // back to the configured ttl
+  CHECK(server.raw({"PTTL", k}).integer() <= 1000);
+  CHECK_THROWS_AS(lock.extend(0ms), std::invalid_argument);
+  lock.unlock();
+  CHECK_FALSE(lock.extend());  // not held
+}
+
+TEST_CASE("Fencing tokens strictly increase across holders", "[redis][lock]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("fenced");
+  auto options = fast();
+  options.fencing = true;
+  redlock::Lock a(client, k, options);
+  redlock::Lock b(client, k, options);
+  std::uint64_t last = 0;
+  for (int i = 0; i < 20; ++i) {
+    redlock::Lock& l = i % 2 == 0 ? a : b;
+    REQUIRE(l.try_lock());
+    CHECK(l.fence() > last);
+    last = l.fence();
+    l.unlock();
+    CHECK(l.fence() == 0);
+  }
+  // Contended attempts do not consume tokens visibly out of order.
+  REQUIRE(a.try_lock());
+  CHECK_FALSE(b.try_lock());
+  const auto held = a.fence();
+  a.unlock();
+  REQUIRE(b.try_lock());
+  CHECK(b.fence() > held);
+  b.unlock();
+  redlock::Lock plain(client, k, fast());
+  REQUIRE(plain.try_lock());
+  CHECK(plain.fence() == 0);
+  plain.unlock();
+}
+
+TEST_CASE("Lock rejects bad arguments naming them", "[unit][lock]") {
+  redlock::Client client(redlock::Endpoint{});
+  CHECK_THROWS_WITH(redlock::Lock(client, ""), Catch::Contains("key"));
+  CHECK_THROWS_WITH(redlock::Lock(client, std::string(4 * 1024 * 1024 + 1, 'k')),
+                    Catch::Contains("key"));
+  auto o = fast();
+  o.ttl = 0ms;
+  CHECK_THROWS_WITH(redlock::Lock(client, "k", o), Catch::Contains("ttl"));
+  o = fast();
+  o.ttl = -5ms;
+  CHECK_THROWS_WITH(redlock::Lock(client, "k", o), Catch::Contains("ttl"));
+  o = fast();
+  o.ttl = std::chrono::milliseconds(std::numeric_limits<std::int64_t>::max());
+  CHECK_THROWS_WITH(redlock::Lock(client, "k", o), Catch::Contains("ttl"));
+  o = fast();
+  o.ttl = 2ms;  // drift (2 ms + 1%) eats it
+  CHECK_THROWS_WITH(redlock::Lock(client, "k", o), Catch::Contains("drift"));
+  o = fast();
+  o.clock_drift_factor = -0.1;
+  CHECK_THROWS_WITH(redlock::Lock(client, "k", o), Catch::Contains("clock_drift_factor"));
+  o.clock_drift_factor = 1.0;
+  CHECK_THROWS_WITH(redlock::Lock(client, "k", o), Catch::Contains("clock_drift_factor"));
+  o = fast();
+  o.retry_delay = 0ms;
+  CHECK_THROWS_WITH(redlock::Lock(client, "k", o), Catch::Contains("retry_delay"));
+}
+
+TEST_CASE("Lock takes a 1 MB key", "[redis][lock]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const std::string big = key(std::string(1024 * 1024, 'x'));
+  redlock::Lock lock(client, big, fast());
+  REQUIRE(lock.try_lock());
+  CHECK(server.raw({"EXISTS", big}).integer() == 1);
+  lock.unlock();
+  CHECK(server.raw({"EXISTS", big}).integer() == 0);
+}
+
+TEST_CASE("Lock on a key of another type throws ServerError and leaves it alone", "[redis][lock]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("wrongtype");
+  server.raw({"HSET", k, "field", "value"});
+  redlock::Lock lock(client, k, fast());
+  try {
+    lock.try_lock();
+    FAIL("expected ServerError");
+  } catch (const redlock::ServerError& e) {
+    CHECK(e.server_message().rfind("WRONGTYPE", 0) == 0);
+  }
+  CHECK_FALSE(lock.owns_lock());
+  CHECK(server.raw({"HGET", k, "field"}).str() == "value");
+  auto fenced = fast();
+  fenced.fencing = true;
+  redlock::Lock lock2(client, k, fenced);
+  CHECK_THROWS_AS(lock2.try_lock(), redlock::ServerError);
+}
+
+TEST_CASE("Lock on an unreachable server throws ConnectionError", "[redis][lock][fault]") {
+  RedisServer server;
+  auto ep = server.endpoint();
+  server.kill9();
+  redlock::Client client(ep);
+  redlock::Lock lock(client, key("down"), fast());
+  CHECK_THROWS_AS(lock.try_lock(), redlock::ConnectionError);
+  CHECK_THROWS_AS(lock.lock(), redlock::ConnectionError);
+  CHECK_THROWS_AS(lock.try_lock_for(200ms), redlock::ConnectionError);
+  CHECK_FALSE(lock.owns_lock());
+}
+
+TEST_CASE("Destroying a held Lock releases it", "[redis][lock]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("dtor");
+  {
+    redlock::Lock lock(client, k, fast());
+    lock.lock();
+    CHECK(server.raw({"EXISTS", k}).integer() == 1);
+  }
+  CHECK(server.raw({"EXISTS", k}).integer() == 0);
+  {
+    // The server is gone when the destructor runs: no exception escapes.
+    RedisServer doomed;
+    redlock::Client c2(doomed.endpoint());
+    redlock::Lock lock(c2, k, fast());
+    lock.lock();
+    doomed.kill9();
+  }
+}
+
+TEST_CASE("Release and extend stay correct across restart, SCRIPT FLUSH and CLIENT KILL",
+          "[redis][lock][fault]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("faults");
+  redlock::Lock lock(client, k, fast());
+
+  SECTION("SCRIPT FLUSH mid-hold") {
+    REQUIRE(lock.try_lock());
+    server.raw({"SCRIPT", "FLUSH"});
+    CHECK(lock.extend());
+    server.raw({"SCRIPT", "FLUSH"});
+    CHECK(lock.release());
+    CHECK(server.raw({"EXISTS", k}).integer() == 0);
+  }
+  SECTION("CLIENT KILL mid-hold") {
+    REQUIRE(lock.try_lock());
+    server.raw({"CLIENT", "KILL", "TYPE", "normal"});
+    CHECK(lock.extend());
+    server.raw({"CLIENT", "KILL", "TYPE", "normal"});
+    CHECK(lock.release());
+    CHECK(server.raw({"EXISTS", k}).integer() == 0);
+  }
+  SECTION("node restarted empty mid-hold") {
+    REQUIRE(lock.try_lock());
+    server.kill9();
+    server.restart();
+    CHECK_FALSE(lock.extend());  // the key is gone: lost, not silently re-created
+    CHECK_FALSE(lock.owns_lock());
+    CHECK(lock.lease().lost());
+    CHECK(lock.lease().reason() == redlock::LostReason::refused);
+    CHECK(server.raw({"EXISTS", k}).integer() == 0);
+    CHECK_FALSE(lock.release());
+    REQUIRE(lock.try_lock());  // and it can be taken again
+    lock.unlock();
+  }
+}
+
+namespace {
+
+long long monotonic_us() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<long long>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+}
+
+// One process's share of the mutual exclusion test: `threads` threads share one Lock object and
+// do read-sleep-write on a counter; an "inside" counter catches overlapping holds.
+int hammer(const redlock::Endpoint& ep, const std::string& k, int threads, int rounds) {
+  redlock::Client client(ep);
+  redlock::LockOptions o;
+  o.ttl = 5s;
+  o.retry_delay = 20ms;
+  redlock::Lock lock(client, k, o);
+  std::atomic<int> errors{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      for (int i = 0; i < rounds; ++i) {
+        std::lock_guard<redlock::Lock> guard(lock);
+        if (client.command({"INCR", k + ":inside"}).integer() != 1) ++errors;
+        const long long start = monotonic_us();
+        const auto value = std::stoll(client.command({"GET", k + ":counter"}).str());
+        std::this_thread::sleep_for(500us);
+        client.command({"SET", k + ":counter", std::to_string(value + 1)});
+        client.command(
+            {"RPUSH", k + ":holds", std::to_string(start), std::to_string(monotonic_us())});
+        client.command({"DECR", k + ":inside"});
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  return errors.load();
+}
+
+}  // namespace
+
+TEST_CASE("Mutual exclusion: 2 processes x 8 threads, read-sleep-write, no lost update",
+          "[redis][lock][slow]") {
+  RedisServer server;
+  const auto k = key("mutex");
+  server.raw({"SET", k + ":counter", "0"});
+  constexpr int kThreads = 8;
+  constexpr int kRounds = 15;
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    int errors = 1;
+    try {
+      errors = hammer(server.endpoint(), k, kThreads, kRounds);
+    } catch (...) {
+    }
+    _exit(errors == 0 ? 0 : 1);
+  }
+  const int errors = hammer(server.endpoint(), k, kThreads, kRounds);
+  int status = 0;
+  waitpid(child, &status, 0);
+  CHECK(errors == 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(server.raw({"GET", k + ":counter"}).str() == std::to_string(2 * kThreads * kRounds));
+  // Hold intervals on the shared monotonic clock never overlap.
+  const auto flat = server.raw({"LRANGE", k + ":holds", "0", "-1"}).elements();
+  REQUIRE(flat.size() == 2u * 2 * kThreads * kRounds);
+  std::vector<std::pair<long long, long long>> holds;
+  for (std::size_t i = 0; i < flat.size(); i += 2) {
+    holds.emplace_back(std::stoll(flat[i].str()), std::stoll(flat[i + 1].str()));
+  }
+  std::sort(holds.begin(), holds.end());
+  int overlaps = 0;
+  for (std::size_t i = 1; i < holds.size(); ++i) overlaps += holds[i].first < holds[i - 1].second;
+  CHECK(overlaps == 0);
+}

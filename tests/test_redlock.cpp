@@ -1,0 +1,268 @@
+// Redlock over 3 and 5 real servers: the quorum matrix, slow and stopped nodes, rollback,
+// fencing across the quorum, duplicate nodes.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <redlock/redlock.hpp>
+
+#include "support/redis_server.hpp"
+
+using namespace std::chrono_literals;
+using redlock::test::key;
+using redlock::test::RedisServer;
+using redlock::test::ServerGroup;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::vector<redlock::Client> clients_for(const std::vector<redlock::Endpoint>& endpoints) {
+  std::vector<redlock::Client> out;
+  for (const auto& ep : endpoints) out.emplace_back(ep);
+  return out;
+}
+
+redlock::LockOptions fast(std::chrono::milliseconds ttl = 10s) {
+  redlock::LockOptions o;
+  o.ttl = ttl;
+  o.retry_delay = 5ms;
+  return o;
+}
+
+int holders(ServerGroup& group, const std::string& k) {
+  int n = 0;
+  for (std::size_t i = 0; i < group.size(); ++i) {
+    if (group[i].running()) n += static_cast<int>(group[i].raw({"EXISTS", k}).integer());
+  }
+  return n;
+}
+
+// Every assignment of {up, killed, held by a foreign token} to N nodes.
+void quorum_matrix(std::size_t n) {
+  ServerGroup live(n);
+  ServerGroup dead(n);
+  std::vector<redlock::Endpoint> dead_endpoints = dead.endpoints();
+  for (std::size_t i = 0; i < n; ++i) dead[i].kill9();
+  std::vector<redlock::Client> live_clients = clients_for(live.endpoints());
+  std::vector<redlock::Client> dead_clients = clients_for(dead_endpoints);
+
+  std::size_t combos = 1;
+  for (std::size_t i = 0; i < n; ++i) combos *= 3;
+  for (std::size_t combo = 0; combo < combos; ++combo) {
+    const std::string k = key("matrix-" + std::to_string(n) + "-" + std::to_string(combo));
+    std::vector<redlock::Client> nodes;
+    std::size_t up = 0;
+    std::size_t down = 0;
+    std::size_t c = combo;
+    for (std::size_t i = 0; i < n; ++i, c /= 3) {
+      switch (c % 3) {
+        case 0:
+          nodes.push_back(live_clients[i]);
+          ++up;
+          break;
+        case 1:
+          nodes.push_back(dead_clients[i]);
+          ++down;
+          break;
+        default:
+          live[i].raw({"SET", k, "foreign-token", "PX", "60000"});
+          nodes.push_back(live_clients[i]);
+          break;
+      }
+    }
+    redlock::Redlock lock(nodes, k, fast());
+    INFO("n=" << n << " combo=" << combo << " up=" << up << " down=" << down);
+    bool held = false;
+    if (down == n) {
+      CHECK_THROWS_AS(lock.try_lock(), redlock::ConnectionError);  // nothing reachable at all
+    } else {
+      held = lock.try_lock();
+      CHECK(held == (up >= lock.quorum()));
+    }
+    // Foreign keys are never touched; ours exist only while held, and only where granted.
+    std::size_t ours = 0;
+    std::size_t foreign = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto v = live[i].raw({"GET", k});
+      if (v.is_nil()) continue;
+      if (v.str() == "foreign-token") {
+        ++foreign;
+      } else {
+        ++ours;
+      }
+    }
+    CHECK(ours == (held ? up : 0));
+    CHECK(foreign == n - up - down);
+    if (held) {
+      CHECK(lock.release());
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto v = live[i].raw({"GET", k});
+        CHECK((v.is_nil() || v.str() == "foreign-token"));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Redlock quorum matrix, N=3: held iff a quorum granted, nothing left behind",
+          "[redis][redlock][fault]") {
+  quorum_matrix(3);
+}
+
+TEST_CASE("Redlock quorum matrix, N=5: held iff a quorum granted, nothing left behind",
+          "[redis][redlock][fault][slow]") {
+  quorum_matrix(5);
+}
+
+TEST_CASE("Redlock basics: quorum, validity below ttl minus drift, release everywhere",
+          "[redis][redlock]") {
+  ServerGroup group(5);
+  const auto k = key("basics");
+  redlock::Redlock lock(clients_for(group.endpoints()), k, fast(10s));
+  CHECK(lock.size() == 5);
+  CHECK(lock.quorum() == 3);
+  REQUIRE(lock.try_lock());
+  CHECK(holders(group, k) == 5);
+  CHECK(lock.validity() <= 10000ms - 102ms);
+  CHECK(lock.validity() > 9000ms);
+  CHECK(lock.extend());
+  {
+    std::scoped_lock nested(lock);  // re-entrant through the std vocabulary too
+    CHECK(lock.owns_lock());
+  }
+  CHECK(lock.owns_lock());
+  lock.unlock();
+  CHECK(holders(group, k) == 0);
+}
+
+TEST_CASE("scoped_lock over a Lock and a Redlock", "[redis][redlock]") {
+  ServerGroup group(3);
+  redlock::Redlock quorum(clients_for(group.endpoints()), key("scoped-q"), fast());
+  redlock::Lock single(redlock::Client(group[0].endpoint()), key("scoped-s"), fast());
+  {
+    std::scoped_lock both(single, quorum);
+    CHECK(single.owns_lock());
+    CHECK(quorum.owns_lock());
+  }
+  CHECK_FALSE(single.owns_lock());
+  CHECK(holders(group, key("scoped-q")) == 0);
+}
+
+TEST_CASE("Redlock with stopped nodes costs about one command timeout, not one per node",
+          "[redis][redlock][fault]") {
+  ServerGroup group(5);
+  const auto k = key("stopped");
+  auto endpoints = group.endpoints();
+  for (auto& ep : endpoints) ep.command_timeout = 200ms;
+  auto clients = clients_for(endpoints);
+  for (auto& c : clients) c.ping();  // pooled connections exist
+  redlock::Redlock lock(clients, k, fast());
+
+  group[0].pause();
+  group[1].pause();
+  auto start = Clock::now();
+  REQUIRE(lock.try_lock());
+  auto elapsed = Clock::now() - start;
+  CHECK(elapsed >= 150ms);
+  CHECK(elapsed < 700ms);  // two stopped nodes, one timeout in parallel (400 ms if serial)
+  start = Clock::now();
+  lock.unlock();
+  CHECK(Clock::now() - start < 700ms);
+  group[0].resume();
+  group[1].resume();
+  std::this_thread::sleep_for(100ms);  // the resumed nodes run the queued SET, then the release
+  CHECK(holders(group, k) == 0);
+}
+
+TEST_CASE("Redlock with a majority stopped fails within its deadline and leaves nothing",
+          "[redis][redlock][fault]") {
+  ServerGroup group(5);
+  const auto k = key("majority-stopped");
+  auto endpoints = group.endpoints();
+  for (auto& ep : endpoints) ep.command_timeout = 200ms;
+  auto clients = clients_for(endpoints);
+  for (auto& c : clients) c.ping();
+  redlock::Redlock lock(clients, k, fast());
+  for (std::size_t i = 0; i < 3; ++i) group[i].pause();
+  const auto start = Clock::now();
+  CHECK_FALSE(lock.try_lock_for(500ms));
+  const auto elapsed = Clock::now() - start;
+  CHECK(elapsed < 2000ms);
+  CHECK_FALSE(lock.owns_lock());
+  for (std::size_t i = 0; i < 3; ++i) group[i].resume();
+  std::this_thread::sleep_for(200ms);
+  CHECK(holders(group, k) == 0);
+}
+
+TEST_CASE("Redlock refuses the same server twice", "[unit][redlock]") {
+  redlock::Endpoint a;
+  a.port = 7001;
+  redlock::Endpoint b;
+  b.port = 7002;
+  redlock::Client ca(a);
+  redlock::Client cb(b);
+  CHECK_THROWS_WITH(redlock::Redlock({ca, cb, ca}, "k"), Catch::Contains("instances[2]"));
+  redlock::Endpoint a_again = a;
+  a_again.host = "localhost";
+  CHECK_THROWS_AS(redlock::Redlock({ca, cb, redlock::Client(a_again)}, "k"), std::invalid_argument);
+  redlock::Endpoint other_db = a;
+  other_db.database = 1;  // another database of the same server fails with it: not a node
+  CHECK_THROWS_AS(redlock::Redlock({ca, cb, redlock::Client(other_db)}, "k"),
+                  std::invalid_argument);
+  CHECK_THROWS_WITH(redlock::Redlock(std::vector<redlock::Client>{}, "k"),
+                    Catch::Contains("instances"));
+}
+
+TEST_CASE("Redlock fencing tokens increase across holders even when nodes change",
+          "[redis][redlock]") {
+  ServerGroup group(5);
+  const auto k = key("fence");
+  auto options = fast();
+  options.fencing = true;
+  auto clients = clients_for(group.endpoints());
+  std::uint64_t last = 0;
+  for (int round = 0; round < 10; ++round) {
+    // Each round takes the lock through a different majority of the nodes.
+    std::vector<redlock::Client> subset;
+    for (std::size_t i = 0; i < 5; ++i) {
+      if ((i + round) % 5 < 3) subset.push_back(clients[i]);
+    }
+    redlock::Redlock lock(subset, k, options);
+    REQUIRE(lock.try_lock());
+    INFO("round " << round);
+    CHECK(lock.fence() > last);
+    last = lock.fence();
+    lock.unlock();
+  }
+}
+
+TEST_CASE("Redlock lock() waits for a holder's release", "[redis][redlock]") {
+  ServerGroup group(3);
+  const auto k = key("wait");
+  auto clients = clients_for(group.endpoints());
+  redlock::Redlock a(clients, k, fast());
+  redlock::Redlock b(clients, k, fast());
+  std::atomic<bool> held{false};
+  std::thread holder([&] {
+    a.lock();
+    held = true;
+    std::this_thread::sleep_for(100ms);
+    a.unlock();
+  });
+  while (!held) std::this_thread::sleep_for(1ms);
+  const auto start = Clock::now();
+  b.lock();
+  const auto waited = Clock::now() - start;
+  CHECK(waited >= 50ms);
+  CHECK(waited < 2s);  // released, not expired (ttl is 10 s)
+  CHECK(b.owns_lock());
+  b.unlock();
+  holder.join();
+}
