@@ -253,6 +253,10 @@ void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::tim
         ++refused;
       }
     }
+    if (refused > 0) {
+      std::lock_guard<std::mutex> guard(mutex_);
+      refused_ += refused;
+    }
     const std::size_t n = engine.nodes().size();
     const Decision d = decide(n, confirmed, engine.ttl(), engine.drift_factor(), started, done);
     const bool in_time = done < entry.hold->valid_until();
@@ -316,6 +320,7 @@ WatchdogStats WatchdogImpl::stats() const {
     std::lock_guard<std::mutex> guard(mutex_);
     out.leases = entries_.size() - free_slots_.size();
     out.renewals = renewals_;
+    out.refused = refused_;
     out.lost = lost_;
     out.round_trips = round_trips_;
     window = lateness_us_;
@@ -337,6 +342,7 @@ WatchdogStats WatchdogImpl::stats() const {
 void WatchdogImpl::reset_stats() {
   std::lock_guard<std::mutex> guard(mutex_);
   renewals_ = 0;
+  refused_ = 0;
   lost_ = 0;
   round_trips_ = 0;
   lateness_us_.clear();

@@ -86,6 +86,7 @@ class WatchdogImpl {
 
   // Stats (guarded by mutex_).
   std::uint64_t renewals_{0};
+  std::uint64_t refused_{0};
   std::uint64_t lost_{0};
   std::uint64_t round_trips_{0};
   std::vector<std::int64_t> lateness_us_;  // ring of the last kWindow

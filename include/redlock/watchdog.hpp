@@ -30,6 +30,7 @@ class WatchdogImpl;
 struct WatchdogStats {
   std::size_t leases{0};         // leases watched right now
   std::uint64_t renewals{0};     // renewals confirmed
+  std::uint64_t refused{0};      // renewals a node answered "not yours" (key gone or taken)
   std::uint64_t lost{0};         // leases reported lost (any reason, caps included)
   std::uint64_t round_trips{0};  // batches sent (one per node per wake-up)
   // How late renewals ran after they were due, over the last 65,536 renewals.

@@ -1,0 +1,214 @@
+// Wake-on-release: waiters retry as soon as the holder releases, never miss a release, survive a
+// killed subscriber connection, and fall back to the holder's remaining ttl for crashed holders.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <redlock/redlock.hpp>
+
+#include "support/redis_server.hpp"
+
+using namespace std::chrono_literals;
+using redlock::test::key;
+using redlock::test::RedisServer;
+using redlock::test::ServerGroup;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+long long monotonic_us() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<long long>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+}
+
+redlock::LockOptions slow_polling(std::chrono::milliseconds ttl = 60s) {
+  redlock::LockOptions o;
+  o.ttl = ttl;
+  o.retry_delay = 10s;  // polling alone could never pass these tests
+  return o;
+}
+
+long long subscribers(const RedisServer& server, const std::string& channel) {
+  const auto r = server.raw({"PUBSUB", "NUMSUB", channel});
+  return r.elements().size() == 2 ? r.elements()[1].integer() : -1;
+}
+
+}  // namespace
+
+TEST_CASE("A waiter in another process acquires within a few ms of the release", "[redis][wake]") {
+  RedisServer server;
+  const auto k = key("handoff");
+  int to_parent[2];
+  REQUIRE(pipe(to_parent) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    close(to_parent[0]);
+    int rc = 1;
+    try {
+      redlock::Client client(server.endpoint());
+      redlock::Lock lock(client, k, slow_polling());
+      lock.lock();
+      long long t = 0;
+      if (write(to_parent[1], &t, sizeof t) != sizeof t) _exit(2);
+      std::this_thread::sleep_for(400ms);  // the parent is waiting by now
+      t = monotonic_us();
+      lock.unlock();
+      rc = write(to_parent[1], &t, sizeof t) == sizeof t ? 0 : 2;
+    } catch (...) {
+    }
+    _exit(rc);
+  }
+  close(to_parent[1]);
+  long long held = 0;
+  REQUIRE(read(to_parent[0], &held, sizeof held) == sizeof held);
+  redlock::Client client(server.endpoint());
+  redlock::Lock lock(client, k, slow_polling());
+  lock.lock();
+  const long long acquired = monotonic_us();
+  long long released = 0;
+  REQUIRE(read(to_parent[0], &released, sizeof released) == sizeof released);
+  close(to_parent[0]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  CHECK(WEXITSTATUS(status) == 0);
+  const long long handoff_us = acquired - released;
+  INFO("handoff " << handoff_us << " us");
+  CHECK(handoff_us >= 0);
+  CHECK(handoff_us < 50000);
+  lock.unlock();
+}
+
+TEST_CASE("No lost wake-up: 10,000 release/attempt interleavings", "[redis][wake][slow]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("ping-pong");
+  constexpr int kCycles = 5000;  // per thread: 10,000 handoffs in all
+  std::atomic<long long> worst_us{0};
+  auto player = [&] {
+    redlock::Lock lock(client, k, slow_polling());
+    for (int i = 0; i < kCycles; ++i) {
+      const long long start = monotonic_us();
+      lock.lock();
+      const long long waited = monotonic_us() - start;
+      long long prev = worst_us.load();
+      while (waited > prev && !worst_us.compare_exchange_weak(prev, waited)) {
+      }
+      lock.unlock();
+    }
+  };
+  std::thread a(player);
+  std::thread b(player);
+  a.join();
+  b.join();
+  INFO("worst wait " << worst_us.load() << " us");
+  // A lost wake-up would leave a waiter asleep for its 5-15 s fallback timer.
+  CHECK(worst_us.load() < 2000000);
+  // The last waiter unsubscribed: no channel left behind.
+  const auto end = Clock::now() + 2s;
+  while (subscribers(server, k + ":released") != 0 && Clock::now() < end) {
+    std::this_thread::sleep_for(10ms);
+  }
+  CHECK(subscribers(server, k + ":released") == 0);
+}
+
+TEST_CASE("Waiters still acquire after their subscriber connection is killed",
+          "[redis][wake][fault]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("sub-killed");
+  redlock::Lock holder(client, k, slow_polling());
+  holder.lock();
+  std::atomic<bool> got{false};
+  std::atomic<long long> got_at{0};
+  std::thread waiter([&] {
+    redlock::Lock lock(client, k, slow_polling());
+    lock.lock();
+    got_at = monotonic_us();
+    got = true;
+    lock.unlock();
+  });
+  // Wait until the waiter's subscription is live, then kill it.
+  const auto end = Clock::now() + 3s;
+  while (subscribers(server, k + ":released") < 1 && Clock::now() < end) {
+    std::this_thread::sleep_for(5ms);
+  }
+  REQUIRE(subscribers(server, k + ":released") == 1);
+  server.raw({"CLIENT", "KILL", "TYPE", "pubsub"});
+  std::this_thread::sleep_for(300ms);  // re-subscribed by now
+  const long long released = monotonic_us();
+  holder.unlock();
+  waiter.join();
+  CHECK(got.load());
+  CHECK(got_at.load() - released < 1000000);
+}
+
+TEST_CASE("A holder that crashes publishes nothing: waiters retry when its ttl runs out",
+          "[redis][wake]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("expired-holder");
+  server.raw({"SET", k, "crashed-holder-token", "PX", "400"});
+  redlock::Lock lock(client, k, slow_polling());
+  const auto start = Clock::now();
+  REQUIRE(lock.try_lock_for(5s));
+  const auto waited = Clock::now() - start;
+  CHECK(waited >= 300ms);
+  CHECK(waited < 1500ms);  // bounded by the holder's PTTL, not the 10 s retry delay
+  lock.unlock();
+}
+
+TEST_CASE("Redlock waiters wake on a release from any node", "[redis][wake][redlock]") {
+  ServerGroup group(3);
+  std::vector<redlock::Client> clients;
+  for (const auto& ep : group.endpoints()) clients.emplace_back(ep);
+  const auto k = key("redlock-wake");
+  redlock::Redlock holder(clients, k, slow_polling());
+  holder.lock();
+  std::atomic<long long> got_at{0};
+  std::thread waiter([&] {
+    redlock::Redlock lock(clients, k, slow_polling());
+    lock.lock();
+    got_at = monotonic_us();
+    lock.unlock();
+  });
+  std::this_thread::sleep_for(300ms);
+  const long long released = monotonic_us();
+  holder.unlock();
+  waiter.join();
+  CHECK(got_at.load() - released < 200000);
+}
+
+TEST_CASE("wake_on_release = false polls with the jittered retry delay", "[redis][wake]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("polling");
+  redlock::LockOptions o;
+  o.ttl = 60s;
+  o.retry_delay = 200ms;
+  o.wake_on_release = false;
+  redlock::Lock holder(client, k, o);
+  holder.lock();
+  std::atomic<bool> done{false};
+  std::thread waiter([&] {
+    redlock::Lock lock(client, k, o);
+    lock.lock();
+    done = true;
+    lock.unlock();
+  });
+  std::this_thread::sleep_for(100ms);
+  CHECK(subscribers(server, k + ":released") == 0);  // no subscription without the option
+  holder.unlock();
+  waiter.join();
+  CHECK(done.load());
+}

@@ -1,0 +1,322 @@
+// Watchdog: leases that renew themselves, caps, losses reported at once, no renewal after
+// release, a crashed holder's lease freed by its ttl.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <redlock/redlock.hpp>
+
+#include "support/redis_server.hpp"
+
+using namespace std::chrono_literals;
+using redlock::test::key;
+using redlock::test::RedisServer;
+using redlock::test::ServerGroup;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Collects on_lost events for a test.
+struct LostLog {
+  std::mutex mutex;
+  std::vector<redlock::LostEvent> events;
+  std::vector<Clock::time_point> when;
+  std::function<void(const redlock::LostEvent&)> callback() {
+    return [this](const redlock::LostEvent& e) {
+      std::lock_guard<std::mutex> guard(mutex);
+      events.push_back(e);
+      when.push_back(Clock::now());
+    };
+  }
+  std::size_t size() {
+    std::lock_guard<std::mutex> guard(mutex);
+    return events.size();
+  }
+  // Waits up to `limit` for the first event.
+  bool wait(std::chrono::milliseconds limit) {
+    const auto end = Clock::now() + limit;
+    while (Clock::now() < end) {
+      if (size() > 0) return true;
+      std::this_thread::sleep_for(2ms);
+    }
+    return size() > 0;
+  }
+};
+
+redlock::LockOptions renewed(std::chrono::milliseconds ttl,
+                             const std::shared_ptr<redlock::Watchdog>& dog) {
+  redlock::LockOptions o;
+  o.ttl = ttl;
+  o.retry_delay = 5ms;
+  o.auto_renew = true;
+  o.watchdog = dog;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("Watchdog keeps a 300 ms lease alive for 3 s, renewing about every 100 ms",
+          "[redis][watchdog][slow]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  auto dog = std::make_shared<redlock::Watchdog>();
+  const auto k = key("renewed");
+  redlock::Lock lock(client, k, renewed(300ms, dog));
+  redlock::Lock rival(client, k);
+  REQUIRE(lock.try_lock());
+  const auto start = Clock::now();
+  int rival_wins = 0;
+  while (Clock::now() - start < 3s) {
+    std::this_thread::sleep_for(150ms);
+    rival_wins += rival.try_lock() ? 1 : 0;
+    CHECK(lock.owns_lock());
+  }
+  CHECK(rival_wins == 0);
+  CHECK(lock.owns_lock());
+  CHECK(server.raw({"PTTL", k}).integer() > 0);
+  const auto stats = dog->stats();
+  // 3 s / 100 ms = 30 renewals; generous bounds for a busy 2-core machine.
+  CHECK(stats.renewals >= 20);
+  CHECK(stats.renewals <= 40);
+  CHECK(stats.lost == 0);
+  CHECK(stats.leases == 1);
+  CHECK(stats.lateness_max < 100ms);
+  lock.unlock();
+  CHECK(server.raw({"EXISTS", k}).integer() == 0);
+  std::this_thread::sleep_for(250ms);  // the watchdog drops the released lease
+  CHECK(dog->stats().leases == 0);
+  CHECK(dog->stats().refused == 0);
+}
+
+TEST_CASE("Watchdog reports a deleted key as lost before validity runs out",
+          "[redis][watchdog][fault]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  auto dog = std::make_shared<redlock::Watchdog>();
+  const auto k = key("deleted");
+  LostLog log;
+  auto options = renewed(600ms, dog);
+  options.on_lost = log.callback();
+  redlock::Lock lock(client, k, options);
+  REQUIRE(lock.try_lock());
+  auto lease = lock.lease();
+  server.raw({"DEL", k});
+  const auto deleted = Clock::now();
+  REQUIRE(log.wait(2s));
+  // Seen at the next renewal (about ttl/3 = 200 ms), well before the 600 ms lease would end.
+  CHECK(log.when[0] - deleted < 500ms);
+  CHECK(log.events[0].reason == redlock::LostReason::refused);
+  CHECK(log.events[0].key == k);
+  CHECK_FALSE(lock.owns_lock());
+  CHECK(lease.lost());
+  CHECK(lease.reason() == redlock::LostReason::refused);
+  CHECK(lease.wait_for(10ms));
+  CHECK_FALSE(lock.release());
+}
+
+TEST_CASE("Watchdog reports a node restarted empty as lost", "[redis][watchdog][fault]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  auto dog = std::make_shared<redlock::Watchdog>();
+  LostLog log;
+  auto options = renewed(900ms, dog);
+  options.on_lost = log.callback();
+  redlock::Lock lock(client, key("restarted"), options);
+  REQUIRE(lock.try_lock());
+  server.kill9();
+  server.restart();
+  const auto restarted = Clock::now();
+  REQUIRE(log.wait(3s));
+  CHECK(log.when[0] - restarted < 900ms);
+  CHECK(log.events[0].reason == redlock::LostReason::refused);
+  CHECK_FALSE(lock.owns_lock());
+  lock.unlock();
+}
+
+TEST_CASE("Watchdog reports a stopped node as lost no later than the lease's validity",
+          "[redis][watchdog][fault]") {
+  RedisServer server;
+  auto ep = server.endpoint();
+  ep.command_timeout = 100ms;
+  redlock::Client client(ep);
+  auto dog = std::make_shared<redlock::Watchdog>();
+  LostLog log;
+  auto options = renewed(600ms, dog);
+  options.on_lost = log.callback();
+  redlock::Lock lock(client, key("stopped"), options);
+  REQUIRE(lock.try_lock());
+  auto lease = lock.lease();
+  server.pause();
+  const auto paused = Clock::now();
+  REQUIRE(log.wait(3s));
+  const auto lost_after = log.when[0] - paused;
+  // The server would keep the key for up to 600 ms after the last renewal; the holder must
+  // know no later than that (the last renewal was at most ~200 ms before the pause).
+  CHECK(lost_after < 700ms);
+  CHECK(log.events[0].reason == redlock::LostReason::expired);
+  CHECK_FALSE(lock.owns_lock());
+  CHECK(lease.lost());
+  server.resume();
+  lock.unlock();
+}
+
+TEST_CASE("Watchdog gives the lock up at max_renewals and the next waiter gets it",
+          "[redis][watchdog]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  auto dog = std::make_shared<redlock::Watchdog>();
+  const auto k = key("capped");
+  LostLog log;
+  auto options = renewed(300ms, dog);
+  options.max_renewals = 3;
+  options.on_lost = log.callback();
+  redlock::Lock lock(client, k, options);
+  REQUIRE(lock.try_lock());
+  redlock::LockOptions waiting;
+  waiting.retry_delay = 10s;  // only the release notification can wake it in time
+  waiting.ttl = 5s;
+  redlock::Lock next(client, k, waiting);
+  const auto start = Clock::now();
+  REQUIRE(next.try_lock_for(3s));
+  const auto waited = Clock::now() - start;
+  CHECK(waited >= 250ms);  // 3 renewals at ~100 ms, then the cap
+  CHECK(waited < 1500ms);
+  REQUIRE(log.wait(1s));
+  CHECK(log.events[0].reason == redlock::LostReason::cap_reached);
+  CHECK(log.events[0].renewals == 3);
+  CHECK_FALSE(lock.owns_lock());
+  CHECK_FALSE(lock.release());  // already released by the watchdog
+  CHECK(next.owns_lock());      // and the releaser did not touch the new holder's key
+  next.unlock();
+}
+
+TEST_CASE("Watchdog gives the lock up at max_hold", "[redis][watchdog]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  auto dog = std::make_shared<redlock::Watchdog>();
+  const auto k = key("max-hold");
+  LostLog log;
+  auto options = renewed(300ms, dog);
+  options.max_hold = 500ms;
+  options.on_lost = log.callback();
+  redlock::Lock lock(client, k, options);
+  REQUIRE(lock.try_lock());
+  REQUIRE(log.wait(2s));
+  CHECK(log.events[0].reason == redlock::LostReason::cap_reached);
+  CHECK(server.raw({"EXISTS", k}).integer() == 0);
+  lock.unlock();
+}
+
+TEST_CASE("Unlock racing renewal: 10,000 cycles, no renewal reaches a released key",
+          "[redis][watchdog][slow]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  auto dog = std::make_shared<redlock::Watchdog>();
+  const auto k = key("race");
+  // ttl 30 ms: renewals due every ~10 ms, so many cycles overlap a renewal in flight.
+  redlock::Lock lock(client, k, renewed(30ms, dog));
+  int lost_holds = 0;
+  for (int i = 0; i < 10000; ++i) {
+    REQUIRE(lock.try_lock_for(1s));
+    if (i % 7 == 0) std::this_thread::sleep_for(std::chrono::microseconds(i % 13 * 400));
+    lost_holds += lock.release() ? 0 : 1;
+  }
+  const auto stats = dog->stats();
+  INFO("renewals " << stats.renewals << " refused " << stats.refused);
+  CHECK(stats.refused == 0);  // a renewal sent after a release would find the key gone
+  CHECK(lost_holds == 0);
+  CHECK(server.raw({"EXISTS", k}).integer() == 0);
+}
+
+TEST_CASE("A crashed holder's auto-renewed lock is free again after its ttl",
+          "[redis][watchdog][fault]") {
+  RedisServer server;
+  const auto k = key("crash");
+  int ready[2];
+  REQUIRE(pipe(ready) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    close(ready[0]);
+    try {
+      redlock::Client client(server.endpoint());
+      redlock::LockOptions o;
+      o.ttl = 500ms;
+      o.auto_renew = true;
+      o.watchdog = std::make_shared<redlock::Watchdog>();  // not the parent's (no threads here)
+      redlock::Lock lock(client, k, o);
+      lock.lock();
+      const char byte = 'x';
+      if (write(ready[1], &byte, 1) != 1) _exit(2);
+      for (;;) pause();
+    } catch (...) {
+      _exit(3);
+    }
+  }
+  close(ready[1]);
+  char byte = 0;
+  REQUIRE(read(ready[0], &byte, 1) == 1);
+  close(ready[0]);
+  redlock::Client client(server.endpoint());
+  redlock::Lock rival(client, k);
+  std::this_thread::sleep_for(1200ms);  // the child's watchdog keeps it alive past its ttl
+  CHECK_FALSE(rival.try_lock());
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  const auto killed = Clock::now();
+  REQUIRE(rival.try_lock_for(3s));
+  CHECK(Clock::now() - killed < 500ms + 400ms);
+  rival.unlock();
+}
+
+TEST_CASE("One watchdog renews 2,000 leases in batches", "[redis][watchdog][slow]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  auto dog = std::make_shared<redlock::Watchdog>();
+  std::vector<std::unique_ptr<redlock::Lock>> locks;
+  for (int i = 0; i < 2000; ++i) {
+    locks.push_back(std::make_unique<redlock::Lock>(client, key("many-" + std::to_string(i)),
+                                                    renewed(1500ms, dog)));
+    REQUIRE(locks.back()->try_lock());
+  }
+  std::this_thread::sleep_for(2500ms);
+  int held = 0;
+  for (auto& l : locks) held += l->owns_lock() ? 1 : 0;
+  CHECK(held == 2000);
+  const auto stats = dog->stats();
+  CHECK(stats.renewals >= 2000);
+  CHECK(stats.lost == 0);
+  CHECK(stats.round_trips < stats.renewals / 4);  // batched: many leases per round trip
+  for (auto& l : locks) l->unlock();
+}
+
+TEST_CASE("Watchdog with Redlock: quorum rules for renewal", "[redis][watchdog][redlock][fault]") {
+  ServerGroup group(3);
+  std::vector<redlock::Client> clients;
+  for (const auto& ep : group.endpoints()) clients.emplace_back(ep);
+  auto dog = std::make_shared<redlock::Watchdog>();
+  const auto k = key("redlock-renew");
+  LostLog log;
+  auto options = renewed(600ms, dog);
+  options.on_lost = log.callback();
+  redlock::Redlock lock(clients, k, options);
+  REQUIRE(lock.try_lock());
+  group[0].raw({"DEL", k});  // one node forgets: a quorum still renews
+  std::this_thread::sleep_for(800ms);
+  CHECK(lock.owns_lock());
+  CHECK(log.size() == 0);
+  group[1].raw({"DEL", k});  // a second one: no quorum can confirm any more
+  REQUIRE(log.wait(2s));
+  CHECK(log.events[0].reason == redlock::LostReason::no_quorum);
+  CHECK_FALSE(lock.owns_lock());
+  lock.unlock();
+}
