@@ -1,7 +1,10 @@
 // src/connection.cpp: hiredis contexts, the connection pool, and the multiplexed batch executor.
 #include "connection.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/time.h>
 
 #include <algorithm>
@@ -85,6 +88,61 @@ struct Pending {
   bool done{false};
 };
 
+// Writing to a connection the server has closed raises SIGPIPE, whose default action kills the
+// process. Unless the process already ignores SIGPIPE (checked once; most servers do, and then
+// this costs nothing), the signal is blocked in this thread around the write and a SIGPIPE it
+// raised is consumed before unblocking.
+class SigpipeGuard {
+ public:
+  SigpipeGuard() {
+    static const bool ignored = [] {
+      struct sigaction current {};
+      return ::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_IGN;
+    }();
+    if (ignored) return;
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigemptyset(&pending);
+    ::sigpending(&pending);
+    already_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    active_ = ::pthread_sigmask(SIG_BLOCK, &pipe_, &old_) == 0;
+  }
+  ~SigpipeGuard() {
+    if (!active_) return;
+    if (!already_pending_) {
+      sigset_t pending;
+      sigemptyset(&pending);
+      if (::sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
+        const timespec zero{0, 0};
+        ::sigtimedwait(&pipe_, nullptr, &zero);
+      }
+    }
+    ::pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeGuard(const SigpipeGuard&) = delete;
+  SigpipeGuard& operator=(const SigpipeGuard&) = delete;
+
+ private:
+  sigset_t pipe_{};
+  sigset_t old_{};
+  bool active_{false};
+  bool already_pending_{false};
+};
+
+}  // namespace
+
+bool write_all(redisContext* context) {
+  SigpipeGuard guard;
+  int done = 0;
+  while (done == 0) {
+    if (redisBufferWrite(context, &done) == REDIS_ERR) return false;
+  }
+  return true;
+}
+
+namespace {
+
 // Writes the batch's on_timeout commands behind what was sent (best effort, never blocks long:
 // the socket's send timeout bounds it).
 void send_on_timeout(Pending& p) noexcept {
@@ -94,10 +152,7 @@ void send_on_timeout(Pending& p) noexcept {
     redisAppendCommandArgv(context, command.argc, const_cast<const char**>(command.argv),
                            command.lens);
   }
-  int done = 0;
-  while (done == 0) {
-    if (redisBufferWrite(context, &done) == REDIS_ERR) return;
-  }
+  write_all(context);
 }
 
 void fail(Pending& p, std::exception_ptr error) {
@@ -123,12 +178,9 @@ void append(redisContext* context, const CommandView& command, bool as_eval) {
 }
 
 bool flush(Pending& p) {
-  int done = 0;
-  while (done == 0) {
-    if (redisBufferWrite(p.connection->context.get(), &done) == REDIS_ERR) {
-      fail(p, transport_error(p.connection->context.get(), *p.batch->node, "send to"));
-      return false;
-    }
+  if (!write_all(p.connection->context.get())) {
+    fail(p, transport_error(p.connection->context.get(), *p.batch->node, "send to"));
+    return false;
   }
   return true;
 }
@@ -368,6 +420,9 @@ std::unique_ptr<Connection> ClientImpl::checkout() {
   if (context == nullptr || context->err != 0) {
     std::rethrow_exception(transport_error(context.get(), *this, "connect to"));
   }
+  // Not inherited by child processes: a fork+exec must not carry authenticated connections.
+  const int flags = ::fcntl(context->fd, F_GETFD);
+  if (flags >= 0) ::fcntl(context->fd, F_SETFD, flags | FD_CLOEXEC);
   if (redisSetTimeout(context.get(), to_timeval(endpoint_.command_timeout)) != REDIS_OK) {
     std::rethrow_exception(transport_error(context.get(), *this, "configure"));
   }

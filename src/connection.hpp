@@ -148,6 +148,10 @@ struct NodeBatch {
 // Never throws for per-node failures (they land in NodeBatch::error); throws std::bad_alloc only.
 void execute(NodeBatch* batches, std::size_t count);
 
+// Writes everything buffered in `context` (blocking, bounded by its send timeout) without letting
+// a closed connection raise SIGPIPE in the caller. Returns false on a write error.
+bool write_all(redisContext* context);
+
 // Helpers for reading replies.
 bool is_error(const redisReply* reply) noexcept;
 std::string_view text(const redisReply* reply) noexcept;

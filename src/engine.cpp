@@ -41,9 +41,6 @@ local current = tonumber(redis.call('get', KEYS[2]) or '0')
 if current < tonumber(ARGV[2]) then redis.call('set', KEYS[2], ARGV[2]) end
 return 1)";
 
-// What one node said to an acquire attempt.
-enum class Answer { granted, refused, failed };
-
 // Picks the exception to throw when no node gave a usable answer: a server error reply explains
 // more than a transport failure.
 std::exception_ptr pick_failure(const std::vector<std::exception_ptr>& errors,
@@ -58,6 +55,68 @@ std::exception_ptr pick_failure(const std::vector<std::exception_ptr>& errors,
 }
 
 }  // namespace
+
+AcquireReply read_acquire_reply(const redisReply* reply, const redisReply* pttl, bool fencing,
+                                bool with_get, std::string_view token) noexcept {
+  AcquireReply out;
+  using Problem = AcquireReply::Problem;
+  if (reply == nullptr) {
+    out.problem = Problem::unexpected;
+    return out;
+  }
+  if (reply->type == REDIS_REPLY_ERROR) {
+    out.problem = !fencing && text(reply).rfind("ERR syntax error", 0) == 0 ? Problem::syntax_error
+                                                                            : Problem::server_error;
+    return out;
+  }
+  if (fencing) {
+    // {1, fence} or {0, pttl}; a fence must be a positive counter value.
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 || reply->element == nullptr ||
+        reply->element[0] == nullptr || reply->element[1] == nullptr ||
+        reply->element[0]->type != REDIS_REPLY_INTEGER ||
+        reply->element[1]->type != REDIS_REPLY_INTEGER) {
+      out.problem = Problem::unexpected;
+      return out;
+    }
+    const long long flag = reply->element[0]->integer;
+    const long long value = reply->element[1]->integer;
+    if (flag == 1 && value >= 1) {
+      out.answer = Answer::granted;
+      out.fence = static_cast<std::uint64_t>(value);
+    } else if (flag == 0) {
+      out.answer = Answer::refused;
+      out.holder_pttl = value;
+    } else {
+      out.problem = Problem::unexpected;
+    }
+    return out;
+  }
+  // SET NX PX [GET]: with GET, nil means it set the key (granted) and a string is the current
+  // holder's token (ours only if an earlier send of this very attempt got through); without GET,
+  // OK means granted and nil refused.
+  switch (reply->type) {
+    case REDIS_REPLY_NIL:
+      out.answer = with_get ? Answer::granted : Answer::refused;
+      break;
+    case REDIS_REPLY_STATUS:
+      if (text(reply) != "OK") {
+        out.problem = Problem::unexpected;
+        return out;
+      }
+      out.answer = Answer::granted;
+      break;
+    case REDIS_REPLY_STRING:
+      out.answer = with_get && text(reply) == token ? Answer::granted : Answer::refused;
+      break;
+    default:
+      out.problem = Problem::unexpected;
+      return out;
+  }
+  if (out.answer == Answer::refused && pttl != nullptr && pttl->type == REDIS_REPLY_INTEGER) {
+    out.holder_pttl = pttl->integer;
+  }
+  return out;
+}
 
 const Scripts& Scripts::get() {
   static const Scripts scripts{Script(kReleaseLua), Script(kExtendLua), Script(kAcquireFencedLua),
@@ -166,51 +225,32 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl) {
       errors[i] = b.error;
       continue;
     }
-    const redisReply* r = b.replies[0].get();
-    if (is_error(r)) {
-      if (!fencing_ && text(r).rfind("ERR syntax error", 0) == 0 &&
-          nodes_[i]->set_nx_get.exchange(false)) {
-        old_server = true;  // Redis < 7.0: SET NX GET unsupported; plain SET NX from now on
-      }
-      errors[i] = server_error(nodes_[i]->address(), fencing_ ? "the acquire script" : "SET NX PX",
-                               text(r));
-      is_server[i] = true;
-      continue;
-    }
-    if (fencing_) {
-      if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-          r->element[0]->type == REDIS_REPLY_INTEGER &&
-          r->element[1]->type == REDIS_REPLY_INTEGER) {
-        if (r->element[0]->integer == 1) {
-          answers[i] = Answer::granted;
-          fences[i] = static_cast<std::uint64_t>(r->element[1]->integer);
-        } else {
-          answers[i] = Answer::refused;
-          note_pttl(r->element[1]->integer);
+    const bool with_get = !fencing_ && b.commands[0].argc == 7;
+    const AcquireReply a =
+        read_acquire_reply(b.replies[0].get(), b.replies.size() > 1 ? b.replies[1].get() : nullptr,
+                           fencing_, with_get, token);
+    switch (a.problem) {
+      case AcquireReply::Problem::none:
+        answers[i] = a.answer;
+        fences[i] = a.fence;
+        if (a.answer == Answer::refused) note_pttl(a.holder_pttl);
+        break;
+      case AcquireReply::Problem::syntax_error:
+        if (nodes_[i]->set_nx_get.exchange(false)) {
+          old_server = true;  // Redis < 7.0: SET NX GET unsupported; plain SET NX from now on
         }
-      } else {
-        errors[i] = std::make_exception_ptr(ProtocolError(fmt::format(
-            "redlock: unexpected reply to the acquire script from {}", nodes_[i]->address())));
-      }
-      continue;
-    }
-    // SET NX PX [GET]: nil or OK = granted (GET returns nil when it set the key); a string is the
-    // current holder's token (ours only if an earlier send of this very attempt got through).
-    if (r->type == REDIS_REPLY_NIL) {
-      const bool with_get = b.commands[0].argc == 7;
-      answers[i] = with_get ? Answer::granted : Answer::refused;
-    } else if (r->type == REDIS_REPLY_STATUS) {
-      answers[i] = Answer::granted;
-    } else if (r->type == REDIS_REPLY_STRING) {
-      answers[i] = text(r) == token ? Answer::granted : Answer::refused;
-    } else {
-      errors[i] = std::make_exception_ptr(ProtocolError(
-          fmt::format("redlock: unexpected reply to SET NX PX from {}", nodes_[i]->address())));
-      continue;
-    }
-    if (answers[i] == Answer::refused && b.replies.size() > 1 &&
-        b.replies[1]->type == REDIS_REPLY_INTEGER) {
-      note_pttl(b.replies[1]->integer);
+        [[fallthrough]];
+      case AcquireReply::Problem::server_error:
+        errors[i] =
+            server_error(nodes_[i]->address(), fencing_ ? "the acquire script" : "SET NX PX",
+                         text(b.replies[0].get()));
+        is_server[i] = true;
+        break;
+      case AcquireReply::Problem::unexpected:
+        errors[i] = std::make_exception_ptr(ProtocolError(
+            fmt::format("redlock: unexpected reply to {} from {}",
+                        fencing_ ? "the acquire script" : "SET NX PX", nodes_[i]->address())));
+        break;
     }
   }
   for (Answer a : answers) result.granted += a == Answer::granted ? 1 : 0;

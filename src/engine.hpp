@@ -10,6 +10,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <redlock/client.hpp>
@@ -37,6 +38,23 @@ struct Scripts {
   Script raise_fence;
   static const Scripts& get();
 };
+
+// What one node said to an acquire attempt.
+enum class Answer { granted, refused, failed };
+
+// One node's reply to an acquire attempt, interpreted. Pure: no I/O, no exceptions; what
+// fuzz/fuzz_replies.cpp feeds with arbitrary replies.
+struct AcquireReply {
+  enum class Problem { none, server_error, syntax_error, unexpected };
+  Answer answer{Answer::failed};
+  std::uint64_t fence{0};
+  long long holder_pttl{-1};
+  Problem problem{Problem::none};
+};
+// `reply` answers the acquire command (SET NX PX [GET], or the fenced script); `pttl` the
+// pipelined PTTL, or null. `with_get`: the SET carried GET.
+AcquireReply read_acquire_reply(const redisReply* reply, const redisReply* pttl, bool fencing,
+                                bool with_get, std::string_view token) noexcept;
 
 struct AcquireResult {
   bool held{false};

@@ -32,7 +32,7 @@ bool WakeSlot::wait_until(std::chrono::steady_clock::time_point deadline) {
 }
 
 Subscriber::Subscriber(ClientImpl& node) : node_(node) {
-  event_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  event_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);  // not inherited across exec
   thread_ = std::thread([this] { run(); });
 }
 
@@ -176,11 +176,7 @@ void Subscriber::run() noexcept {
           outgoing_.pop_front();
         }
       }
-      int done = 0;
-      while (done == 0) {
-        if (redisBufferWrite(context, &done) == REDIS_ERR) break;
-      }
-      if (context->err != 0) throw std::runtime_error(context->errstr);
+      if (!write_all(context)) throw std::runtime_error(context->errstr);
 
       pollfd fds[2] = {{context->fd, POLLIN, 0}, {event_fd_, POLLIN, 0}};
       const int rc = ::poll(fds, 2, 1000);

@@ -35,7 +35,7 @@
 #include <vector>   // std::vector
 
 #include <redlock/client.hpp>         // Client
-#include <redlock/detail/chrono.hpp>  // saturating_ns
+#include <redlock/detail/chrono.hpp>  // saturating_ns, remaining_ns
 #include <redlock/lease.hpp>          // LeaseToken
 #include <redlock/options.hpp>        // LockOptions
 
@@ -52,8 +52,9 @@ class LockBase {
   LockBase& operator=(const LockBase&) = delete;
 
   // Releases a hold still owned (best effort), stops its renewal. Never throws; a failed release
-  // is logged and the lease simply expires after its ttl.
-  ~LockBase();
+  // is logged and the lease simply expires after its ttl. Virtual, so that a Lock or a Redlock
+  // may be owned through a std::unique_ptr<LockBase>.
+  virtual ~LockBase();
 
   // Waits until the lock is held by the calling thread. Returns when held.
   // Throws Error when no node can be reached at all (every node failed; for Lock, its one node),
@@ -76,7 +77,7 @@ class LockBase {
   // As try_lock_for(deadline - Clock::now()). Thread-safe.
   template <class Clock, class Duration>
   bool try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline) {
-    return try_lock_for_ns(detail::saturating_ns(deadline - Clock::now()));
+    return try_lock_for_ns(detail::remaining_ns(deadline));
   }
 
   // Drops one level of the calling thread's hold; the last level releases the lease (release

@@ -1,4 +1,4 @@
-// redlock/detail/chrono.hpp: saturating duration conversion for the lock templates.
+// redlock/detail/chrono.hpp: overflow-free duration arithmetic for the lock templates.
 #ifndef REDLOCK_DETAIL_CHRONO_HPP
 #define REDLOCK_DETAIL_CHRONO_HPP
 
@@ -16,6 +16,15 @@ std::chrono::nanoseconds saturating_ns(const std::chrono::duration<Rep, Period>&
   if (wide >= Wide(std::chrono::nanoseconds::max())) return std::chrono::nanoseconds::max();
   if (wide <= Wide(std::chrono::nanoseconds::min())) return std::chrono::nanoseconds::min();
   return std::chrono::duration_cast<std::chrono::nanoseconds>(d);
+}
+
+// Time left until `deadline` on its own clock, in nanoseconds, clamped: computed in a wide type
+// so that extreme time points (time_point::min()/max()) cannot overflow the subtraction.
+template <class Clock, class Duration>
+std::chrono::nanoseconds remaining_ns(const std::chrono::time_point<Clock, Duration>& deadline) {
+  using Wide = std::chrono::duration<long double, std::nano>;
+  const Wide left = Wide(deadline.time_since_epoch()) - Wide(Clock::now().time_since_epoch());
+  return saturating_ns(left);
 }
 
 }  // namespace detail
