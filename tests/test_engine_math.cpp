@@ -88,4 +88,11 @@ TEST_CASE("durations saturate instead of overflowing", "[unit][engine]") {
   CHECK(saturating_ns(std::chrono::duration<double>(1e300)) == std::chrono::nanoseconds::max());
   CHECK(saturating_ns(-5ms) == -5ms);
   CHECK(saturating_ns(1500us) == 1500us);
+  using redlock::detail::remaining_ns;
+  CHECK(remaining_ns(std::chrono::system_clock::time_point::min()) ==
+        std::chrono::nanoseconds::min());
+  CHECK(remaining_ns(std::chrono::steady_clock::time_point::max()) > std::chrono::hours(24 * 365));
+  const auto soon = remaining_ns(std::chrono::steady_clock::now() + 1s);
+  CHECK(soon > 900ms);
+  CHECK(soon <= 1s);
 }

@@ -550,7 +550,32 @@ redlock::Endpoint RedisServer::endpoint() const {
   e.port = port_;
   e.connect_timeout = milliseconds(200);
   e.command_timeout = milliseconds(200);
+  if (restricted_user_mode()) {
+    e.username = kRestrictedUser;
+    e.password = kRestrictedPassword;
+  }
   return e;
+}
+
+bool restricted_user_mode() {
+  static const bool on = [] {
+    const char* v = std::getenv("REDLOCK_TEST_RESTRICTED_USER");
+    return v != nullptr && *v != '\0' && std::string_view(v) != "0";
+  }();
+  return on;
+}
+
+std::vector<std::string> minimal_acl_rules() {
+  // Exactly the README's "Minimal Redis ACL", for keys and channels under the test prefix.
+  return {"on",         std::string(">") + kRestrictedPassword,
+          "~rltest:*",  "&rltest:*",
+          "+set",       "+get",
+          "+del",       "+pexpire",
+          "+pttl",      "+incr",
+          "+type",      "+eval",
+          "+evalsha",   "+publish",
+          "+subscribe", "+unsubscribe",
+          "+ping"};
 }
 
 redlock::Endpoint RedisServer::unix_endpoint() const {
@@ -577,6 +602,12 @@ void RedisServer::spawn(int port) {
                            "--logfile", log_path_});
   if (options_.unix_socket) {
     args.insert(args.end(), {"--unixsocket", unix_socket_, "--unixsocketperm", "700"});
+  }
+  if (restricted_user_mode()) {
+    // The tests' own bookkeeping (counters, hold logs) needs a few more commands than the library.
+    args.insert(args.end(), {"--user", kRestrictedUser});
+    for (auto& rule : minimal_acl_rules()) args.push_back(rule);
+    args.insert(args.end(), {"+incr", "+decr", "+rpush"});
   }
   args.insert(args.end(), options_.extra_args.begin(), options_.extra_args.end());
 

@@ -158,6 +158,15 @@ class ServerGroup {
 };
 
 // A per-process prefix for keys, unique per test run: "rltest:<pid>:<random hex>:".
+// With REDLOCK_TEST_RESTRICTED_USER=1 in the environment, every server also gets an ACL user
+// with only the README's minimal permissions, and endpoint() logs in as that user: the lock
+// suites then prove the library needs nothing more.
+inline constexpr const char* kRestrictedUser = "locker";
+inline constexpr const char* kRestrictedPassword = "locker-secret-pw";
+bool restricted_user_mode();
+// The ACL rules of that user (after its name), as `ACL SETUSER locker <rules...>` takes them.
+std::vector<std::string> minimal_acl_rules();
+
 const std::string& run_prefix();
 // run_prefix() + name.
 std::string key(std::string_view name);

@@ -1,0 +1,51 @@
+// libFuzzer target: the reply handling behind every lock operation. Arbitrary bytes go through
+// hiredis's RESP reader (garbage, wrong types, deep arrays, huge bulk strings); every reply it
+// produces is interpreted as an acquire reply (plain, with GET, fenced), an extend/release
+// confirmation and a public Reply. Nothing may crash, leak or read out of bounds, and the
+// interpretation must stay consistent (a grant never comes with a problem, a fence only with a
+// fenced grant).
+#include <hiredis/hiredis.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "connection.hpp"
+#include "engine.hpp"
+
+using redlock::detail::AcquireReply;
+using redlock::detail::Answer;
+
+namespace {
+
+void check(const AcquireReply& a, bool fencing) {
+  if (a.problem != AcquireReply::Problem::none && a.answer != Answer::failed) std::abort();
+  if (a.fence != 0 && !(fencing && a.answer == Answer::granted)) std::abort();
+  if (fencing && a.answer == Answer::granted && a.fence == 0) std::abort();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  redisReader* reader = redisReaderCreate();
+  if (reader == nullptr) return 0;
+  redisReaderFeed(reader, reinterpret_cast<const char*>(data), size);
+  const std::string_view token("0123456789abcdef0123456789abcdef01234567");
+  redisReply* previous = nullptr;
+  for (int i = 0; i < 64; ++i) {
+    void* raw = nullptr;
+    if (redisReaderGetReply(reader, &raw) != REDIS_OK || raw == nullptr) break;
+    auto* reply = static_cast<redisReply*>(raw);
+    check(redlock::detail::read_acquire_reply(reply, previous, false, false, token), false);
+    check(redlock::detail::read_acquire_reply(reply, previous, false, true, token), false);
+    check(redlock::detail::read_acquire_reply(reply, nullptr, true, false, token), true);
+    (void)redlock::detail::LeaseEngine::extend_confirmed(reply);
+    (void)redlock::detail::to_reply(reply);
+    if (previous != nullptr) freeReplyObject(previous);
+    previous = reply;
+  }
+  if (previous != nullptr) freeReplyObject(previous);
+  redisReaderFree(reader);
+  return 0;
+}
