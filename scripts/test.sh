@@ -1,10 +1,85 @@
 #!/usr/bin/env bash
-# The whole test suite, from any directory and any state (fresh clone or already built):
-# installs missing Debian packages, builds into build/, runs every test with ctest.
-set -euo pipefail
+# The whole test suite, from any directory and any state (fresh clone or already built).
+# Installs missing Debian packages, then runs, each in its own build directory:
+#   1. build/        the full ctest suite (unit, real-server, fault, torture, examples, bench smoke)
+#   2. build-asan/   the suite under AddressSanitizer + UndefinedBehaviorSanitizer (clang)
+#   3. build-tsan/   the suite under ThreadSanitizer (clang)
+#   4. valgrind memcheck on a subset (the plain build's test binary)
+#   5. libFuzzer on Endpoint::parse and the reply handling, 60 s each (build-fuzz/)
+# and ends with one line "stages: N passed, M failed". `--quick` runs stage 1 only.
+set -uo pipefail
 REDLOCK_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$REDLOCK_ROOT/scripts/deps.sh"
-redlock_install_deps
-redlock_build "$REDLOCK_ROOT/build"
-cd "$REDLOCK_ROOT/build"
-ctest --output-on-failure -j2 --timeout 300
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+if [ $quick -eq 1 ]; then
+  redlock_install_deps || exit 1
+else
+  redlock_install_deps clang libclang-rt-14-dev valgrind || exit 1
+fi
+jobs="$(nproc)"
+passed=0
+failed=0
+failures=()
+stage() {  # stage NAME COMMAND...: runs one stage, records the outcome, never stops the script
+  local name="$1"
+  shift
+  echo
+  echo "=== $name ==="
+  local start=$SECONDS
+  if "$@"; then
+    passed=$((passed + 1))
+    echo "=== $name: passed ($((SECONDS - start)) s) ==="
+  else
+    failed=$((failed + 1))
+    failures+=("$name")
+    echo "=== $name: FAILED ($((SECONDS - start)) s) ==="
+  fi
+}
+
+plain() {
+  redlock_build "$REDLOCK_ROOT/build" && (cd "$REDLOCK_ROOT/build" &&
+    ctest --output-on-failure -j2 --timeout 600)
+}
+sanitized() {  # sanitized DIR SANITIZERS
+  local dir="$REDLOCK_ROOT/$1"
+  redlock_build "$dir" -DCMAKE_CXX_COMPILER=clang++ -DREDLOCK_SANITIZE="$2" \
+    -DREDLOCK_BUILD_BENCH=OFF >/dev/null &&
+    (cd "$dir" && ctest --output-on-failure -j2 --timeout 900 -LE 'torture')
+}
+memcheck() {
+  # Threads, sockets and child processes under valgrind are slow: a subset without timing bounds.
+  valgrind --quiet --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
+    "$REDLOCK_ROOT/build/tests/redlock_tests" \
+    "[unit],[client]~[fault],Lock acquires*,Lock is re-entrant*,Fencing tokens*,Redlock basics*,scoped_lock*,Watchdog gives the lock up at max_hold" \
+    --use-colour no
+}
+fuzz() {
+  local dir="$REDLOCK_ROOT/build-fuzz"
+  redlock_build "$dir" -DCMAKE_CXX_COMPILER=clang++ -DREDLOCK_BUILD_FUZZ=ON \
+    -DREDLOCK_SANITIZE=address,undefined -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link \
+    -DREDLOCK_BUILD_TESTS=OFF -DREDLOCK_BUILD_EXAMPLES=OFF -DREDLOCK_BUILD_BENCH=OFF >/dev/null ||
+    return 1
+  local target corpus rc=0
+  for target in endpoint replies; do
+    corpus="$(mktemp -d)"
+    cp "$REDLOCK_ROOT/tests/fuzz/corpus/$target/"* "$corpus/"
+    (cd "$corpus" && "$dir/tests/fuzz/fuzz_$target" -max_total_time=60 -max_len=65536 \
+      -print_final_stats=1 "$corpus" 2>&1 | tail -4) || rc=1
+    ls "$corpus" | grep -q '^crash-' && rc=1
+    rm -rf "$corpus"
+  done
+  return $rc
+}
+
+stage "plain build + ctest" plain
+if [ $quick -eq 0 ]; then
+  stage "ASan+UBSan build + ctest" sanitized build-asan address,undefined
+  stage "TSan build + ctest" sanitized build-tsan thread
+  stage "valgrind memcheck (subset)" memcheck
+  stage "libFuzzer (60 s per target)" fuzz
+fi
+echo
+[ $failed -gt 0 ] && echo "failed stages: ${failures[*]}"
+echo "stages: $passed passed, $failed failed"
+[ $failed -eq 0 ]
