@@ -1,0 +1,61 @@
+// bench/bench.hpp: what the sections of redlock-bench share (settings, the report being built).
+// The sections themselves are described at the top of bench.cpp.
+#ifndef REDLOCK_BENCH_BENCH_HPP
+#define REDLOCK_BENCH_BENCH_HPP
+
+#include <chrono>  // std::chrono::milliseconds
+#include <string>  // std::string
+#include <vector>  // std::vector
+
+#include <redlock/endpoint.hpp>  // Endpoint
+
+#include "common.hpp"  // Json
+
+namespace redlock::test {
+class RedisServer;
+}  // namespace redlock::test
+
+namespace bench {
+
+struct Config {
+  bool quick{false};
+  // Length of every timed measurement, seconds.
+  double seconds{1.0};
+  // Sections 1 and 2: interleaved rounds per variant; the table shows their median.
+  int rounds{7};
+  // Sections to run (1..4); empty: all.
+  std::vector<int> sections;
+  // Sections 1 and 2: client thread counts.
+  std::vector<int> threads{1, 4};
+  // Section 2: cycles measured with one node SIGSTOPped, per command timeout.
+  int paused_cycles{10};
+  // Section 3: contending workers.
+  int workers{8};
+  // Section 4: leases on one watchdog, and their ttl.
+  int leases{10'000};
+  std::chrono::milliseconds watchdog_ttl{3'000};
+  // connect and command timeout of every endpoint (library and floor) outside the SIGSTOP run:
+  // generous, so that a loaded CI machine never turns a slow reply into an error.
+  std::chrono::milliseconds timeout{1'000};
+  std::string json_path;
+  std::string command_line;
+};
+
+// What the sections fill in: the JSON document, and failures (the exit status is 1 if any).
+struct Report {
+  Json sections = Json::object();
+  std::vector<std::string> errors;
+};
+
+// server.endpoint() with both timeouts set to `timeout`.
+redlock::Endpoint endpoint_of(const redlock::test::RedisServer& server,
+                              std::chrono::milliseconds timeout);
+
+// Section 3 (contended.cpp).
+void section_contended(const Config& config, Report& report);
+// The hidden worker mode of section 3's process variant: `redlock-bench --contended-worker ...`.
+int contended_worker_main(int argc, char** argv);
+
+}  // namespace bench
+
+#endif  // REDLOCK_BENCH_BENCH_HPP
