@@ -1,0 +1,122 @@
+// examples/lock_guard.cpp: a critical section under std::lock_guard with a single-instance Lock.
+//
+//   example_lock_guard [--redis URI] [--self-test]
+//
+// redlock::Lock is a lease on one Redis instance that meets the standard Lockable requirements,
+// so the standard guards work with it exactly as with a std::mutex. What differs from a mutex:
+//   - lock() can fail to talk to Redis at all; that throws redlock::Error (catch it, below);
+//   - the lease expires after LockOptions::ttl unless renewed, so a holder that crashes cannot
+//     block everyone forever, and a holder that overruns its ttl is no longer protected;
+//   - another process (or another Lock object) that wants the same key sees contention as a
+//     plain `false` from try_lock(), never as an exception.
+// --self-test starts a throwaway redis-server (test harness) instead of using --redis.
+#include <chrono>       // std::chrono
+#include <cstdio>       // std::printf, std::fprintf
+#include <cstring>      // std::strcmp
+#include <exception>    // std::exception
+#include <memory>       // std::unique_ptr
+#include <mutex>        // std::lock_guard
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+#include <thread>       // std::this_thread::sleep_for
+
+#include <redlock/redlock.hpp>  // Client, Endpoint, Lock, errors, set_log_handler
+
+#include "support/redis_server.hpp"  // --self-test only: a throwaway redis-server
+
+namespace {
+
+using namespace std::chrono_literals;
+
+// Increments a counter of "reports written" under the lock. Returns 0 on success.
+int run(const redlock::Endpoint& endpoint) {
+  // Problems redlock cannot throw (a failed release in a destructor, a reconnect) go to one
+  // process-wide handler. The default is silent; print warnings and errors.
+  redlock::set_log_handler([](redlock::LogLevel level, std::string_view message) {
+    if (level >= redlock::LogLevel::warn) {
+      std::fprintf(stderr, "[redlock %s] %.*s\n", redlock::to_string(level),
+                   static_cast<int>(message.size()), message.data());
+    }
+  });
+
+  redlock::Client client(endpoint);  // connects lazily, on the first command
+  redlock::LockOptions options;
+  options.ttl = 10s;  // the lease expires by itself 10 s after the last acquire
+  redlock::Lock lock(client, "examples:lock_guard", options);
+
+  try {
+    std::lock_guard<redlock::Lock> guard(lock);  // waits until held; throws redlock::Error
+    std::printf("holding '%s' on %s; %lld ms of validity left\n", lock.key().c_str(),
+                endpoint.address().c_str(), static_cast<long long>(lock.validity().count()));
+
+    // The critical section. Keep it well inside validity(); for long work see long_job.cpp.
+    const redlock::Reply before = client.command({"GET", "examples:lock_guard:reports"});
+    std::this_thread::sleep_for(50ms);  // "writing the report"
+    const redlock::Reply after = client.command({"INCR", "examples:lock_guard:reports"});
+    std::printf("reports written so far: %s -> %lld\n",
+                before.is_nil() ? "0" : before.str().c_str(),
+                static_cast<long long>(after.integer()));
+
+    // Meanwhile, anyone else asking for the same key just gets `false`: contention is a result.
+    // (A second Lock object behaves like another process; the same object would be re-entrant.)
+    redlock::Lock other(client, "examples:lock_guard", options);
+    std::printf("a second Lock on the same key: try_lock() -> %s\n",
+                other.try_lock() ? "true (unexpected!)" : "false, as it should be");
+  } catch (const redlock::TimeoutError& e) {  // a deadline passed: paused or overloaded server
+    std::fprintf(stderr, "timed out talking to Redis: %s\n", e.what());
+    return 1;
+  } catch (const redlock::Error& e) {  // any other Redis-side failure (refused, NOAUTH, ...)
+    std::fprintf(stderr, "could not lock: %s\n", e.what());
+    return 1;
+  }
+  // The guard released the lease when it went out of scope. Its unlock() never throws: a
+  // release that fails is logged through the handler above and the lease simply expires.
+  std::printf("released; lock held by us now? %s\n", lock.owns_lock() ? "yes" : "no");
+
+  // What a failure looks like: nothing listens on port 1, so lock() throws ConnectionError
+  // (a subclass of redlock::Error) at once instead of waiting forever.
+  redlock::Endpoint nowhere = endpoint;
+  nowhere.host = "127.0.0.1";
+  nowhere.port = 1;
+  nowhere.unix_socket.clear();
+  redlock::Lock unreachable(redlock::Client(nowhere), "examples:lock_guard", options);
+  try {
+    std::lock_guard<redlock::Lock> guard(unreachable);
+    std::fprintf(stderr, "locked on %s?! nothing should listen there\n", nowhere.address().c_str());
+    return 1;
+  } catch (const redlock::Error& e) {
+    std::printf("as expected, no lock without a server: %s\n", e.what());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string uri = "redis://127.0.0.1:6379";
+  bool self_test = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--redis") == 0 && i + 1 < argc) {
+      uri = argv[++i];
+    } else if (std::strcmp(argv[i], "--self-test") == 0) {
+      self_test = true;
+    } else {
+      std::fprintf(stderr, "usage: %s [--redis URI] [--self-test]\n", argv[0]);
+      return 2;
+    }
+  }
+  try {
+    std::unique_ptr<redlock::test::RedisServer> server;  // lives until main returns
+    redlock::Endpoint endpoint;
+    if (self_test) {
+      server = std::make_unique<redlock::test::RedisServer>();
+      endpoint = server->endpoint();
+    } else {
+      endpoint = redlock::Endpoint::parse(uri);  // throws std::invalid_argument if malformed
+    }
+    return run(endpoint);
+  } catch (const std::exception& e) {  // a bad URI, or a throwaway server that would not start
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,143 @@
+// examples/redlock_quorum.cpp: one lock over several independent Redis instances (Redlock).
+//
+//   example_redlock_quorum [--redis URI]... [--self-test]
+//
+// Pass --redis once per instance, e.g. five times for five servers: the lock is held when a
+// majority (the quorum, N/2 + 1) granted it in time, so it survives a minority of dead or paused
+// nodes. The instances must be independent servers (not replicas of each other). With no --redis
+// at all it uses redis://127.0.0.1:6379 alone, which works (quorum 1) but shows little.
+//
+// What this example shows:
+//   - try_lock_for() returns false on contention: another holder is not an error;
+//   - validity() is the time left on the lease, already reduced by the time the acquire took
+//     and by the clock-drift allowance: the budget for the critical section;
+//   - redlock::Error is thrown only when no instance could be reached at all.
+// --self-test starts five throwaway servers and kills one of them first, to show that a dead
+// minority costs nothing but a log line.
+#include <chrono>       // std::chrono
+#include <cstdio>       // std::printf, std::fprintf
+#include <cstring>      // std::strcmp
+#include <exception>    // std::exception
+#include <functional>   // std::less
+#include <memory>       // std::unique_ptr
+#include <mutex>        // std::unique_lock, std::mutex
+#include <set>          // std::set
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+#include <thread>       // std::this_thread::sleep_for
+#include <vector>       // std::vector
+
+#include <redlock/redlock.hpp>  // Client, Endpoint, Redlock, errors, set_log_handler
+
+#include "support/redis_server.hpp"  // --self-test only: throwaway redis-servers
+
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+long long ms(std::chrono::milliseconds d) { return static_cast<long long>(d.count()); }
+long long ms_since(Clock::time_point start) {
+  return ms(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start));
+}
+
+int run(const std::vector<redlock::Endpoint>& endpoints) {
+  // Warnings and errors, each distinct message once: a dead node is reported on every attempt,
+  // which would drown everything else. (The handler may run on any thread, hence the mutex.)
+  redlock::set_log_handler([](redlock::LogLevel level, std::string_view message) {
+    static std::mutex mutex;
+    static std::set<std::string, std::less<>> seen;
+    if (level < redlock::LogLevel::warn) return;
+    std::lock_guard<std::mutex> guard(mutex);
+    if (!seen.emplace(message).second) return;
+    std::fprintf(stderr, "[redlock %s] %.*s\n", redlock::to_string(level),
+                 static_cast<int>(message.size()), message.data());
+  });
+
+  // One Client per instance. A Client is a cheap, thread-safe handle: share it, copy it.
+  std::vector<redlock::Client> clients;
+  for (const auto& endpoint : endpoints) clients.emplace_back(endpoint);
+
+  redlock::LockOptions options;
+  options.ttl = 5s;
+  redlock::Redlock quorum(clients, "examples:quorum", options);
+  std::printf("Redlock over %zu instance(s); a hold needs %zu of them\n", quorum.size(),
+              quorum.quorum());
+
+  try {
+    // Like a timed mutex: try for up to 2 s. `held` unlocks when it goes out of scope.
+    const auto asked = Clock::now();
+    std::unique_lock<redlock::Redlock> held(quorum, 2s);
+    if (!held) {
+      // Contention: someone else holds the lock on a quorum of instances (or no quorum could be
+      // reached in time, e.g. too many nodes down). Not an exception, and not a reason to
+      // "steal" the key. Typical answers: back off and retry later, skip this run, report busy.
+      std::printf("busy: someone else held '%s' for the whole 2 s; try again later\n",
+                  quorum.key().c_str());
+      return 0;
+    }
+    // validity(): ttl - time the acquire took - drift allowance (ttl * 0.01 + 2 ms). It counts
+    // down on the steady clock. Work that must be protected has to finish within it (or extend()
+    // the lease, or use auto_renew: see long_job.cpp).
+    std::printf("held after %lld ms; validity() = %lld ms of the %lld ms ttl\n", ms_since(asked),
+                ms(quorum.validity()), ms(options.ttl));
+
+    // Meanwhile a rival (another Redlock object, as another process would have) gives up after
+    // its own timeout and gets `false`. Partial grants it collected were rolled back for it.
+    redlock::Redlock rival(clients, "examples:quorum", options);
+    const auto tried = Clock::now();
+    const bool rival_got_it = rival.try_lock_for(300ms);
+    std::printf("a rival's try_lock_for(300ms) -> %s after %lld ms\n",
+                rival_got_it ? "true (unexpected!)" : "false", ms_since(tried));
+    if (rival_got_it) return 1;
+
+    std::this_thread::sleep_for(100ms);  // the critical section
+    // Before a step that must not run unprotected, check the budget that is left.
+    if (quorum.validity() < 1s) {
+      std::printf("less than 1 s of validity left: not committing; the next holder redoes it\n");
+      return 0;
+    }
+    std::printf("committing with %lld ms of validity left\n", ms(quorum.validity()));
+  } catch (const redlock::Error& e) {
+    // Thrown only when no instance answered at all (all down, wrong password everywhere, ...).
+    std::fprintf(stderr, "no Redis instance could be reached: %s\n", e.what());
+    return 1;
+  }
+  std::printf("released\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> uris;
+  bool self_test = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--redis") == 0 && i + 1 < argc) {
+      uris.emplace_back(argv[++i]);
+    } else if (std::strcmp(argv[i], "--self-test") == 0) {
+      self_test = true;
+    } else {
+      std::fprintf(stderr, "usage: %s [--redis URI]... [--self-test]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (uris.empty()) uris.emplace_back("redis://127.0.0.1:6379");
+  try {
+    std::unique_ptr<redlock::test::ServerGroup> servers;  // lives until main returns
+    std::vector<redlock::Endpoint> endpoints;
+    if (self_test) {
+      servers = std::make_unique<redlock::test::ServerGroup>(5);
+      endpoints = servers->endpoints();
+      (*servers)[4].kill9();
+      std::printf("self-test: 5 throwaway servers, %s killed on purpose\n",
+                  endpoints[4].address().c_str());
+    } else {
+      for (const auto& uri : uris) endpoints.push_back(redlock::Endpoint::parse(uri));
+    }
+    return run(endpoints);
+  } catch (const std::exception& e) {  // a bad URI, two URIs for one server, a failed start
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
