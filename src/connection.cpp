@@ -218,18 +218,43 @@ void read_blocking(Pending& p) {
   }
 }
 
-// Reads the remaining replies of every pending node, all at once, each until its deadline.
-void read_multiplexed(std::vector<Pending>& pending) {
+// Reads the remaining replies of every pending node, all at once, each until its deadline (or
+// the grace deadline of an early finish).
+void read_multiplexed(std::vector<Pending>& pending, Clock::time_point start,
+                      const EarlyFinish* early) {
   std::vector<pollfd> fds;
   std::vector<Pending*> owners;
+  auto grace = Clock::time_point::max();
   for (;;) {
     fds.clear();
     owners.clear();
     const auto now = Clock::now();
+    if (early != nullptr && grace == Clock::time_point::max()) {
+      std::size_t succeeded = 0;
+      std::size_t failed = 0;
+      for (std::size_t i = 0; i < pending.size(); ++i) {
+        const Pending& p = pending[i];
+        if (p.done) {
+          ++failed;
+        } else if (p.replies.size() >= p.expected) {
+          const bool handshake_ok = std::none_of(
+              p.replies.begin(), p.replies.begin() + static_cast<std::ptrdiff_t>(p.handshake),
+              [](const ReplyPtr& r) { return is_error(r.get()); });
+          if (handshake_ok && early->success(i, p.replies[p.handshake].get())) {
+            ++succeeded;
+          } else {
+            ++failed;
+          }
+        }
+      }
+      if (succeeded >= early->needed || failed > pending.size() - early->needed) {
+        grace = now + std::max<Clock::duration>(now - start, std::chrono::milliseconds(1));
+      }
+    }
     auto next_deadline = Clock::time_point::max();
     for (auto& p : pending) {
       if (p.done || p.replies.size() >= p.expected) continue;
-      if (now >= p.deadline) {
+      if (now >= p.deadline || now >= grace) {
         send_on_timeout(p);
         // Reported as a timeout: the context saw no error, so describe it ourselves.
         p.connection->context->err = REDIS_ERR_IO;
@@ -238,7 +263,7 @@ void read_multiplexed(std::vector<Pending>& pending) {
         fail(p, transport_error(p.connection->context.get(), *p.batch->node, "read from"));
         continue;
       }
-      next_deadline = std::min(next_deadline, p.deadline);
+      next_deadline = std::min({next_deadline, p.deadline, grace});
       fds.push_back(pollfd{p.connection->context->fd, POLLIN, 0});
       owners.push_back(&p);
     }
@@ -445,6 +470,19 @@ void ClientImpl::clear_idle() noexcept {
   stale.swap(idle_);
 }
 
+void ClientImpl::note_health(bool reachable, std::string_view why) noexcept {
+  if (reachable) {
+    if (down_.exchange(false, std::memory_order_relaxed)) {
+      logf(LogLevel::info, "redlock: {} answers again", address_);
+    }
+  } else if (!down_.exchange(true, std::memory_order_relaxed)) {
+    logf(LogLevel::warn, "redlock: {} is unreachable ({}); further failures are logged at debug",
+         address_, why);
+  } else {
+    logf(LogLevel::debug, "redlock: {} still unreachable ({})", address_, why);
+  }
+}
+
 std::size_t ClientImpl::idle() const {
   std::lock_guard<std::mutex> guard(mutex_);
   return idle_.size();
@@ -483,7 +521,8 @@ Subscriber& ClientImpl::subscriber() {
 
 namespace {
 
-void execute_once(NodeBatch* batches, std::size_t count, std::vector<bool>& stale) {
+void execute_once(NodeBatch* batches, std::size_t count, std::vector<bool>& stale,
+                  const EarlyFinish* early) {
   std::vector<Pending> pending(count);
   const auto start = Clock::now();
   std::size_t live = 0;
@@ -514,7 +553,7 @@ void execute_once(NodeBatch* batches, std::size_t count, std::vector<bool>& stal
   if (live == 1 && count == 1) {
     read_blocking(pending[0]);
   } else if (live > 0) {
-    read_multiplexed(pending);
+    read_multiplexed(pending, start, early);
   }
   for (std::size_t i = 0; i < count; ++i) {
     Pending& p = pending[i];
@@ -532,15 +571,26 @@ void execute_once(NodeBatch* batches, std::size_t count, std::vector<bool>& stal
     }
     finish(p);
     retry_noscript(p);
-    if (!p.done) p.batch->node->checkin(std::move(p.connection));
+    if (!p.done) {
+      p.batch->node->note_health(true);
+      p.batch->node->checkin(std::move(p.connection));
+    } else if (p.batch->error && !stale[i]) {
+      try {
+        std::rethrow_exception(p.batch->error);
+      } catch (const ServerError&) {
+        p.batch->node->note_health(true);  // it answered, with an error
+      } catch (const std::exception& e) {
+        p.batch->node->note_health(false, e.what());
+      }
+    }
   }
 }
 
 }  // namespace
 
-void execute(NodeBatch* batches, std::size_t count) {
+void execute(NodeBatch* batches, std::size_t count, const EarlyFinish* early) {
   std::vector<bool> stale(count, false);
-  execute_once(batches, count, stale);
+  execute_once(batches, count, stale, early);
   if (std::find(stale.begin(), stale.end(), true) == stale.end()) return;
   std::vector<NodeBatch> again;
   std::vector<std::size_t> index;
@@ -553,7 +603,7 @@ void execute(NodeBatch* batches, std::size_t count) {
     index.push_back(i);
   }
   std::vector<bool> unused(again.size(), false);
-  execute_once(again.data(), again.size(), unused);
+  execute_once(again.data(), again.size(), unused, nullptr);
   for (std::size_t k = 0; k < again.size(); ++k) batches[index[k]] = std::move(again[k]);
 }
 

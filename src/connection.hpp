@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstddef>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -111,6 +112,10 @@ class ClientImpl {
   // Whether SET ... NX ... GET works on this server (Redis >= 7.0); learned on first use.
   std::atomic<bool> set_nx_get{true};
 
+  // Records whether the node just answered; logs only transitions (down: warn, back: info), so
+  // a dead node costs one log line, not one per operation. Never throws.
+  void note_health(bool reachable, std::string_view why = {}) noexcept;
+
  private:
   Endpoint endpoint_;
   std::string address_;
@@ -122,6 +127,7 @@ class ClientImpl {
 
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<Connection>> idle_;  // guarded by mutex_
+  std::atomic<bool> down_{false};
   std::once_flag subscriber_once_;
   std::unique_ptr<Subscriber> subscriber_;
 };
@@ -142,11 +148,22 @@ struct NodeBatch {
   std::exception_ptr error;
 };
 
+// Lets a multi-node batch finish before its slowest node once the outcome is certain: when
+// `needed` nodes succeeded (by `success`, given the node's index and its first command's reply),
+// or so many failed that `needed` successes are impossible. The remaining nodes then get a
+// grace period of twice the time taken so far (at least 1 ms), so healthy stragglers still
+// answer; nodes still silent after it are abandoned like a timeout (on_timeout is sent behind
+// their request, the connection closed, error = TimeoutError).
+struct EarlyFinish {
+  std::size_t needed{0};
+  std::function<bool(std::size_t node, const redisReply* reply)> success;
+};
+
 // Runs every batch: sends each node's commands in one write, then reads all replies, polling all
 // nodes at once. A node that does not answer within its command_timeout gets a TimeoutError and
 // costs the others nothing. NOSCRIPT replies are retried with EVAL on the same connection.
 // Never throws for per-node failures (they land in NodeBatch::error); throws std::bad_alloc only.
-void execute(NodeBatch* batches, std::size_t count);
+void execute(NodeBatch* batches, std::size_t count, const EarlyFinish* early = nullptr);
 
 // Writes everything buffered in `context` (blocking, bounded by its send timeout) without letting
 // a closed connection raise SIGPIPE in the caller. Returns false on a write error.

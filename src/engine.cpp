@@ -205,8 +205,15 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl) {
     // A node too slow to answer in time does not count; undo whatever it does later, in order.
     batches[i].on_timeout.push_back(undo.view());
   }
+  // Done as soon as a quorum granted (or can no longer grant); stragglers get a short grace.
+  EarlyFinish early;
+  early.needed = quorum();
+  early.success = [&](std::size_t i, const redisReply* reply) {
+    const bool with_get = !fencing_ && batches[i].commands[0].argc == 7;
+    return read_acquire_reply(reply, nullptr, fencing_, with_get, token).answer == Answer::granted;
+  };
   const auto started = SteadyClock::now();
-  execute(batches.data(), n);
+  execute(batches.data(), n, &early);
 
   AcquireResult result;
   std::vector<Answer> answers(n, Answer::failed);
@@ -280,7 +287,12 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl) {
         raise.push_back(std::move(b));
         who.push_back(i);
       }
-      execute(raise.data(), raise.size());
+      EarlyFinish confirmed_by;
+      confirmed_by.needed = std::min(quorum(), raise.size());
+      confirmed_by.success = [](std::size_t, const redisReply* reply) {
+        return reply != nullptr && reply->type == REDIS_REPLY_INTEGER && reply->integer == 1;
+      };
+      execute(raise.data(), raise.size(), &confirmed_by);
       std::size_t confirmed = 0;
       for (auto& b : raise) {
         if (!b.error && b.replies[0]->type == REDIS_REPLY_INTEGER && b.replies[0]->integer == 1) {
@@ -332,7 +344,8 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl) {
       try {
         std::rethrow_exception(errors[i]);
       } catch (const std::exception& e) {
-        logf(LogLevel::warn, "redlock: acquire of a lock: node {} failed: {}", i, e.what());
+        logf(LogLevel::debug, "redlock: acquire of {} on {}: {}", key_, nodes_[i]->address(),
+             e.what());
       }
     }
   }
@@ -350,8 +363,11 @@ ExtendResult LeaseEngine::extend(const std::string& token, std::chrono::millisec
     batches[i].node = nodes_[i].get();
     batches[i].commands.push_back(commands[i].view());
   }
+  EarlyFinish early;
+  early.needed = quorum();
+  early.success = [](std::size_t, const redisReply* reply) { return extend_confirmed(reply); };
   const auto started = SteadyClock::now();
-  execute(batches.data(), n);
+  execute(batches.data(), n, &early);
   ExtendResult result;
   std::vector<std::exception_ptr> errors(n);
   std::vector<bool> is_server(n, false);
@@ -393,7 +409,14 @@ ReleaseResult LeaseEngine::release(const std::string& token, const std::vector<b
     index.push_back(i);
   }
   const std::size_t n = batches.size();
-  execute(batches.data(), n);
+  // The release is on the wire to every node; once a quorum confirmed, a silent node is only
+  // given a short grace (it still runs the release if it ever reads it).
+  EarlyFinish early;
+  early.needed = std::min(quorum(), n);
+  early.success = [](std::size_t, const redisReply* reply) {
+    return reply != nullptr && reply->type == REDIS_REPLY_INTEGER && reply->integer == 1;
+  };
+  execute(batches.data(), n, &early);
   ReleaseResult result;
   std::vector<std::exception_ptr> errors(n);
   std::vector<bool> is_server(n, false);

@@ -130,7 +130,7 @@ void Subscriber::run() noexcept {
         try {
           connection = node_.connect_ready();
         } catch (const std::exception& e) {
-          logf(LogLevel::warn, "redlock: subscriber cannot connect: {}", e.what());
+          node_.note_health(false, e.what());
           std::unique_lock<std::mutex> lock(mutex_);
           failing_ = true;
           confirmed_.notify_all();

@@ -114,8 +114,13 @@ void WatchdogImpl::lose(Entry& entry, LostReason reason) {
     std::lock_guard<std::mutex> guard(mutex_);
     ++lost_;
   }
-  logf(LogLevel::warn, "redlock: lease on {} lost ({}) after {} renewals", entry.engine->key(),
-       to_string(reason), entry.hold->renewals());
+  if (reason == LostReason::cap_reached) {
+    logf(LogLevel::info, "redlock: lease on {} released at its cap after {} renewals",
+         entry.engine->key(), entry.hold->renewals());
+  } else {
+    logf(LogLevel::warn, "redlock: lease on {} lost ({}) after {} renewals", entry.engine->key(),
+         to_string(reason), entry.hold->renewals());
+  }
   if (entry.settings.on_lost) {
     LostEvent event{entry.engine->key(), reason, entry.hold->fence(), entry.hold->renewals()};
     auto callback = entry.settings.on_lost;
