@@ -248,7 +248,7 @@ void read_multiplexed(std::vector<Pending>& pending, Clock::time_point start,
         }
       }
       if (succeeded >= early->needed || failed > pending.size() - early->needed) {
-        grace = now + std::max<Clock::duration>(now - start, std::chrono::milliseconds(1));
+        grace = now + std::max<Clock::duration>(3 * (now - start), std::chrono::milliseconds(5));
       }
     }
     auto next_deadline = Clock::time_point::max();

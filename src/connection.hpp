@@ -151,9 +151,9 @@ struct NodeBatch {
 // Lets a multi-node batch finish before its slowest node once the outcome is certain: when
 // `needed` nodes succeeded (by `success`, given the node's index and its first command's reply),
 // or so many failed that `needed` successes are impossible. The remaining nodes then get a
-// grace period of twice the time taken so far (at least 1 ms), so healthy stragglers still
-// answer; nodes still silent after it are abandoned like a timeout (on_timeout is sent behind
-// their request, the connection closed, error = TimeoutError).
+// grace period of three times the time taken so far (at least 5 ms), so healthy stragglers on a
+// busy machine still answer; nodes still silent after it are abandoned like a timeout
+// (on_timeout is sent behind their request, the connection closed, error = TimeoutError).
 struct EarlyFinish {
   std::size_t needed{0};
   std::function<bool(std::size_t node, const redisReply* reply)> success;

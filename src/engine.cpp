@@ -18,8 +18,7 @@ namespace {
 
 const char kReleaseLua[] = R"(if redis.call('get', KEYS[1]) == ARGV[1] then
   redis.call('del', KEYS[1])
-  redis.call('publish', ARGV[2], ARGV[1])
-  return 1
+  return 1 + redis.call('publish', ARGV[2], ARGV[1])
 end
 return 0)";
 
@@ -414,7 +413,7 @@ ReleaseResult LeaseEngine::release(const std::string& token, const std::vector<b
   EarlyFinish early;
   early.needed = std::min(quorum(), n);
   early.success = [](std::size_t, const redisReply* reply) {
-    return reply != nullptr && reply->type == REDIS_REPLY_INTEGER && reply->integer == 1;
+    return reply != nullptr && reply->type == REDIS_REPLY_INTEGER && reply->integer >= 1;
   };
   execute(batches.data(), n, &early);
   ReleaseResult result;
@@ -434,7 +433,11 @@ ReleaseResult LeaseEngine::release(const std::string& token, const std::vector<b
       continue;
     }
     ++answered;
-    if (r->type == REDIS_REPLY_INTEGER && r->integer == 1) ++result.released;
+    if (r->type == REDIS_REPLY_INTEGER && r->integer >= 1) {
+      ++result.released;
+      result.listeners = std::max(
+          result.listeners, static_cast<std::size_t>(std::min<long long>(r->integer - 1, 1 << 20)));
+    }
   }
   if (answered == 0) result.failure = pick_failure(errors, is_server);
   return result;

@@ -25,7 +25,8 @@ namespace detail {
 // The Lua scripts, shared by every lock (SHA1 computed once).
 struct Scripts {
   // KEYS[1] lock key; ARGV[1] token; ARGV[2] release channel. Deletes the key if it still holds
-  // the token and publishes on the channel. Returns 1 if deleted, 0 if it was not ours.
+  // the token and publishes on the channel. Returns 1 + the number of subscribers that heard
+  // the release if deleted, 0 if it was not ours.
   Script release;
   // KEYS[1] lock key; ARGV[1] token; ARGV[2] ttl ms. PEXPIREs the key if it still holds the token.
   // Returns 1 if extended, 0 if not ours.
@@ -76,6 +77,7 @@ struct ExtendResult {
 
 struct ReleaseResult {
   std::size_t released{0};     // nodes where our token was deleted
+  std::size_t listeners{0};    // most subscribers (waiting processes) any node announced it to
   std::exception_ptr failure;  // as in AcquireResult
 };
 

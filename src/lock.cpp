@@ -119,6 +119,7 @@ class LockCore {
   std::thread::id owner_{};
   std::size_t depth_{0};
   std::shared_ptr<HoldState> hold_;
+  SteadyClock::time_point courtesy_until_{};  // no acquire attempt before this (anti-barging)
 };
 
 bool LockCore::acquire(SteadyClock::time_point deadline, bool wait_forever, bool single_attempt) {
@@ -145,7 +146,13 @@ bool LockCore::acquire(SteadyClock::time_point deadline, bool wait_forever, bool
     return false;
   }
   busy_ = true;
+  const auto courtesy = courtesy_until_;
   lock.unlock();
+  // This object just released a lock others were waiting for: give the woken waiter the few
+  // round trips it needs before competing again (no barging; see release()).
+  if (!single_attempt && SteadyClock::now() < courtesy) {
+    std::this_thread::sleep_until(wait_forever ? courtesy : std::min(courtesy, deadline));
+  }
   bool held = false;
   try {
     held = attempts(deadline, wait_forever, single_attempt);
@@ -247,11 +254,21 @@ bool LockCore::release() {
   ReleaseResult result;
   std::exception_ptr error;
   if (!capped) {  // after a cap the watchdog has already released it
+    const auto start = SteadyClock::now();
     try {
       result = engine_->release(hold->token());
       error = result.failure;
     } catch (...) {
       error = std::current_exception();
+    }
+    if (result.listeners > 0) {
+      // Waiters heard this release. Hold back this object's next acquire for about as long as a
+      // woken waiter needs to answer (4 round trips of this release, 250 us .. 5 ms).
+      const auto rtt = SteadyClock::now() - start;
+      const auto pause = std::clamp<SteadyClock::duration>(4 * rtt, std::chrono::microseconds(250),
+                                                           std::chrono::milliseconds(5));
+      std::lock_guard<std::mutex> guard(mutex_);
+      courtesy_until_ = SteadyClock::now() + pause;
     }
   }
   hold->mark_released();

@@ -59,7 +59,7 @@ std::string sha1_hex(std::string_view data) {
   }
   // Padding: 0x80, zeros, 64-bit big-endian length; one or two final blocks.
   std::array<unsigned char, 128> tail{};
-  const std::size_t rest = data.size() - offset;
+  const std::size_t rest = (data.size() - offset) & 63;  // < 64; the mask tells the compiler
   for (std::size_t i = 0; i < rest; ++i) tail[i] = static_cast<unsigned char>(data[offset + i]);
   tail[rest] = 0x80;
   const std::size_t tail_size = rest + 1 + 8 <= 64 ? 64 : 128;

@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,11 @@ void WakeSlot::notify() noexcept {
     notified_ = true;
   }
   cv_.notify_all();
+}
+
+bool WakeSlot::pending() noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return notified_;
 }
 
 bool WakeSlot::wait_until(std::chrono::steady_clock::time_point deadline) {
@@ -61,7 +67,7 @@ bool Subscriber::watch(const std::string& channel, WakeSlot* slot) {
   const auto limit = node_.endpoint().connect_timeout + node_.endpoint().command_timeout;
   std::unique_lock<std::mutex> lock(mutex_);
   auto [it, inserted] = channels_.try_emplace(channel);
-  it->second.waiters.insert(slot);
+  it->second.waiters.push_back(slot);
   if (inserted && connected_) enqueue(true, channel);
   if (failing_) return false;  // the node is down: do not wait, the timer covers it
   lock.unlock();
@@ -81,19 +87,31 @@ void Subscriber::unwatch(const std::string& channel, WakeSlot* slot) noexcept {
     std::lock_guard<std::mutex> guard(mutex_);
     auto it = channels_.find(channel);
     if (it == channels_.end()) return;
-    it->second.waiters.erase(slot);
-    if (it->second.waiters.empty() && it->second.state == State::subscribed) {
-      it->second.state = State::unsubscribing;
-      if (connected_) {
-        try {
-          enqueue(false, channel);
-          wake = true;
-        } catch (...) {  // bad_alloc: the channel simply stays subscribed
-        }
-      }
+    auto& waiters = it->second.waiters;
+    const auto at = std::find(waiters.begin(), waiters.end(), slot);
+    if (at == waiters.end()) return;
+    waiters.erase(at);
+    if (it->second.next > 0) --it->second.next;
+    // A wake-up this waiter will never act on belongs to someone else.
+    if (slot->pending() && !waiters.empty()) wake_one(it->second);
+    if (waiters.empty()) {
+      it->second.idle_since = std::chrono::steady_clock::now();
+      wake = true;  // the thread schedules the unsubscribe after kLinger
     }
   }
   if (wake) wake_thread();
+}
+
+void Subscriber::wake_one(Channel& channel) noexcept {
+  const std::size_t n = channel.waiters.size();
+  for (std::size_t k = 0; k < n; ++k) {
+    WakeSlot* slot = channel.waiters[(channel.next + k) % n];
+    if (!slot->pending()) {
+      slot->notify();
+      channel.next = (channel.next + k + 1) % n;
+      return;
+    }
+  }
 }
 
 SubscriberStats Subscriber::stats() const {
@@ -178,8 +196,28 @@ void Subscriber::run() noexcept {
       }
       if (!write_all(context)) throw std::runtime_error(context->errstr);
 
+      // Unsubscribe channels that have had no waiter for kLinger; sleep until the next one is due.
+      int timeout_ms = 1000;
+      {
+        std::lock_guard<std::mutex> guard(mutex_);
+        const auto now = std::chrono::steady_clock::now();
+        for (auto& [name, ch] : channels_) {
+          if (!ch.waiters.empty() || ch.state != State::subscribed) continue;
+          const auto due = ch.idle_since + kLinger;
+          if (due <= now) {
+            ch.state = State::unsubscribing;
+            enqueue(false, name);
+            timeout_ms = 0;
+          } else {
+            const auto left = std::chrono::ceil<std::chrono::milliseconds>(due - now).count();
+            timeout_ms = std::min(timeout_ms, static_cast<int>(left));
+          }
+        }
+      }
+      if (timeout_ms == 0) continue;  // send the UNSUBSCRIBEs first
+
       pollfd fds[2] = {{context->fd, POLLIN, 0}, {event_fd_, POLLIN, 0}};
-      const int rc = ::poll(fds, 2, 1000);
+      const int rc = ::poll(fds, 2, timeout_ms);
       if (rc < 0 && errno != EINTR) throw std::runtime_error("poll failed");
       if ((fds[1].revents & POLLIN) != 0) {
         std::uint64_t value = 0;
@@ -201,17 +239,11 @@ void Subscriber::run() noexcept {
         auto it = channels_.find(channel);
         if (kind == "message") {
           ++stats_.messages;
-          if (it != channels_.end()) {
-            for (WakeSlot* slot : it->second.waiters) slot->notify();
-          }
+          if (it != channels_.end()) wake_one(it->second);
         } else if (kind == "subscribe") {
           if (it == channels_.end()) continue;
-          if (it->second.waiters.empty()) {
-            it->second.state = State::unsubscribing;
-            enqueue(false, channel);
-          } else {
-            it->second.state = State::subscribed;
-          }
+          it->second.state = State::subscribed;
+          if (it->second.waiters.empty()) it->second.idle_since = std::chrono::steady_clock::now();
           confirmed_.notify_all();
         } else if (kind == "unsubscribe") {
           if (it == channels_.end()) continue;

@@ -1,10 +1,12 @@
 // src/subscriber.hpp: one pub/sub connection per Client, shared by every waiter on every key.
 //
 // A waiter registers a WakeSlot for a lock's release channel; the subscriber thread SUBSCRIBEs
-// on the first waiter of a channel and UNSUBSCRIBEs after the last. watch() returns only once the
-// server has confirmed the subscription, so an attempt made after it cannot miss a release (no
-// lost wake-up). After a connection loss the thread reconnects, re-subscribes, and wakes every
-// waiter (releases during the gap were not seen).
+// on the first waiter of a channel and UNSUBSCRIBEs once it has had no waiter for kLinger (so a
+// busy lock is not re-subscribed on every contended call). watch() returns only once the server
+// has confirmed the subscription, so an attempt made after it cannot miss a release (no lost
+// wake-up). Each release wakes one waiter of the process, in turn (not the whole herd); a waiter
+// that leaves with an unconsumed wake-up hands it on. After a connection loss the thread
+// reconnects, re-subscribes, and wakes every waiter (releases during the gap were not seen).
 #ifndef REDLOCK_SRC_SUBSCRIBER_HPP
 #define REDLOCK_SRC_SUBSCRIBER_HPP
 
@@ -18,6 +20,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace redlock {
 namespace detail {
@@ -29,6 +32,8 @@ class ClientImpl;
 class WakeSlot {
  public:
   void notify() noexcept;
+  // True if notified and not yet consumed by wait_until.
+  bool pending() noexcept;
   // Waits until notified or `deadline`; returns true if notified (and consumes it).
   bool wait_until(std::chrono::steady_clock::time_point deadline);
 
@@ -65,9 +70,14 @@ class Subscriber {
  private:
   enum class State { subscribing, subscribed, unsubscribing };
   struct Channel {
-    std::set<WakeSlot*> waiters;
+    std::vector<WakeSlot*> waiters;  // in arrival order; woken in turn
+    std::size_t next{0};             // whose turn it is
     State state{State::subscribing};
+    std::chrono::steady_clock::time_point idle_since{};  // when the last waiter left
   };
+  static constexpr std::chrono::milliseconds kLinger{500};
+  // Wakes the next waiter of `channel` that has no wake-up pending. mutex_ held.
+  static void wake_one(Channel& channel) noexcept;
   struct Outgoing {
     bool subscribe;
     std::string channel;

@@ -1,8 +1,10 @@
 // src/token.cpp: tokens straight from getrandom(2); jitter from an OS-seeded per-thread PRNG.
 #include "token.hpp"
 
+#include <pthread.h>
 #include <sys/random.h>
-#include <unistd.h>
+
+#include <atomic>
 
 #include <array>
 #include <cerrno>
@@ -26,6 +28,8 @@ void fill_random(unsigned char* out, std::size_t size) {
   }
 }
 
+std::atomic<std::uint64_t> g_fork_generation{0};
+
 }  // namespace
 
 std::string make_token() {
@@ -43,16 +47,23 @@ std::string make_token() {
 std::chrono::nanoseconds jittered(std::chrono::nanoseconds base) {
   // Jitter only spreads retries apart; it needs no secrecy, but it must differ between processes
   // and threads (never std::rand(), never a fixed seed), hence the OS seed.
-  // Reseeded after fork(), so parent and child do not retry in lock-step.
+  // Reseeded after fork() (a pthread_atfork handler bumps the generation), so parent and child
+  // do not retry in lock-step; no system call on the common path.
+  static const bool registered = [] {
+    pthread_atfork(nullptr, nullptr, [] { g_fork_generation.fetch_add(1); });
+    return true;
+  }();
+  (void)registered;
   thread_local std::mt19937_64 generator;
-  thread_local pid_t seeded_for = 0;
-  if (seeded_for != getpid()) {
+  thread_local std::uint64_t seeded_for = ~std::uint64_t{0};
+  const std::uint64_t generation = g_fork_generation.load(std::memory_order_relaxed);
+  if (seeded_for != generation) {
     std::array<unsigned char, 8> seed{};
     fill_random(seed.data(), seed.size());
     std::uint64_t value = 0;
     for (unsigned char byte : seed) value = (value << 8) | byte;
     generator.seed(value);
-    seeded_for = getpid();
+    seeded_for = generation;
   }
   if (base.count() <= 1) return base;
   std::uniform_int_distribution<std::int64_t> dist(base.count() / 2,

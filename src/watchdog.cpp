@@ -83,8 +83,10 @@ void WatchdogImpl::watch(std::shared_ptr<LeaseEngine> engine, std::shared_ptr<Ho
     slot = entries_.size();
     entries_.push_back(std::move(entry));
   }
+  // Wake the renewal thread only if this lease is due before everything it is waiting for.
+  const bool sooner = queue_.empty() || entries_[slot]->due < queue_.top().when;
   queue_.push(Due{entries_[slot]->due, slot});
-  wake_.notify_one();
+  if (sooner) wake_.notify_one();
 }
 
 void WatchdogImpl::post(std::function<void()> task) {
