@@ -91,7 +91,6 @@ void Subscriber::unwatch(const std::string& channel, WakeSlot* slot) noexcept {
     const auto at = std::find(waiters.begin(), waiters.end(), slot);
     if (at == waiters.end()) return;
     waiters.erase(at);
-    if (it->second.next > 0) --it->second.next;
     // A wake-up this waiter will never act on belongs to someone else.
     if (slot->pending() && !waiters.empty()) wake_one(it->second);
     if (waiters.empty()) {
@@ -103,12 +102,11 @@ void Subscriber::unwatch(const std::string& channel, WakeSlot* slot) noexcept {
 }
 
 void Subscriber::wake_one(Channel& channel) noexcept {
-  const std::size_t n = channel.waiters.size();
-  for (std::size_t k = 0; k < n; ++k) {
-    WakeSlot* slot = channel.waiters[(channel.next + k) % n];
+  // Waiters are in arrival order, and one that acquires leaves (and queues at the back when it
+  // waits again): waking the first one without a pending wake-up is FIFO within this process.
+  for (WakeSlot* slot : channel.waiters) {
     if (!slot->pending()) {
       slot->notify();
-      channel.next = (channel.next + k + 1) % n;
       return;
     }
   }

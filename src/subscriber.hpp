@@ -4,7 +4,8 @@
 // on the first waiter of a channel and UNSUBSCRIBEs once it has had no waiter for kLinger (so a
 // busy lock is not re-subscribed on every contended call). watch() returns only once the server
 // has confirmed the subscription, so an attempt made after it cannot miss a release (no lost
-// wake-up). Each release wakes one waiter of the process, in turn (not the whole herd); a waiter
+// wake-up). Each release wakes one waiter of the process, the longest waiting (not the whole
+// herd); a waiter
 // that leaves with an unconsumed wake-up hands it on. After a connection loss the thread
 // reconnects, re-subscribes, and wakes every waiter (releases during the gap were not seen).
 #ifndef REDLOCK_SRC_SUBSCRIBER_HPP
@@ -70,13 +71,12 @@ class Subscriber {
  private:
   enum class State { subscribing, subscribed, unsubscribing };
   struct Channel {
-    std::vector<WakeSlot*> waiters;  // in arrival order; woken in turn
-    std::size_t next{0};             // whose turn it is
+    std::vector<WakeSlot*> waiters;  // in arrival order; the first is woken first
     State state{State::subscribing};
     std::chrono::steady_clock::time_point idle_since{};  // when the last waiter left
   };
   static constexpr std::chrono::milliseconds kLinger{500};
-  // Wakes the next waiter of `channel` that has no wake-up pending. mutex_ held.
+  // Wakes the longest-waiting waiter of `channel` that has no wake-up pending. mutex_ held.
   static void wake_one(Channel& channel) noexcept;
   struct Outgoing {
     bool subscribe;
