@@ -19,8 +19,7 @@ namespace bench {
 // before the floor loads anything, that the library made the server cache these very bodies.
 const char kReleaseLua[] = R"(if redis.call('get', KEYS[1]) == ARGV[1] then
   redis.call('del', KEYS[1])
-  redis.call('publish', ARGV[2], ARGV[1])
-  return 1
+  return 1 + redis.call('publish', ARGV[2], ARGV[1])
 end
 return 0)";
 
@@ -144,7 +143,7 @@ bool RawLock::release() {
   const std::size_t lens[] = {7, sha.size(), 1, key_.size(), token_.size(), channel_.size()};
   RawReply r = command_argv(c_, 6, argv, lens);
   check_not_error(r.get(), "EVALSHA release");
-  return r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+  return r->type == REDIS_REPLY_INTEGER && r->integer >= 1;  // 1 + listeners
 }
 
 // ---- RawQuorum -------------------------------------------------------------------------------
@@ -163,7 +162,7 @@ std::size_t RawQuorum::fan_out(const char* const* argv, const std::size_t* lens,
   auto count = [&](const redisReply* r) {
     check_not_error(r, argv[0]);
     yes +=
-        granted ? r->type == REDIS_REPLY_NIL : (r->type == REDIS_REPLY_INTEGER && r->integer == 1);
+        granted ? r->type == REDIS_REPLY_NIL : (r->type == REDIS_REPLY_INTEGER && r->integer >= 1);
   };
   if (!pipelined_) {
     for (redisContext* c : nodes_) count(command_argv(c, argc, argv, lens).get());
