@@ -1,0 +1,431 @@
+// tests/torture/checker.cpp: see checker.hpp.
+#include "checker.hpp"
+
+#include <algorithm>  // std::sort, std::max, std::min
+#include <cinttypes>  // PRId64
+#include <set>        // std::multiset
+
+namespace redlock::torture {
+
+namespace {
+
+constexpr std::size_t kMaxExamples = 10;
+
+double ms(std::int64_t ns) { return static_cast<double>(ns) / 1e6; }
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+// (1): sweep the windows in start order, remembering the one that reaches furthest. Every hold
+// that starts inside it is a violation; the holds it overran form one incident.
+void check_overlaps(const std::vector<const Hold*>& windows, Report& r) {
+  const Hold* reach = nullptr;
+  const Hold* last_incident = nullptr;
+  for (const Hold* h : windows) {
+    if (reach != nullptr && h->window_start() < reach->window_end()) {
+      ++r.violations;
+      if (reach->write == WriteResult::rejected || h->write == WriteResult::rejected) {
+        ++r.overlaps_caught;
+      }
+      if (reach != last_incident) {
+        last_incident = reach;
+        ++r.overlap_incidents;
+        if (r.violation_examples.size() < kMaxExamples) {
+          const std::int64_t overlap =
+              std::min(reach->window_end(), h->window_end()) - h->window_start();
+          r.violation_examples.push_back(HoldPair{*reach, *h, overlap});
+        }
+      }
+    }
+    if (reach == nullptr || h->window_end() > reach->window_end()) reach = h;
+  }
+}
+
+// Fences must grow in hold order (see checker.hpp).
+void check_fence_order_of_holds(const std::vector<const Hold*>& windows, Report& r) {
+  for (std::size_t i = 1; i < windows.size(); ++i) {
+    const Hold* a = windows[i - 1];
+    const Hold* b = windows[i];
+    if (b->fence <= a->fence) {
+      ++r.fence_inversions;
+      if (r.inversion_examples.size() < kMaxExamples) {
+        r.inversion_examples.push_back(
+            HoldPair{*a, *b, std::min(a->window_end(), b->window_end()) - b->window_start()});
+      }
+    }
+  }
+}
+
+void check_store(const LogContents& logs, const StoreState& store, Report& r) {
+  r.store_read = store.read;
+  if (!store.read) {
+    ++r.accounting_errors;
+    r.accounting_notes.push_back("checker store could not be read: " + store.error);
+    return;
+  }
+  r.counter = store.counter;
+  r.shadow = store.shadow;
+  r.applied_in_store = static_cast<std::int64_t>(store.applied.size());
+  // (2) lost updates: each applied write wrote (value read) + 1; the counter only grows through
+  // applied writes, so counter < applied writes means some write overwrote another's update.
+  r.lost_updates = std::max<std::int64_t>(0, r.applied_in_store - r.counter);
+  if (r.counter > r.applied_in_store) {
+    ++r.accounting_errors;
+    r.accounting_notes.push_back("counter " + std::to_string(r.counter) + " exceeds the " +
+                                 std::to_string(r.applied_in_store) + " applied writes");
+  }
+  for (std::size_t i = 0; i < store.applied.size(); ++i) {
+    if (store.applied[i].second != static_cast<std::int64_t>(i) + 1) ++r.value_breaks;
+    // (3) fence order.
+    if (i > 0 && store.applied[i].first <= store.applied[i - 1].first) {
+      ++r.fence_order_violations;
+    }
+  }
+  // Logs and store must agree on which fences were applied.
+  if (r.applied != r.applied_in_store) {
+    ++r.accounting_errors;
+    r.accounting_notes.push_back("logs report " + std::to_string(r.applied) +
+                                 " applied writes, the store lists " +
+                                 std::to_string(r.applied_in_store));
+  }
+  std::multiset<std::uint64_t> logged;
+  for (const Hold& h : logs.holds) {
+    if (h.write == WriteResult::applied) logged.insert(h.fence);
+  }
+  std::int64_t unmatched = 0;
+  for (const auto& [fence, value] : store.applied) {
+    auto it = logged.find(fence);
+    if (it == logged.end()) {
+      ++unmatched;
+    } else {
+      logged.erase(it);
+    }
+  }
+  if (unmatched > 0 || !logged.empty()) {
+    ++r.accounting_errors;
+    r.accounting_notes.push_back(
+        std::to_string(unmatched) +
+        " applied fences in the store have no applied write in the logs, " +
+        std::to_string(logged.size()) + " logged ones are not in the store");
+  }
+  // The unfenced shadow counter: each write of it is (value read) + 1 as well.
+  r.shadow_lost = std::max<std::int64_t>(0, r.reached_write - r.write_errors - r.shadow);
+}
+
+}  // namespace
+
+Report check(const LogContents& logs, const StoreState& store, const RunInfo& info) {
+  Report r;
+  r.info = info;
+  r.malformed_lines = logs.malformed_lines + logs.duplicate_records;
+  r.error_samples = logs.error_samples;
+
+  std::vector<const Hold*> windows;
+  for (const Hold& h : logs.holds) {
+    if (!h.has_acq) {
+      ++r.orphan_records;
+      continue;
+    }
+    ++r.holds;
+    if (h.fence == 0) ++r.zero_fences;
+    switch (h.end) {
+      case EndKind::released:
+        ++r.released;
+        break;
+      case EndKind::lost:
+        ++r.lost;
+        break;
+      case EndKind::error:
+        ++r.release_errors;
+        break;
+      case EndKind::none:
+        ++r.missing_end;
+        break;
+    }
+    switch (h.write) {
+      case WriteResult::applied:
+        ++r.applied;
+        ++r.reached_write;
+        break;
+      case WriteResult::rejected:
+        ++r.rejected;
+        ++r.reached_write;
+        break;
+      case WriteResult::write_error:
+        ++r.write_errors;
+        ++r.reached_write;
+        break;
+      case WriteResult::read_error:
+        ++r.read_errors;
+        break;
+      case WriteResult::none:
+        break;
+    }
+    if (h.write == WriteResult::applied || h.write == WriteResult::rejected) {
+      const bool late = h.t_write_end > h.window_end();
+      if (late) {
+        ++r.late_writes;
+        if (h.write == WriteResult::applied) ++r.late_writes_applied;
+      } else if (h.write == WriteResult::rejected) {
+        ++r.rejected_in_window;
+      }
+    }
+    if (h.window_empty()) {
+      ++r.empty_windows;
+    } else {
+      windows.push_back(&h);
+    }
+  }
+  std::sort(windows.begin(), windows.end(),
+            [](const Hold* a, const Hold* b) { return a->window_start() < b->window_start(); });
+  check_overlaps(windows, r);
+  check_fence_order_of_holds(windows, r);
+
+  if (r.applied + r.rejected != r.reached_write) {
+    ++r.accounting_errors;
+    r.accounting_notes.push_back(std::to_string(r.write_errors) +
+                                 " fenced writes ended in an unknown state (store error)");
+  }
+  check_store(logs, store, r);
+
+  for (int p = 0; p < info.processes; ++p) {
+    auto it = logs.stats.find(p);
+    if (it == logs.stats.end() || !it->second.present) {
+      ++r.missing_stats;
+      continue;
+    }
+    const WorkerStats& s = it->second;
+    r.attempts += s.attempts;
+    r.contended += s.contended;
+    r.acquisition_errors += s.errors();
+    r.errors_by_kind["timeout"] += s.err_timeout;
+    r.errors_by_kind["connection"] += s.err_connection;
+    r.errors_by_kind["server"] += s.err_server;
+    r.errors_by_kind["protocol"] += s.err_protocol;
+    r.errors_by_kind["other"] += s.err_other;
+  }
+
+  // Verdict. Always required: the bookkeeping that makes the proof complete, and fencing.
+  auto require = [&r](bool ok, const std::string& what) {
+    if (!ok) r.failures.push_back(what);
+  };
+  require(r.holds > 0, "no hold at all: the run proves nothing");
+  require(r.lost_updates == 0 && r.value_breaks == 0,
+          "lost updates: " + std::to_string(r.lost_updates) + " (value breaks " +
+              std::to_string(r.value_breaks) + ")");
+  require(r.fence_order_violations == 0,
+          "fence order violations: " + std::to_string(r.fence_order_violations));
+  require(r.missing_end == 0 && r.orphan_records == 0,
+          "holds without end record: " + std::to_string(r.missing_end) +
+              ", records without acquire: " + std::to_string(r.orphan_records));
+  require(r.accounting_errors == 0, "accounting errors: " + std::to_string(r.accounting_errors));
+  require(
+      r.missing_stats == 0 && info.worker_failures.empty(),
+      "workers that did not finish cleanly: " +
+          std::to_string(r.missing_stats + static_cast<std::int64_t>(info.worker_failures.size())));
+  require(r.malformed_lines == 0,
+          "malformed or duplicate log records: " + std::to_string(r.malformed_lines));
+  // Within the fault model the library itself must hold: exclusion and growing fences.
+  if (info.unsafe == Unsafe::none) {
+    require(r.violations == 0, "mutual exclusion violations: " + std::to_string(r.violations));
+    require(r.fence_inversions == 0, "fence inversions (fence not growing in hold order): " +
+                                         std::to_string(r.fence_inversions));
+    require(r.zero_fences == 0, "holds without a fence: " + std::to_string(r.zero_fences));
+  }
+  r.pass = r.failures.empty();
+  return r;
+}
+
+void print_report(const Report& r, std::FILE* out) {
+  const RunInfo& i = r.info;
+  auto row = [out](const char* label, std::int64_t value, const char* note = "") {
+    std::fprintf(out, "  %-44s %10" PRId64 "  %s\n", label, value, note);
+  };
+  auto check_row = [out](const char* label, std::int64_t value, bool enforced) {
+    const char* verdict = value == 0 ? "ok" : (enforced ? "FAIL" : "seen (outside fault model)");
+    std::fprintf(out, "  %-44s %10" PRId64 "  %s\n", label, value, verdict);
+  };
+  const bool model = i.unsafe == Unsafe::none;
+  std::fprintf(out,
+               "\nredlock-torture: mode=%s unsafe=%s duration=%s processes=%d threads=%d nodes=%d "
+               "ttl=%dms seed=%" PRIu64 "\n",
+               to_string(i.mode), to_string(i.unsafe),
+               format_duration(std::chrono::milliseconds(i.duration_ms)).c_str(), i.processes,
+               i.threads, i.nodes, i.ttl_ms, i.seed);
+  for (const std::string& n : i.notes) std::fprintf(out, "  note: %s\n", n.c_str());
+  std::fprintf(out, "holds\n");
+  row("holds", r.holds);
+  row("  released (release() true)", r.released);
+  row("  lost (release() false: library said so)", r.lost);
+  row("  error (release() threw)", r.release_errors);
+  row("  empty window (validity 0 when measured)", r.empty_windows);
+  std::fprintf(out, "acquisition\n");
+  row("try_lock_for calls", r.attempts);
+  row("  contended (bound reached)", r.contended);
+  row("  acquisition errors (redlock::Error)", r.acquisition_errors);
+  for (const auto& [kind, n] : r.errors_by_kind) {
+    if (n > 0) row(("    " + kind).c_str(), n);
+  }
+  for (const auto& [message, n] : r.error_samples) {
+    std::fprintf(out, "    %6" PRId64 " x %s\n", n, message.substr(0, 160).c_str());
+  }
+  std::fprintf(out, "fenced read-sleep-write on the checker store\n");
+  row("holds that reached the write", r.reached_write);
+  row("  applied", r.applied);
+  row("  rejected by fencing", r.rejected);
+  row("    rejected although inside the window", r.rejected_in_window);
+  row("  write errors (unknown outcome)", r.write_errors);
+  row("read errors (write skipped)", r.read_errors);
+  row("late writes (after the window ended)", r.late_writes);
+  row("  late writes applied", r.late_writes_applied);
+  row("final counter", r.counter);
+  row("applied writes in the store list", r.applied_in_store);
+  row("unfenced shadow counter", r.shadow);
+  row("  shadow updates lost (no fencing)", r.shadow_lost, "informational");
+  std::fprintf(out, "faults injected\n");
+  std::int64_t total_faults = 0;
+  for (const auto& [kind, n] : i.faults) {
+    row(("  " + kind).c_str(), n);
+    total_faults += n;
+  }
+  row("  total", total_faults);
+  std::fprintf(out, "checks\n");
+  check_row("(1) mutual exclusion violations", r.violations, model);
+  if (r.violations > 0) {
+    row("    incidents (distinct holders overrun)", r.overlap_incidents);
+    row("    overlaps where fencing rejected a write", r.overlaps_caught);
+  }
+  check_row("(2) lost updates", r.lost_updates + r.value_breaks, true);
+  check_row("(2) accounting errors", r.accounting_errors, true);
+  check_row("(3) fence order violations", r.fence_order_violations, true);
+  check_row("(4) holds without end record", r.missing_end + r.orphan_records, true);
+  check_row("    workers without stats", r.missing_stats, true);
+  check_row("    malformed log records", r.malformed_lines, true);
+  check_row("fence inversions in hold order", r.fence_inversions, model);
+  check_row("holds without fence", r.zero_fences, model);
+  for (const std::string& note : r.accounting_notes)
+    std::fprintf(out, "  note: %s\n", note.c_str());
+  for (const std::string& f : i.worker_failures) std::fprintf(out, "  worker: %s\n", f.c_str());
+  auto print_pairs = [out](const char* title, const std::vector<HoldPair>& pairs) {
+    if (pairs.empty()) return;
+    std::fprintf(out, "%s (first %zu)\n", title, pairs.size());
+    for (const HoldPair& p : pairs) {
+      for (const Hold* h : {&p.first, &p.second}) {
+        std::fprintf(
+            out, "    %-28s window [%.3f, %.3f] ms  validity %" PRId64 " ms  write %s  end %s\n",
+            h->name().c_str(), ms(h->window_start()), ms(h->window_end()), h->validity_ms,
+            to_string(h->write), to_string(h->end));
+      }
+      std::fprintf(out, "    -> overlap %.3f ms\n", ms(p.overlap_ns));
+    }
+  };
+  print_pairs("overlapping holds, one pair per incident", r.violation_examples);
+  print_pairs("fence inversions", r.inversion_examples);
+  std::fprintf(out,
+               "summary: holds = %" PRId64 ", violations = %" PRId64 ", lost updates = %" PRId64
+               ", fence order violations = %" PRId64 ", acquisition errors = %" PRId64 "\n",
+               r.holds, r.violations, r.lost_updates + r.value_breaks, r.fence_order_violations,
+               r.acquisition_errors);
+  if (r.pass) {
+    std::fprintf(out, "RESULT: PASS%s\n",
+                 model ? "" : " (fencing held; overlaps above are the expected damage)");
+  } else {
+    std::fprintf(out, "RESULT: FAIL\n");
+    for (const std::string& f : r.failures) std::fprintf(out, "  - %s\n", f.c_str());
+  }
+  std::fflush(out);
+}
+
+std::string to_json(const Report& r) {
+  const RunInfo& i = r.info;
+  std::string j = "{";
+  auto num = [&j](const char* key, std::int64_t v) {
+    if (j.size() > 1) j += ",";
+    j += "\"" + std::string(key) + "\":" + std::to_string(v);
+  };
+  auto str = [&j](const char* key, const std::string& v) {
+    if (j.size() > 1) j += ",";
+    j += "\"" + std::string(key) + "\":" + json_string(v);
+  };
+  str("mode", to_string(i.mode));
+  str("unsafe", to_string(i.unsafe));
+  num("duration_ms", i.duration_ms);
+  num("processes", i.processes);
+  num("threads", i.threads);
+  num("nodes", i.nodes);
+  num("ttl_ms", i.ttl_ms);
+  j += ",\"seed\":" + std::to_string(i.seed);
+  num("holds", r.holds);
+  j += ",\"holds_by_end\":{\"released\":" + std::to_string(r.released) +
+       ",\"lost\":" + std::to_string(r.lost) + ",\"error\":" + std::to_string(r.release_errors) +
+       ",\"none\":" + std::to_string(r.missing_end) + "}";
+  num("empty_windows", r.empty_windows);
+  num("attempts", r.attempts);
+  num("contended", r.contended);
+  num("acquisition_errors", r.acquisition_errors);
+  j += ",\"acquisition_errors_by_kind\":{";
+  bool first = true;
+  for (const auto& [kind, n] : r.errors_by_kind) {
+    j += (first ? "" : ",") + json_string(kind) + ":" + std::to_string(n);
+    first = false;
+  }
+  j += "}";
+  j += ",\"faults\":{";
+  first = true;
+  for (const auto& [kind, n] : i.faults) {
+    j += (first ? "" : ",") + json_string(kind) + ":" + std::to_string(n);
+    first = false;
+  }
+  j += "}";
+  num("reached_write", r.reached_write);
+  num("applied", r.applied);
+  num("rejected", r.rejected);
+  num("rejected_in_window", r.rejected_in_window);
+  num("write_errors", r.write_errors);
+  num("read_errors", r.read_errors);
+  num("late_writes", r.late_writes);
+  num("late_writes_applied", r.late_writes_applied);
+  num("counter", r.counter);
+  num("applied_in_store", r.applied_in_store);
+  num("shadow", r.shadow);
+  num("shadow_lost", r.shadow_lost);
+  num("violations", r.violations);
+  num("overlap_incidents", r.overlap_incidents);
+  num("overlaps_caught_by_fencing", r.overlaps_caught);
+  num("lost_updates", r.lost_updates + r.value_breaks);
+  num("accounting_errors", r.accounting_errors);
+  num("fence_order_violations", r.fence_order_violations);
+  num("missing_end_records", r.missing_end + r.orphan_records);
+  num("missing_worker_stats", r.missing_stats);
+  num("malformed_records", r.malformed_lines);
+  num("fence_inversions", r.fence_inversions);
+  num("zero_fences", r.zero_fences);
+  num("worker_failures", static_cast<std::int64_t>(i.worker_failures.size()));
+  j += std::string(",\"pass\":") + (r.pass ? "true" : "false");
+  return j + "}";
+}
+
+}  // namespace redlock::torture

@@ -1,0 +1,130 @@
+// tests/torture/checker.hpp: what the logs and the checker store prove about a run.
+//
+// Pure: no I/O, no clocks. The controller collects the inputs after every worker has exited;
+// the self-test (self_test.cpp) feeds it synthetic histories to show that each check fires.
+//
+// The checks:
+//  (1) mutual exclusion: no two holds' windows [t_acq, min(validity deadline, release start)]
+//      overlap. Both ends are conservative (t_acq is taken after try_lock_for() returned, the
+//      deadline is t_acq + validity(), which is at or before the library's own deadline), so an
+//      overlap is a real one: two holders were told "valid" at the same instant.
+//  (2) no lost update: the fenced counter equals the number of applied writes, every applied
+//      write appears in the store's list with value = its position (1, 2, 3, ...), and
+//      applied + rejected = holds that reached the write (no write ended in an unknown state).
+//  (3) fence order: the store's list of applied fences is strictly increasing.
+//  (4) every hold has an "end" record (released / lost / error), and every worker its "stats".
+//  Also, in the fault model: every hold carries a fence, and fences grow in hold order (holds
+//  with non-empty windows, sorted by start). An inversion there means either an overlap the
+//  conservative windows could not see, or a fence counter that went backwards.
+#ifndef REDLOCK_TESTS_TORTURE_CHECKER_HPP
+#define REDLOCK_TESTS_TORTURE_CHECKER_HPP
+
+#include <cstdint>  // std::int64_t, std::uint64_t
+#include <cstdio>   // std::FILE
+#include <map>      // std::map
+#include <string>   // std::string
+#include <utility>  // std::pair
+#include <vector>   // std::vector
+
+#include "common.hpp"    // Mode, Unsafe
+#include "hold_log.hpp"  // LogContents, Hold
+
+namespace redlock::torture {
+
+// The checker store after the run.
+struct StoreState {
+  bool read{false};  // false: could not be read (the report fails)
+  std::string error;
+  std::int64_t counter{0};
+  std::int64_t shadow{0};
+  std::vector<std::pair<std::uint64_t, std::int64_t>> applied;  // (fence, value), list order
+};
+
+// How the run was set up and what happened outside the logs.
+struct RunInfo {
+  Mode mode{Mode::redlock};
+  Unsafe unsafe{Unsafe::none};
+  std::int64_t duration_ms{0};
+  int processes{0};
+  int threads{0};
+  std::uint64_t seed{0};
+  int ttl_ms{0};
+  int nodes{0};
+  std::map<std::string, std::int64_t> faults;  // injected, by kind
+  std::vector<std::string> worker_failures;    // "worker 1: exit code 3", ...
+  std::vector<std::string> notes;              // anything else worth printing
+};
+
+// Two holds whose windows overlap (or whose fences are out of order).
+struct HoldPair {
+  Hold first;   // started first
+  Hold second;  // started inside first's window
+  std::int64_t overlap_ns{0};
+};
+
+struct Report {
+  RunInfo info;
+
+  // Holds.
+  std::int64_t holds{0};  // holds with an "acq" record
+  std::int64_t released{0};
+  std::int64_t lost{0};
+  std::int64_t release_errors{0};
+  std::int64_t empty_windows{0};  // validity already zero when measured
+
+  // Acquisition (from the workers' stats).
+  std::int64_t attempts{0};
+  std::int64_t contended{0};
+  std::int64_t acquisition_errors{0};
+  std::map<std::string, std::int64_t> errors_by_kind;
+  std::map<std::string, std::int64_t> error_samples;  // message -> count (a few per worker)
+
+  // Writes.
+  std::int64_t reached_write{0};  // holds that sent the fenced write
+  std::int64_t applied{0};        // per the logs
+  std::int64_t rejected{0};
+  std::int64_t write_errors{0};
+  std::int64_t read_errors{0};
+  std::int64_t rejected_in_window{0};  // rejected although read and write were inside the window
+  std::int64_t late_writes{0};         // write finished after the hold's window had ended
+  std::int64_t late_writes_applied{0};
+
+  // Store.
+  bool store_read{false};
+  std::int64_t counter{0};
+  std::int64_t applied_in_store{0};
+  std::int64_t shadow{0};
+  std::int64_t shadow_lost{0};  // unfenced counter: updates lost (informational)
+
+  // Verdicts.
+  std::int64_t violations{0};  // (1) holds whose window overlaps an earlier-starting one
+  std::vector<HoldPair> violation_examples;  // the first pair of each incident
+  std::int64_t overlap_incidents{0};         // distinct holders whose window others entered
+  std::int64_t overlaps_caught{0};           // ... of which a write was rejected by fencing
+  std::int64_t lost_updates{0};              // (2) applied writes - counter (never negative)
+  std::int64_t value_breaks{0};              // (2) applied values not 1, 2, 3, ... in list order
+  std::int64_t accounting_errors{0};         // (2) logs vs store, write errors
+  std::vector<std::string> accounting_notes;
+  std::int64_t fence_order_violations{0};  // (3)
+  std::int64_t missing_end{0};             // (4) acq without end
+  std::int64_t orphan_records{0};          // (4) write/end without acq
+  std::int64_t missing_stats{0};           // (4) workers without a stats line
+  std::int64_t malformed_lines{0};
+  std::int64_t zero_fences{0};
+  std::int64_t fence_inversions{0};
+  std::vector<HoldPair> inversion_examples;
+
+  bool pass{false};
+  std::vector<std::string> failures;  // why it did not pass
+};
+
+// Runs every check. info.processes says whose stats to expect (workers 0 .. processes-1).
+Report check(const LogContents& logs, const StoreState& store, const RunInfo& info);
+
+// The report as a table for people, and as one JSON line for machines.
+void print_report(const Report& report, std::FILE* out);
+std::string to_json(const Report& report);
+
+}  // namespace redlock::torture
+
+#endif  // REDLOCK_TESTS_TORTURE_CHECKER_HPP

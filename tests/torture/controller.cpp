@@ -1,0 +1,419 @@
+// tests/torture/controller.cpp: see controller.hpp.
+#include "controller.hpp"
+
+#include <signal.h>    // sigaction, kill, SIGINT, SIGTERM, SIGKILL, SIGPIPE
+#include <spawn.h>     // posix_spawn
+#include <stdlib.h>    // mkdtemp, setenv, unsetenv, getenv
+#include <sys/wait.h>  // waitpid
+#include <unistd.h>    // readlink, getpid, access
+
+#include <algorithm>   // std::min
+#include <atomic>      // std::atomic
+#include <cerrno>      // errno, ESRCH
+#include <cstdio>      // std::fprintf, std::fopen
+#include <cstring>     // std::strerror, std::strsignal
+#include <exception>   // std::exception
+#include <filesystem>  // std::filesystem
+#include <optional>    // std::optional
+#include <random>      // std::random_device
+#include <string>      // std::string
+#include <thread>      // std::this_thread::sleep_for
+#include <vector>      // std::vector
+
+#include "checker.hpp"
+#include "hold_log.hpp"
+#include "nemesis.hpp"
+#include "worker.hpp"
+
+extern "C" char** environ;  // NOLINT(readability-redundant-declaration)
+
+namespace redlock::torture {
+
+namespace {
+
+namespace fs = std::filesystem;
+constexpr std::int64_t kMs = 1'000'000;
+
+std::atomic<int> g_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free flag");
+
+extern "C" void on_signal(int sig) { g_signal.store(sig); }
+
+void install_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  // The harness and the proxy guard their own writes; ignore SIGPIPE for anything else.
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  ::sigaction(SIGPIPE, &ignore, nullptr);
+}
+
+std::string self_exe() {
+  std::vector<char> buf(4096);
+  const ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+  if (n <= 0) throw std::runtime_error("cannot read /proc/self/exe");
+  return {buf.data(), static_cast<std::size_t>(n)};
+}
+
+std::string make_run_dir() {
+  std::string pattern = "/tmp/redlock-torture-XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    throw std::runtime_error(std::string("mkdtemp: ") + std::strerror(errno));
+  }
+  return pattern;
+}
+
+struct Worker {
+  int index{0};
+  pid_t pid{-1};
+  bool done{false};
+  int status{0};
+};
+
+// posix_spawn, not fork: this process has threads (one per FaultProxy), and a fork()ed copy of a
+// threaded process may only call async-signal-safe functions. glibc's posix_spawn uses
+// clone(CLONE_VM|CLONE_VFORK) and execs at once, which is safe here.
+pid_t spawn_worker(const std::string& exe, const WorkerConfig& config) {
+  std::vector<std::string> args = config.to_args();
+  args.insert(args.begin(), exe);
+  std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), environ);
+  if (rc != 0) throw std::runtime_error(std::string("posix_spawn: ") + std::strerror(rc));
+  return pid;
+}
+
+// Reaps finished workers. Returns how many are still running.
+std::size_t reap(std::vector<Worker>& workers) {
+  std::size_t running = 0;
+  for (Worker& w : workers) {
+    if (w.done) continue;
+    int status = 0;
+    const pid_t r = ::waitpid(w.pid, &status, WNOHANG);
+    if (r == w.pid || (r < 0 && errno == ECHILD)) {
+      w.done = true;
+      w.status = r == w.pid ? status : 0;
+    } else {
+      ++running;
+    }
+  }
+  return running;
+}
+
+void kill_workers(std::vector<Worker>& workers, int sig) {
+  for (Worker& w : workers) {
+    if (!w.done) ::kill(w.pid, sig);
+  }
+}
+
+// Stops every worker still running: SIGTERM, up to 2 s, then SIGKILL.
+void stop_workers(std::vector<Worker>& workers) {
+  kill_workers(workers, SIGTERM);
+  const std::int64_t give_up = mono_ns() + 2000 * kMs;
+  while (reap(workers) > 0 && mono_ns() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill_workers(workers, SIGKILL);
+  for (Worker& w : workers) {
+    if (w.done) continue;
+    int status = 0;
+    while (::waitpid(w.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    w.done = true;
+    w.status = status;
+  }
+}
+
+std::string describe_exit(int status) {
+  if (WIFEXITED(status)) return "exit code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    return std::string("killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
+           strsignal(WTERMSIG(status)) + ")";
+  }
+  return "status " + std::to_string(status);
+}
+
+StoreState read_store(const test::RedisServer& store) {
+  StoreState s;
+  try {
+    const auto timeout = std::chrono::milliseconds(30'000);
+    const std::vector<Reply> r = store.raw_pipeline(
+        {{"GET", kCounterKey}, {"GET", kShadowKey}, {"LRANGE", kAppliedListKey, "0", "-1"}},
+        timeout);
+    auto number = [](const Reply& reply) -> std::int64_t {
+      return reply.is_nil() ? 0 : std::stoll(reply.str());
+    };
+    s.counter = number(r.at(0));
+    s.shadow = number(r.at(1));
+    for (const Reply& e : r.at(2).elements()) {
+      const std::string& text = e.str();
+      const std::size_t colon = text.find(':');
+      if (colon == std::string::npos) throw std::runtime_error("bad list entry '" + text + "'");
+      s.applied.emplace_back(std::stoull(text.substr(0, colon)),
+                             std::stoll(text.substr(colon + 1)));
+    }
+    s.read = true;
+  } catch (const std::exception& e) {
+    s.error = e.what();
+  }
+  return s;
+}
+
+// Points the harness's temporary directories (its $TMPDIR) at `dir` while servers are created;
+// restores the old value when destroyed. Runs before any worker exists, on the main thread.
+class ScopedTmpdir {
+ public:
+  explicit ScopedTmpdir(const std::string& dir) {
+    if (const char* old = std::getenv("TMPDIR"); old != nullptr) old_ = old;
+    if (!dir.empty()) ::setenv("TMPDIR", dir.c_str(), 1);
+  }
+  ~ScopedTmpdir() {
+    if (old_) {
+      ::setenv("TMPDIR", old_->c_str(), 1);
+    } else {
+      ::unsetenv("TMPDIR");
+    }
+  }
+  ScopedTmpdir(const ScopedTmpdir&) = delete;
+  ScopedTmpdir& operator=(const ScopedTmpdir&) = delete;
+
+ private:
+  std::optional<std::string> old_;
+};
+
+// A controller killed with SIGKILL (a ctest timeout) cannot remove its servers' directories, and
+// under /dev/shm they hold RAM. Removes the harness's directories there ("redlock-test-<pid>-*")
+// whose process no longer exists. Only for the default /dev/shm, never for a --data-dir.
+void sweep_stale_server_dirs(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const std::string prefix = "redlock-test-";
+    if (name.rfind(prefix, 0) != 0 || !entry.is_directory(ec)) continue;
+    const std::size_t dash = name.find('-', prefix.size());
+    if (dash == std::string::npos) continue;
+    const std::string pid_text = name.substr(prefix.size(), dash - prefix.size());
+    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
+    const auto pid = static_cast<pid_t>(std::stol(pid_text));
+    if (pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    fs::remove_all(entry.path(), ec);
+  }
+}
+
+std::string pick_data_dir(const std::string& wanted) {
+  if (!wanted.empty()) return wanted;
+  if (::access("/dev/shm", W_OK) == 0) {
+    sweep_stale_server_dirs("/dev/shm");
+    return "/dev/shm";
+  }
+  return "";
+}
+
+void copy_quietly(const std::string& from, const std::string& to) {
+  std::error_code ec;
+  fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
+}
+
+}  // namespace
+
+int run_controller(const Options& o) {
+  install_handlers();
+  const int nodes_count = o.mode == Mode::lock ? 1 : 5;
+  std::uint64_t seed = o.seed;
+  if (!o.seed_given) {
+    std::random_device rd;
+    seed = (static_cast<std::uint64_t>(rd()) << 32 | rd()) % 1'000'000'000ULL;
+  }
+
+  std::string run_dir;
+  std::string exe;
+  try {
+    run_dir = make_run_dir();
+    exe = self_exe();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "redlock-torture: %s\n", e.what());
+    return 2;
+  }
+  bool keep_dir = o.keep;
+  auto finish = [&](int code) {
+    if (!keep_dir) {
+      std::error_code ec;
+      fs::remove_all(run_dir, ec);
+    } else {
+      std::fprintf(stdout, "run directory kept: %s\n", run_dir.c_str());
+    }
+    return code;
+  };
+
+  RunInfo info;
+  info.mode = o.mode;
+  info.unsafe = o.unsafe;
+  info.duration_ms = std::chrono::duration_cast<std::chrono::milliseconds>(o.duration).count();
+  info.processes = o.processes;
+  info.threads = o.threads;
+  info.seed = seed;
+  info.ttl_ms = o.ttl_ms;
+  info.nodes = nodes_count;
+  if (o.unsafe == Unsafe::clock) {
+    info.notes.emplace_back(
+        "nodes 0-2 (a majority) run under faketime '+0 x2': their keys expire "
+        "at half the ttl in real time");
+  }
+  if (o.unsafe == Unsafe::restart) {
+    info.notes.emplace_back(
+        "nodes run without persistence; majority_restart kills -9 three of five "
+        "and restarts them empty");
+  }
+  if (o.auto_renew) {
+    info.notes.emplace_back("auto_renew on: windows end at the last renewed deadline");
+  }
+
+  const std::string data_dir = pick_data_dir(o.data_dir);
+  const int long_holds =
+      o.long_hold_percent >= 0 ? o.long_hold_percent : (o.unsafe == Unsafe::none ? 1 : 5);
+  std::fprintf(stdout,
+               "redlock-torture: mode=%s unsafe=%s duration=%s processes=%d threads=%d seed=%llu "
+               "long holds %d%%, run dir %s, server data under %s\n",
+               to_string(o.mode), to_string(o.unsafe), format_duration(o.duration).c_str(),
+               o.processes, o.threads, static_cast<unsigned long long>(seed), long_holds,
+               run_dir.c_str(), data_dir.empty() ? "$TMPDIR" : data_dir.c_str());
+  std::fflush(stdout);
+
+  std::FILE* nemesis_log = std::fopen((run_dir + "/nemesis.log").c_str(), "w");
+  std::vector<Worker> workers;
+  int exit_code = 0;
+  {
+    // Servers and proxies live in this scope; everything below runs on this (the main) thread.
+    std::unique_ptr<test::RedisServer> store;
+    std::vector<Node> nodes;
+    try {
+      const ScopedTmpdir tmpdir(data_dir);
+      store = std::make_unique<test::RedisServer>(test::ServerOptions{});
+      for (int i = 0; i < nodes_count; ++i) {
+        test::ServerOptions so;
+        so.persistence = o.unsafe != Unsafe::restart;
+        Node node;
+        if (o.unsafe == Unsafe::clock && i < 3) {
+          so.faketime = "+0 x2";
+          node.fake_clock = true;
+        }
+        node.server = std::make_unique<test::RedisServer>(so);
+        node.proxy = std::make_unique<test::FaultProxy>("127.0.0.1", node.server->port());
+        nodes.push_back(std::move(node));
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "redlock-torture: cannot start the servers: %s\n", e.what());
+      if (nemesis_log != nullptr) std::fclose(nemesis_log);
+      return finish(2);
+    }
+
+    std::vector<int> ports;
+    ports.reserve(nodes.size());
+    for (const Node& n : nodes) ports.push_back(n.proxy->port());
+    const std::int64_t start = mono_ns();
+    const std::int64_t until = start + o.duration.count();
+    WorkerConfig base;
+    base.threads = o.threads;
+    base.mode = o.mode;
+    base.node_ports = ports;
+    base.store_port = store->port();
+    base.until_ns = until;
+    base.seed = seed;
+    base.ttl_ms = o.ttl_ms;
+    base.long_hold_percent = long_holds;
+    base.auto_renew = o.auto_renew;
+    base.retry_delay_ms = o.retry_delay_ms;
+    base.wake_on_release = o.wake_on_release;
+    base.parent = ::getpid();
+    std::vector<std::string> log_paths;
+    try {
+      for (int p = 0; p < o.processes; ++p) {
+        WorkerConfig c = base;
+        c.index = p;
+        c.log_path = run_dir + "/worker-" + std::to_string(p) + ".log";
+        log_paths.push_back(c.log_path);
+        workers.push_back(Worker{p, spawn_worker(exe, c)});
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "redlock-torture: cannot start the workers: %s\n", e.what());
+      stop_workers(workers);
+      if (nemesis_log != nullptr) std::fclose(nemesis_log);
+      return finish(2);
+    }
+
+    // The nemesis runs until the last worker is gone (they finish their last hold after
+    // `until`). A worker still alive long after that is hung: it is killed and reported.
+    Nemesis nemesis(nodes, o.unsafe, seed, nemesis_log);
+    const std::int64_t give_up =
+        until + (base.acquire_bound_ms + 2LL * o.ttl_ms) * kMs + 20'000 * kMs;
+    bool hung = false;
+    while (reap(workers) > 0 && g_signal.load() == 0) {
+      const std::int64_t now = mono_ns();
+      if (now > give_up) {
+        hung = true;
+        kill_workers(workers, SIGKILL);
+        continue;
+      }
+      const std::int64_t next = nemesis.step(now);
+      const std::int64_t wait =
+          std::min<std::int64_t>(std::max<std::int64_t>(next - mono_ns(), 0), 20 * kMs);
+      std::this_thread::sleep_for(std::chrono::nanoseconds(wait));
+    }
+    if (const int sig = g_signal.load(); sig != 0) {
+      std::fprintf(stderr, "redlock-torture: interrupted by signal %d; cleaning up\n", sig);
+      stop_workers(workers);
+      if (nemesis_log != nullptr) std::fclose(nemesis_log);
+      return finish(128 + sig);  // servers and proxies are destroyed on the way out
+    }
+    nemesis.heal_all();
+    if (std::getenv("TORTURE_DEBUG_STATS") != nullptr) {
+      for (std::size_t i = 0; i < nodes.size(); ++i) {
+        try {
+          std::fprintf(stdout, "node %zu:\n%s\n", i,
+                       nodes[i].server->raw({"INFO", "commandstats"}).str().c_str());
+        } catch (const std::exception&) {
+        }
+      }
+    }
+    info.faults = nemesis.injected();
+    for (const std::string& p : nemesis.problems()) info.notes.push_back("nemesis: " + p);
+    for (const Worker& w : workers) {
+      if (!WIFEXITED(w.status) || WEXITSTATUS(w.status) != 0) {
+        info.worker_failures.push_back("worker " + std::to_string(w.index) + ": " +
+                                       describe_exit(w.status) + (hung ? " (hung, killed)" : ""));
+      }
+    }
+
+    const StoreState state = read_store(*store);
+    LogContents logs;
+    try {
+      logs = read_logs(log_paths);
+    } catch (const std::exception& e) {
+      info.notes.emplace_back(e.what());
+    }
+    const Report report = check(logs, state, info);
+    print_report(report, stdout);
+    std::fprintf(stdout, "%s\n", to_json(report).c_str());
+    std::fflush(stdout);
+    exit_code = report.pass ? 0 : 1;
+    if (!report.pass) keep_dir = true;  // the evidence
+    if (keep_dir) {
+      for (std::size_t i = 0; i < nodes.size(); ++i) {
+        copy_quietly(nodes[i].server->log_path(),
+                     run_dir + "/node-" + std::to_string(i) + "-redis.log");
+      }
+      copy_quietly(store->log_path(), run_dir + "/store-redis.log");
+    }
+  }
+  if (nemesis_log != nullptr) std::fclose(nemesis_log);
+  return finish(exit_code);
+}
+
+}  // namespace redlock::torture

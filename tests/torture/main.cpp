@@ -1,0 +1,169 @@
+// tests/torture/main.cpp: redlock-torture, a nemesis and a checker that proves mutual exclusion.
+//
+//   redlock-torture --mode redlock --duration 60s     # Redlock over 5 faulty nodes
+//   redlock-torture --mode lock --duration 20s        # one Lock on one faulty node
+//   redlock-torture --unsafe clock --duration 20s     # outside the model: fencing must hold
+//   redlock-torture --self-test                       # the checker can fail
+//
+// One binary, three roles: the controller (default), a worker (--worker ..., started by the
+// controller) and the self-test. The model and the checks are described in common.hpp,
+// worker.hpp, nemesis.hpp and checker.hpp; torture.md has the whole story.
+#include <cstdio>     // std::printf, std::fprintf
+#include <cstdlib>    // std::strtoull
+#include <exception>  // std::exception
+#include <stdexcept>  // std::invalid_argument
+#include <string>     // std::string
+#include <vector>     // std::vector
+
+#include "common.hpp"
+#include "controller.hpp"
+#include "self_test.hpp"
+#include "worker.hpp"
+
+namespace {
+
+using redlock::torture::Options;
+
+const char kUsage[] = R"(usage: redlock-torture [options]
+
+Starts 5 redis-server lock nodes (AOF, appendfsync always), each behind a fault proxy, and one
+checker store; K worker processes x T threads take the lock and do a fenced read-sleep-write on a
+counter while a nemesis breaks a minority of the nodes; then checks the hold logs: no overlapping
+validity windows, no lost update, fences applied in order, every hold ended with a record.
+
+options:
+  --mode redlock|lock     Redlock over the 5 nodes, or a single Lock on node 0 (default redlock)
+  --duration D            how long workers take the lock: 500ms, 30s, 2m (default 60s)
+  --processes K           worker processes (default 3)
+  --threads T             threads per worker (default 4)
+  --seed N                nemesis and workload randomness (default: random, printed)
+  --unsafe clock|restart  outside the fault model: 3 of 5 nodes' clocks run 2x (clock), or a
+                          majority is killed -9 and restarted without persistence (restart).
+                          Overlaps are then expected; the run passes if fencing held.
+  --ttl MS                lock ttl in milliseconds (default 1000)
+  --long-holds PCT        percent of holds that sleep up to 90% of their validity
+                          (default 1; 5 with --unsafe, so that the fault hits a hold)
+  --retry-delay MS        LockOptions::retry_delay (default 20)
+  --wake all|none|half    which threads use LockOptions::wake_on_release (default half: the
+                          even-numbered ones; the others only poll every retry delay)
+  --auto-renew            hold with LockOptions::auto_renew (long holds then last up to 2 ttl)
+  --data-dir DIR          where the servers keep their AOF (default /dev/shm if writable:
+                          kill -9 keeps the page cache, so tmpfs is as durable as a disk here)
+  --keep                  keep the run directory (always kept when the run fails)
+  --self-test             check the checker on synthetic histories, then exit
+  --help                  this text
+
+exit status: 0 pass, 1 a check failed, 2 bad usage or setup failure, 128+N killed by signal N.
+)";
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "redlock-torture: %s\n(see --help)\n", message.c_str());
+  return 2;
+}
+
+bool parse_int(const std::string& text, int lo, int hi, int& out) {
+  try {
+    std::size_t used = 0;
+    const long v = std::stol(text, &used);
+    if (used != text.size() || v < lo || v > hi) return false;
+    out = static_cast<int>(v);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && args[0] == "--worker") {
+    try {
+      return redlock::torture::run_worker(redlock::torture::parse_worker_args(args));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "redlock-torture worker: %s\n", e.what());
+      return 2;
+    }
+  }
+
+  Options o;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&](std::string& out) {
+      if (i + 1 >= args.size()) return false;
+      out = args[++i];
+      return true;
+    };
+    std::string v;
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (a == "--self-test") return redlock::torture::run_self_test();
+    if (a == "--keep") {
+      o.keep = true;
+    } else if (a == "--auto-renew") {
+      o.auto_renew = true;
+    } else if (a == "--wake") {
+      if (!value(v) || (v != "all" && v != "none" && v != "half")) {
+        return usage_error("--wake needs all, none or half");
+      }
+      o.wake_on_release = v == "all" ? 1 : v == "none" ? 0 : 2;
+    } else if (a == "--retry-delay") {
+      if (!value(v) || !parse_int(v, 1, 10'000, o.retry_delay_ms)) {
+        return usage_error("--retry-delay needs milliseconds in 1..10000");
+      }
+    } else if (a == "--data-dir") {
+      if (!value(o.data_dir)) return usage_error("--data-dir needs a directory");
+    } else if (a == "--mode") {
+      if (!value(v)) return usage_error("--mode needs a value");
+      const auto m = redlock::torture::parse_mode(v);
+      if (!m) return usage_error("--mode must be redlock or lock, not '" + v + "'");
+      o.mode = *m;
+    } else if (a == "--unsafe") {
+      if (!value(v)) return usage_error("--unsafe needs a value");
+      const auto u = redlock::torture::parse_unsafe(v);
+      if (!u) return usage_error("--unsafe must be clock or restart, not '" + v + "'");
+      o.unsafe = *u;
+    } else if (a == "--duration") {
+      if (!value(v)) return usage_error("--duration needs a value");
+      const auto d = redlock::torture::parse_duration(v);
+      if (!d || d->count() <= 0) {
+        return usage_error("--duration: '" + v + "' is not a duration like 500ms, 30s or 2m");
+      }
+      o.duration = *d;
+    } else if (a == "--processes") {
+      if (!value(v) || !parse_int(v, 1, 64, o.processes)) {
+        return usage_error("--processes needs a number in 1..64");
+      }
+    } else if (a == "--threads") {
+      if (!value(v) || !parse_int(v, 1, 64, o.threads)) {
+        return usage_error("--threads needs a number in 1..64");
+      }
+    } else if (a == "--ttl") {
+      if (!value(v) || !parse_int(v, 50, 600'000, o.ttl_ms)) {
+        return usage_error("--ttl needs milliseconds in 50..600000");
+      }
+    } else if (a == "--long-holds") {
+      if (!value(v) || !parse_int(v, 0, 100, o.long_hold_percent)) {
+        return usage_error("--long-holds needs a percentage in 0..100");
+      }
+    } else if (a == "--seed") {
+      if (!value(v)) return usage_error("--seed needs a value");
+      try {
+        std::size_t used = 0;
+        o.seed = std::stoull(v, &used);
+        if (used != v.size()) throw std::invalid_argument(v);
+      } catch (const std::exception&) {
+        return usage_error("--seed needs a non-negative integer");
+      }
+      o.seed_given = true;
+    } else {
+      return usage_error("unknown option '" + a + "'");
+    }
+  }
+  if (o.mode == redlock::torture::Mode::lock && o.unsafe != redlock::torture::Unsafe::none) {
+    return usage_error("--unsafe needs --mode redlock (it breaks a majority of five nodes)");
+  }
+  return redlock::torture::run_controller(o);
+}
