@@ -86,6 +86,8 @@ struct Pending {
   std::vector<ReplyPtr> replies;
   Clock::time_point deadline{};
   bool done{false};
+  bool connection_attempted{false};  // false when skipped by the circuit breaker
+  bool abandoned{false};             // cut short by an early finish, not by its own timeout
 };
 
 // Writing to a connection the server has closed raises SIGPIPE, whose default action kills the
@@ -255,6 +257,7 @@ void read_multiplexed(std::vector<Pending>& pending, Clock::time_point start,
     for (auto& p : pending) {
       if (p.done || p.replies.size() >= p.expected) continue;
       if (now >= p.deadline || now >= grace) {
+        p.abandoned = now < p.deadline;
         send_on_timeout(p);
         // Reported as a timeout: the context saw no error, so describe it ourselves.
         p.connection->context->err = REDIS_ERR_IO;
@@ -483,6 +486,26 @@ void ClientImpl::note_health(bool reachable, std::string_view why) noexcept {
   }
 }
 
+void ClientImpl::note_timeout() noexcept {
+  const std::int64_t previous = backoff_ms_.load(std::memory_order_relaxed);
+  const std::int64_t backoff = previous == 0 ? 250 : std::min<std::int64_t>(previous * 2, 5000);
+  backoff_ms_.store(backoff, std::memory_order_relaxed);
+  const auto until = Clock::now() + std::chrono::milliseconds(backoff);
+  skip_until_ns_.store(until.time_since_epoch().count(), std::memory_order_relaxed);
+}
+
+void ClientImpl::note_answer() noexcept {
+  if (backoff_ms_.load(std::memory_order_relaxed) != 0) {
+    backoff_ms_.store(0, std::memory_order_relaxed);
+    skip_until_ns_.store(0, std::memory_order_relaxed);
+  }
+}
+
+bool ClientImpl::skipping(Clock::time_point now) const noexcept {
+  const std::int64_t until = skip_until_ns_.load(std::memory_order_relaxed);
+  return until != 0 && now.time_since_epoch().count() < until;
+}
+
 std::size_t ClientImpl::idle() const {
   std::lock_guard<std::mutex> guard(mutex_);
   return idle_.size();
@@ -531,6 +554,14 @@ void execute_once(NodeBatch* batches, std::size_t count, std::vector<bool>& stal
     p.batch = &batches[i];
     p.batch->error = nullptr;
     p.batch->replies.clear();
+    if (count > 1 && p.batch->node->skipping(start)) {
+      p.batch->error = std::make_exception_ptr(TimeoutError(
+          fmt::format("redlock: {} timed out recently; skipped until its back-off ends",
+                      p.batch->node->address())));
+      p.done = true;
+      continue;
+    }
+    p.connection_attempted = true;
     try {
       p.connection = p.batch->node->checkout();
     } catch (...) {
@@ -573,12 +604,17 @@ void execute_once(NodeBatch* batches, std::size_t count, std::vector<bool>& stal
     retry_noscript(p);
     if (!p.done) {
       p.batch->node->note_health(true);
+      p.batch->node->note_answer();
       p.batch->node->checkin(std::move(p.connection));
-    } else if (p.batch->error && !stale[i]) {
+    } else if (p.batch->error && !stale[i] && p.connection_attempted) {
       try {
         std::rethrow_exception(p.batch->error);
       } catch (const ServerError&) {
         p.batch->node->note_health(true);  // it answered, with an error
+        p.batch->node->note_answer();
+      } catch (const TimeoutError& e) {
+        p.batch->node->note_health(false, e.what());
+        if (!p.abandoned) p.batch->node->note_timeout();
       } catch (const std::exception& e) {
         p.batch->node->note_health(false, e.what());
       }

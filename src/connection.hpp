@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -116,6 +117,16 @@ class ClientImpl {
   // a dead node costs one log line, not one per operation. Never throws.
   void note_health(bool reachable, std::string_view why = {}) noexcept;
 
+  // Circuit breaker for multi-node batches. After a timeout the node is skipped by Redlock
+  // operations (it simply does not grant) for a back-off that starts at 250 ms and doubles up to
+  // 5 s; the first operation after it probes the node again. A paused server would otherwise
+  // cost every operation a connect or command timeout (its accept queue fills up with the
+  // connections abandoned so far). Single-node operations never skip.
+  void note_timeout() noexcept;
+  void note_answer() noexcept;
+  // True (and the time left) if a multi-node batch should skip this node now.
+  bool skipping(std::chrono::steady_clock::time_point now) const noexcept;
+
  private:
   Endpoint endpoint_;
   std::string address_;
@@ -128,6 +139,8 @@ class ClientImpl {
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<Connection>> idle_;  // guarded by mutex_
   std::atomic<bool> down_{false};
+  std::atomic<std::int64_t> skip_until_ns_{0};  // steady_clock, 0: not skipping
+  std::atomic<std::int64_t> backoff_ms_{0};
   std::once_flag subscriber_once_;
   std::unique_ptr<Subscriber> subscriber_;
 };

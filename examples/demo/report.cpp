@@ -201,9 +201,9 @@ int print_summary(const RunRecord& run) {
     }
     if (paused && run.node_timeout.count() > 0) {
       std::printf(
-          "                    a paused node answers nothing: every acquire and release "
-          "waits for it until its\n                    %lld ms command timeout; a dead "
-          "one refuses at once\n",
+          "                    a paused node answers nothing: after its first %lld ms timeout "
+          "it is skipped\n                    (probed again after a back-off); operations "
+          "finish once a quorum answered\n",
           static_cast<long long>(run.node_timeout.count()));
     }
   }
