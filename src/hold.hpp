@@ -7,8 +7,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include <redlock/options.hpp>
 
@@ -84,9 +86,11 @@ class HoldState {
     return ending_;
   }
 
-  // Marks the hold lost (first call wins). Returns true if this call marked it.
+  // Marks the hold lost (first call wins) and runs the on_lost callbacks. Returns true if this
+  // call marked it.
   bool mark_lost(LostReason reason) {
     bool first = false;
+    std::vector<std::function<void()>> callbacks;
     {
       std::lock_guard<std::mutex> guard(mutex_);
       ending_ = true;
@@ -94,16 +98,40 @@ class HoldState {
         reason_.store(static_cast<int>(reason), std::memory_order_release);
         lost_.store(true, std::memory_order_release);
         first = true;
+        callbacks.swap(callbacks_);
       }
     }
     cv_.notify_all();
+    for (auto& callback : callbacks) {
+      try {
+        callback();
+      } catch (...) {  // documented: exceptions from these callbacks are swallowed
+      }
+    }
     return first;
   }
+
+  // Registers a callback for mark_lost(); runs it now if already lost. Dropped on release.
+  void add_lost_callback(std::function<void()> callback) {
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      if (!lost_.load(std::memory_order_relaxed)) {
+        if (!released_.load(std::memory_order_relaxed)) callbacks_.push_back(std::move(callback));
+        return;
+      }
+    }
+    try {
+      callback();
+    } catch (...) {
+    }
+  }
   void mark_released() {
+    std::vector<std::function<void()>> dropped;  // destroyed outside the lock
     {
       std::lock_guard<std::mutex> guard(mutex_);
       ending_ = true;
       released_.store(true, std::memory_order_release);
+      dropped.swap(callbacks_);
     }
     cv_.notify_all();
   }
@@ -133,8 +161,9 @@ class HoldState {
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;
-  bool renewing_{false};  // guarded by mutex_
-  bool ending_{false};    // guarded by mutex_
+  bool renewing_{false};                          // guarded by mutex_
+  bool ending_{false};                            // guarded by mutex_
+  std::vector<std::function<void()>> callbacks_;  // guarded by mutex_
 };
 
 }  // namespace detail

@@ -413,6 +413,18 @@ LostReason LeaseToken::reason() const noexcept {
   return state_ ? state_->reason() : LostReason::expired;
 }
 
+void LeaseToken::on_lost(std::function<void()> callback) const {
+  if (!callback) return;
+  if (!state_) {
+    try {
+      callback();
+    } catch (...) {
+    }
+    return;
+  }
+  state_->add_lost_callback(std::move(callback));
+}
+
 bool LeaseToken::wait_for(std::chrono::milliseconds timeout) const {
   if (!state_) return true;
   return state_->wait_for(timeout);

@@ -14,8 +14,12 @@
 #ifndef REDLOCK_LEASE_HPP
 #define REDLOCK_LEASE_HPP
 
-#include <chrono>  // std::chrono::milliseconds
-#include <memory>  // std::shared_ptr
+#include <chrono>      // std::chrono::milliseconds
+#include <functional>  // std::function
+#include <memory>      // std::shared_ptr
+#if __cplusplus >= 202002L && __has_include(<stop_token>)
+#include <stop_token>  // std::stop_token, std::stop_source (C++20)
+#endif
 
 #include <redlock/options.hpp>  // LostReason
 
@@ -43,6 +47,24 @@ class LeaseToken {
   // Blocks up to `timeout` (milliseconds) until the hold is lost or released. Returns lost().
   // Never throws. Thread-safe.
   bool wait_for(std::chrono::milliseconds timeout) const;
+
+  // Runs `callback` once when the loss of this hold is detected (a refused or failed renewal,
+  // a validity deadline noticed by the watchdog, extend() or release() finding the lease gone,
+  // a cap), at once if it already was; never after a normal release. It runs on the thread that
+  // detects the loss (often the watchdog's), so it must be quick and must not throw (exceptions
+  // are swallowed). Without auto_renew, an expiry nobody looks at is not detected: poll lost().
+  // Throws std::bad_alloc only. Thread-safe.
+  void on_lost(std::function<void()> callback) const;
+
+#if __cplusplus >= 202002L && __has_include(<stop_token>)
+  // C++20: a std::stop_token that is stop-requested when the loss of this hold is detected (see
+  // on_lost()); an empty token's is stop-requested at once. Thread-safe.
+  std::stop_token stop_token() const {
+    auto source = std::make_shared<std::stop_source>();
+    on_lost([source] { source->request_stop(); });
+    return source->get_token();
+  }
+#endif
 
  private:
   std::shared_ptr<detail::HoldState> state_;
