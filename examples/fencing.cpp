@@ -19,17 +19,15 @@
 #include <cstdarg>    // va_list
 #include <cstdint>    // std::uint64_t
 #include <cstdio>     // std::printf, std::vprintf
-#include <cstring>    // std::strcmp
 #include <exception>  // std::exception
 #include <future>     // std::promise
-#include <memory>     // std::unique_ptr
 #include <mutex>      // std::mutex, std::lock_guard
 #include <string>     // std::string
 #include <thread>     // std::thread
 
 #include <redlock/redlock.hpp>  // Client, Lock, LockOptions, errors
 
-#include "support/redis_server.hpp"  // --self-test only: a throwaway redis-server
+#include "example_main.hpp"  // main(): --redis URI, --self-test
 
 namespace {
 
@@ -144,30 +142,7 @@ int run(const redlock::Endpoint& endpoint) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string uri = "redis://127.0.0.1:6379";
-  bool self_test = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--redis") == 0 && i + 1 < argc) {
-      uri = argv[++i];
-    } else if (std::strcmp(argv[i], "--self-test") == 0) {
-      self_test = true;
-    } else {
-      std::fprintf(stderr, "usage: %s [--redis URI] [--self-test]\n", argv[0]);
-      return 2;
-    }
-  }
-  try {
-    std::unique_ptr<redlock::test::RedisServer> server;  // lives until main returns
-    redlock::Endpoint endpoint;
-    if (self_test) {
-      server = std::make_unique<redlock::test::RedisServer>();
-      endpoint = server->endpoint();
-    } else {
-      endpoint = redlock::Endpoint::parse(uri);
-    }
-    return run(endpoint);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  return example::main_with(
+      argc, argv, nullptr, 0,
+      [](const redlock::Endpoint& endpoint, std::uint64_t) { return run(endpoint); });
 }

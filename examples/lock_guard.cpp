@@ -12,9 +12,7 @@
 // --self-test starts a throwaway redis-server (test harness) instead of using --redis.
 #include <chrono>       // std::chrono
 #include <cstdio>       // std::printf, std::fprintf
-#include <cstring>      // std::strcmp
 #include <exception>    // std::exception
-#include <memory>       // std::unique_ptr
 #include <mutex>        // std::lock_guard
 #include <string>       // std::string
 #include <string_view>  // std::string_view
@@ -22,7 +20,7 @@
 
 #include <redlock/redlock.hpp>  // Client, Endpoint, Lock, errors, set_log_handler
 
-#include "support/redis_server.hpp"  // --self-test only: a throwaway redis-server
+#include "example_main.hpp"  // main(): --redis URI, --self-test
 
 namespace {
 
@@ -93,30 +91,7 @@ int run(const redlock::Endpoint& endpoint) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string uri = "redis://127.0.0.1:6379";
-  bool self_test = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--redis") == 0 && i + 1 < argc) {
-      uri = argv[++i];
-    } else if (std::strcmp(argv[i], "--self-test") == 0) {
-      self_test = true;
-    } else {
-      std::fprintf(stderr, "usage: %s [--redis URI] [--self-test]\n", argv[0]);
-      return 2;
-    }
-  }
-  try {
-    std::unique_ptr<redlock::test::RedisServer> server;  // lives until main returns
-    redlock::Endpoint endpoint;
-    if (self_test) {
-      server = std::make_unique<redlock::test::RedisServer>();
-      endpoint = server->endpoint();
-    } else {
-      endpoint = redlock::Endpoint::parse(uri);  // throws std::invalid_argument if malformed
-    }
-    return run(endpoint);
-  } catch (const std::exception& e) {  // a bad URI, or a throwaway server that would not start
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  return example::main_with(
+      argc, argv, nullptr, 0,
+      [](const redlock::Endpoint& endpoint, std::uint64_t) { return run(endpoint); });
 }

@@ -15,10 +15,8 @@
 #include <chrono>       // std::chrono
 #include <cstdint>      // std::uint64_t
 #include <cstdio>       // std::printf, std::fprintf
-#include <cstdlib>      // std::strtoull
-#include <cstring>      // std::strcmp
 #include <exception>    // std::exception
-#include <memory>       // std::make_shared, std::unique_ptr
+#include <memory>       // std::make_shared
 #include <mutex>        // std::unique_lock
 #include <string>       // std::string, std::to_string
 #include <string_view>  // std::string_view
@@ -26,7 +24,7 @@
 
 #include <redlock/redlock.hpp>  // Client, Lock, LockOptions, LeaseToken, Watchdog, errors
 
-#include "support/redis_server.hpp"  // --self-test only: a throwaway redis-server
+#include "example_main.hpp"  // main(): --redis URI, --self-test
 
 namespace {
 
@@ -106,33 +104,8 @@ int run(const redlock::Endpoint& endpoint, std::uint64_t max_renewals) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string uri = "redis://127.0.0.1:6379";
-  std::uint64_t max_renewals = 3;
-  bool self_test = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--redis") == 0 && i + 1 < argc) {
-      uri = argv[++i];
-    } else if (std::strcmp(argv[i], "--max-renewals") == 0 && i + 1 < argc) {
-      max_renewals = std::strtoull(argv[++i], nullptr, 10);
-    } else if (std::strcmp(argv[i], "--self-test") == 0) {
-      self_test = true;
-    } else {
-      std::fprintf(stderr, "usage: %s [--redis URI] [--max-renewals N] [--self-test]\n", argv[0]);
-      return 2;
-    }
-  }
-  try {
-    std::unique_ptr<redlock::test::RedisServer> server;  // lives until main returns
-    redlock::Endpoint endpoint;
-    if (self_test) {
-      server = std::make_unique<redlock::test::RedisServer>();
-      endpoint = server->endpoint();
-    } else {
-      endpoint = redlock::Endpoint::parse(uri);
-    }
-    return run(endpoint, max_renewals);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  return example::main_with(argc, argv, "--max-renewals", 3,
+                            [](const redlock::Endpoint& endpoint, std::uint64_t max_renewals) {
+                              return run(endpoint, max_renewals);
+                            });
 }
