@@ -1,6 +1,8 @@
 // src/client.cpp: the public Client handle and Script.
 #include <redlock/client.hpp>
 
+#include <cctype>
+#include <chrono>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -27,11 +29,12 @@ void validate(const Endpoint& ep) {
     throw std::invalid_argument(
         fmt::format("redlock: endpoint.database must be >= 0 (got {})", ep.database));
   }
-  if (ep.connect_timeout.count() <= 0) {
-    throw std::invalid_argument("redlock: endpoint.connect_timeout must be > 0 ms");
+  constexpr std::chrono::hours kDay(24);
+  if (ep.connect_timeout.count() <= 0 || ep.connect_timeout > kDay) {
+    throw std::invalid_argument("redlock: endpoint.connect_timeout must be > 0 ms and <= 24 h");
   }
-  if (ep.command_timeout.count() <= 0) {
-    throw std::invalid_argument("redlock: endpoint.command_timeout must be > 0 ms");
+  if (ep.command_timeout.count() <= 0 || ep.command_timeout > kDay) {
+    throw std::invalid_argument("redlock: endpoint.command_timeout must be > 0 ms and <= 24 h");
   }
 }
 
@@ -90,7 +93,50 @@ std::string Client::server_version() const {
   return text.substr(start, end == std::string::npos ? std::string::npos : end - start);
 }
 
+namespace {
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Pooled connections are shared by the locks: a command that changes a connection's state
+// (its database, its user, its protocol, pub/sub or transaction mode) would change it for the
+// next lock operation on it; SELECT could even make two holders possible.
+void reject_stateful(const std::vector<std::string_view>& argv) {
+  if (argv.empty()) return;
+  static const char* const kStateful[] = {
+      "SELECT",     "AUTH",        "HELLO",        "RESET",        "QUIT",      "MULTI",
+      "EXEC",       "DISCARD",     "WATCH",        "UNWATCH",      "SUBSCRIBE", "PSUBSCRIBE",
+      "SSUBSCRIBE", "UNSUBSCRIBE", "PUNSUBSCRIBE", "SUNSUBSCRIBE", "MONITOR",   "SYNC",
+      "PSYNC",      "READONLY",    "READWRITE",    "ASKING"};
+  for (const char* name : kStateful) {
+    if (iequals(argv[0], name)) {
+      throw std::invalid_argument(
+          fmt::format("redlock: argv: {} changes the state of a pooled connection the locks "
+                      "share; use Endpoint::database or a separate Redis client for it",
+                      argv[0]));
+    }
+  }
+  if (argv.size() > 1 && iequals(argv[0], "CLIENT") &&
+      (iequals(argv[1], "REPLY") || iequals(argv[1], "TRACKING") || iequals(argv[1], "NO-EVICT") ||
+       iequals(argv[1], "NO-TOUCH"))) {
+    throw std::invalid_argument(fmt::format(
+        "redlock: argv: CLIENT {} changes the state of a pooled connection the locks share",
+        argv[1]));
+  }
+}
+
+}  // namespace
+
 Reply Client::command(const std::vector<std::string_view>& argv) const {
+  reject_stateful(argv);
   ArgvStorage storage(argv);
   auto replies = run(*impl_, {storage.view()});
   if (detail::is_error(replies[0].get())) {
@@ -108,6 +154,7 @@ std::vector<Reply> Client::pipeline(
   std::vector<detail::CommandView> views;
   views.reserve(commands.size());
   for (const auto& c : commands) {
+    reject_stateful(c);
     storage.emplace_back(c);
     views.push_back(storage.back().view());
   }

@@ -271,7 +271,9 @@ void read_multiplexed(std::vector<Pending>& pending, Clock::time_point start,
       owners.push_back(&p);
     }
     if (fds.empty()) return;
-    const auto wait = std::chrono::ceil<std::chrono::milliseconds>(next_deadline - now);
+    const auto wait = std::min<std::chrono::milliseconds>(
+        std::chrono::ceil<std::chrono::milliseconds>(next_deadline - now),
+        std::chrono::milliseconds(60'000));  // re-checked every minute at most; never negative
     const int rc = ::poll(fds.data(), fds.size(), static_cast<int>(wait.count()));
     if (rc < 0) {
       if (errno == EINTR) continue;
@@ -554,7 +556,7 @@ void execute_once(NodeBatch* batches, std::size_t count, std::vector<bool>& stal
     p.batch = &batches[i];
     p.batch->error = nullptr;
     p.batch->replies.clear();
-    if (count > 1 && p.batch->node->skipping(start)) {
+    if (count > 1 && early != nullptr && p.batch->node->skipping(start)) {
       p.batch->error = std::make_exception_ptr(TimeoutError(
           fmt::format("redlock: {} timed out recently; skipped until its back-off ends",
                       p.batch->node->address())));
@@ -577,9 +579,11 @@ void execute_once(NodeBatch* batches, std::size_t count, std::vector<bool>& stal
     for (const auto& command : p.batch->commands) append(context, command, false);
     p.expected = p.handshake + p.batch->commands.size();
     p.replies.reserve(p.expected);
-    p.deadline = start + p.batch->node->endpoint().command_timeout;
     stale[i] = p.connection->reused;
     if (flush(p)) ++live;
+    // Each node's deadline starts when its own request left: a slow connect to one node (they
+    // are made one after another) must not eat the others' time.
+    p.deadline = Clock::now() + p.batch->node->endpoint().command_timeout;
   }
   if (live == 1 && count == 1) {
     read_blocking(pending[0]);

@@ -121,7 +121,7 @@ class ClientImpl {
   // operations (it simply does not grant) for a back-off that starts at 250 ms and doubles up to
   // 5 s; the first operation after it probes the node again. A paused server would otherwise
   // cost every operation a connect or command timeout (its accept queue fills up with the
-  // connections abandoned so far). Single-node operations never skip.
+  // connections abandoned so far). Single-node operations and the watchdog never skip.
   void note_timeout() noexcept;
   void note_answer() noexcept;
   // True (and the time left) if a multi-node batch should skip this node now.

@@ -22,6 +22,13 @@ const char kReleaseLua[] = R"(if redis.call('get', KEYS[1]) == ARGV[1] then
 end
 return 0)";
 
+// The rollback of a grant: compare-and-delete without announcing it (nobody was told the lock
+// was held, so there is nothing to wake waiters for).
+const char kUndoLua[] = R"(if redis.call('get', KEYS[1]) == ARGV[1] then
+  return redis.call('del', KEYS[1])
+end
+return 0)";
+
 const char kExtendLua[] = R"(if redis.call('get', KEYS[1]) == ARGV[1] then
   return redis.call('pexpire', KEYS[1], ARGV[2])
 end
@@ -118,8 +125,10 @@ AcquireReply read_acquire_reply(const redisReply* reply, const redisReply* pttl,
 }
 
 const Scripts& Scripts::get() {
-  static const Scripts scripts{Script(kReleaseLua), Script(kExtendLua), Script(kAcquireFencedLua),
-                               Script(kRaiseFenceLua)};
+  // Deliberately never destroyed: locks with static storage duration (and the watchdog's
+  // threads) may still release or renew while the program exits.
+  static const Scripts& scripts = *new Scripts{Script(kReleaseLua), Script(kExtendLua),
+                                               Script(kAcquireFencedLua), Script(kRaiseFenceLua)};
   return scripts;
 }
 
@@ -151,14 +160,17 @@ LeaseEngine::LeaseEngine(std::vector<std::shared_ptr<ClientImpl>> nodes, std::st
     throw std::invalid_argument(
         fmt::format("redlock: options.ttl must be > 0 ms (got {} ms)", ttl_.count()));
   }
-  // Redis takes PX up to LLONG_MAX minus the current time; keep well inside it.
-  if (ttl_ > std::chrono::milliseconds(std::numeric_limits<std::int64_t>::max() / 4)) {
-    throw std::invalid_argument(
-        fmt::format("redlock: options.ttl is too large ({} ms)", ttl_.count()));
+  if (ttl_ > kMaxTtl) {
+    throw std::invalid_argument(fmt::format(
+        "redlock: options.ttl is too large ({} ms; the maximum is 200 years)", ttl_.count()));
   }
-  if (options.retry_delay.count() <= 0) {
-    throw std::invalid_argument(fmt::format("redlock: options.retry_delay must be > 0 ms (got {})",
-                                            options.retry_delay.count()));
+  if (options.retry_delay.count() <= 0 || options.retry_delay > kMaxTtl) {
+    throw std::invalid_argument(
+        fmt::format("redlock: options.retry_delay must be > 0 ms and at most 200 years (got {} ms)",
+                    options.retry_delay.count()));
+  }
+  if (options.max_hold > kMaxTtl) {
+    throw std::invalid_argument("redlock: options.max_hold must be at most 200 years");
   }
   if (!(drift_factor_ >= 0.0 && drift_factor_ < 1.0)) {
     throw std::invalid_argument(fmt::format(
@@ -186,8 +198,8 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl) {
   FixedCommand<2> pttl;
   pttl.arg("PTTL").arg(key_);
   // EVAL, not EVALSHA: nobody reads this reply, so a NOSCRIPT could not be retried.
-  FixedCommand<6> undo;
-  undo.arg("EVAL").arg(scripts.release.body()).arg("1").arg(key_).arg(token).arg(channel_);
+  FixedCommand<5> undo;
+  undo.arg("EVAL").arg(kUndoLua).arg("1").arg(key_).arg(token);
   for (std::size_t i = 0; i < n; ++i) {
     FixedCommand<8>& c = commands[i];
     if (fencing_) {

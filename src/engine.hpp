@@ -123,6 +123,10 @@ class LeaseEngine {
 // is a bug, and every operation sends the key (and the release channel) again.
 constexpr std::size_t kMaxKeyBytes = 4u * 1024u * 1024u;
 
+// The longest ttl, retry delay or timeout accepted (200 years): far inside what steady_clock's
+// nanoseconds can add without overflow (292 years) and what Redis accepts for PX.
+constexpr std::chrono::milliseconds kMaxTtl = std::chrono::hours(24 * 365 * 200);
+
 }  // namespace detail
 }  // namespace redlock
 

@@ -3,6 +3,7 @@
 #ifndef REDLOCK_SRC_HOLD_HPP
 #define REDLOCK_SRC_HOLD_HPP
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -88,7 +89,8 @@ class HoldState {
 
   // Marks the hold lost (first call wins) and runs the on_lost callbacks. Returns true if this
   // call marked it.
-  bool mark_lost(LostReason reason) {
+  // With `deferred`, the callbacks are moved there for the caller to run elsewhere.
+  bool mark_lost(LostReason reason, std::vector<std::function<void()>>* deferred = nullptr) {
     bool first = false;
     std::vector<std::function<void()>> callbacks;
     {
@@ -102,6 +104,10 @@ class HoldState {
       }
     }
     cv_.notify_all();
+    if (deferred != nullptr) {
+      *deferred = std::move(callbacks);
+      return first;
+    }
     for (auto& callback : callbacks) {
       try {
         callback();
@@ -139,7 +145,8 @@ class HoldState {
   // Blocks until lost or released, at most `timeout`. Returns lost().
   bool wait_for(std::chrono::milliseconds timeout) {
     std::unique_lock<std::mutex> lock(mutex_);
-    const auto deadline = SteadyClock::now() + timeout;
+    const auto deadline = SteadyClock::now() + std::min<std::chrono::milliseconds>(
+                                                   timeout, std::chrono::hours(24 * 365));
     for (;;) {
       if (lost_.load() || released_.load()) break;
       const auto now = SteadyClock::now();

@@ -31,18 +31,27 @@ std::vector<std::shared_ptr<ClientImpl>> impls_of(const std::vector<Client>& cli
 
 // Subscribes one waiter to the lock's release channel on every node for the duration of a
 // contended wait. Registration goes to all nodes first; confirmations are then awaited together,
-// so a dead node costs at most one timeout, not one per node.
+// until one shared deadline (at most connect + command timeout, and never past the caller's own
+// deadline), so a dead or slow node costs at most that once, not once per node.
 class ReleaseWatch {
  public:
-  ReleaseWatch(const LeaseEngine& engine, bool enabled) : engine_(engine) {
+  ReleaseWatch(const LeaseEngine& engine, bool enabled, SteadyClock::time_point caller_deadline)
+      : engine_(engine) {
     if (!enabled) return;
+    std::chrono::milliseconds limit{0};
     for (const auto& node : engine_.nodes()) {
       try {
-        if (node->subscriber().watch(engine_.channel(), &slot_)) ++confirmed_;
+        node->subscriber().watch(engine_.channel(), &slot_);
         watched_.push_back(node.get());
+        limit =
+            std::max(limit, node->endpoint().connect_timeout + node->endpoint().command_timeout);
       } catch (const std::exception& e) {
         logf(LogLevel::debug, "redlock: cannot subscribe for {}: {}", engine_.key(), e.what());
       }
+    }
+    const auto deadline = std::min(SteadyClock::now() + limit, caller_deadline);
+    for (ClientImpl* node : watched_) {
+      if (node->subscriber().confirmed(engine_.channel(), deadline)) ++confirmed_;
     }
   }
   ~ReleaseWatch() {
@@ -51,14 +60,9 @@ class ReleaseWatch {
   ReleaseWatch(const ReleaseWatch&) = delete;
   ReleaseWatch& operator=(const ReleaseWatch&) = delete;
 
-  // Waits until a release is announced or `until`. Without a confirmed subscription, sleeps.
-  void wait_until(SteadyClock::time_point until) {
-    if (confirmed_ > 0) {
-      slot_.wait_until(until);
-    } else {
-      std::this_thread::sleep_until(until);
-    }
-  }
+  // Waits until a release is announced or `until`. Without a confirmed subscription the timer
+  // does the work, but a wake-up that reaches the slot anyway is still taken.
+  void wait_until(SteadyClock::time_point until) { slot_.wait_until(until); }
 
  private:
   const LeaseEngine& engine_;
@@ -132,8 +136,9 @@ bool LockCore::acquire(SteadyClock::time_point deadline, bool wait_forever, bool
       return true;
     }
     if (wait_forever) {
-      ++depth_;
-      return true;
+      // lock() must not return without the lock, and this thread cannot wait for itself.
+      throw Error("redlock: lock() of " + engine_->key() +
+                  " by the thread that owns it, but its hold was lost; unlock() it first");
     }
     return false;
   }
@@ -178,7 +183,8 @@ bool LockCore::attempts(SteadyClock::time_point deadline, bool wait_forever, boo
 
   // Contended. Subscribe to releases first, then try again: a release after the subscription is
   // confirmed cannot be missed, one before it is seen by the next attempt.
-  ReleaseWatch watch(*engine_, options_.wake_on_release);
+  ReleaseWatch watch(*engine_, options_.wake_on_release,
+                     wait_forever ? SteadyClock::time_point::max() : deadline);
   const auto base = std::chrono::nanoseconds(options_.retry_delay);
   for (;;) {
     if (attempt(true, result)) return true;
@@ -271,16 +277,25 @@ bool LockCore::release() {
       courtesy_until_ = SteadyClock::now() + pause;
     }
   }
+  const bool kept = was_valid && result.released >= engine_->quorum();
+  if (!capped && !error && !kept) {
+    // The lease turned out to be gone: that is a loss, and LeaseToken listeners hear of it.
+    report_lost(hold, !was_valid                    ? LostReason::expired
+                      : engine_->nodes().size() > 1 ? LostReason::no_quorum
+                                                    : LostReason::refused);
+  }
   hold->mark_released();
   free_gate();
   if (error) std::rethrow_exception(error);
-  return was_valid && result.released >= engine_->quorum();
+  return kept;
 }
 
 bool LockCore::extend(std::chrono::milliseconds ttl) {
-  if (ttl.count() <= 0) {
-    throw std::invalid_argument("redlock: extend: ttl must be > 0 ms (got " +
-                                std::to_string(ttl.count()) + ")");
+  if (ttl.count() <= 0 || ttl > kMaxTtl || drift_of(ttl, options_.clock_drift_factor) >= ttl) {
+    throw std::invalid_argument(
+        "redlock: extend: ttl must be longer than the drift allowance "
+        "(ttl * clock_drift_factor + 2 ms) and at most 200 years (got " +
+        std::to_string(ttl.count()) + " ms)");
   }
   std::shared_ptr<HoldState> hold;
   {

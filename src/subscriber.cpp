@@ -47,6 +47,7 @@ Subscriber::~Subscriber() {
     std::lock_guard<std::mutex> guard(mutex_);
     stop_ = true;
   }
+  confirmed_.notify_all();  // also ends a reconnect back-off at once
   wake_thread();
   if (thread_.joinable()) thread_.join();
   if (event_fd_ >= 0) ::close(event_fd_);
@@ -63,21 +64,29 @@ void Subscriber::enqueue(bool subscribe, const std::string& channel) {
   outgoing_.push_back(Outgoing{subscribe, channel});
 }
 
-bool Subscriber::watch(const std::string& channel, WakeSlot* slot) {
-  const auto limit = node_.endpoint().connect_timeout + node_.endpoint().command_timeout;
+void Subscriber::watch(const std::string& channel, WakeSlot* slot) {
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    auto [it, inserted] = channels_.try_emplace(channel);
+    it->second.waiters.push_back(slot);
+    if (inserted && connected_) {
+      enqueue(true, channel);
+      wake = true;
+    }
+  }
+  if (wake) wake_thread();
+}
+
+bool Subscriber::confirmed(const std::string& channel,
+                           std::chrono::steady_clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
-  auto [it, inserted] = channels_.try_emplace(channel);
-  it->second.waiters.push_back(slot);
-  if (inserted && connected_) enqueue(true, channel);
-  if (failing_) return false;  // the node is down: do not wait, the timer covers it
-  lock.unlock();
-  if (inserted) wake_thread();
-  lock.lock();
   auto subscribed = [&] {
     auto found = channels_.find(channel);
     return found != channels_.end() && found->second.state == State::subscribed;
   };
-  confirmed_.wait_for(lock, limit, [&] { return stop_ || failing_ || subscribed(); });
+  if (failing_) return subscribed();  // the node is down: do not wait, the timer covers it
+  confirmed_.wait_until(lock, deadline, [&] { return stop_ || failing_ || subscribed(); });
   return !stop_ && subscribed();
 }
 
@@ -155,7 +164,6 @@ void Subscriber::run() noexcept {
           continue;
         }
         backoff = std::chrono::milliseconds(10);
-        std::vector<WakeSlot*> to_wake;
         {
           // (Re)subscribe every channel that has waiters; waiters may have missed a release
           // while the connection was down, so wake them all to retry.
@@ -170,12 +178,12 @@ void Subscriber::run() noexcept {
               continue;
             }
             it->second.state = State::subscribing;
+            // Releases while the connection was down were missed: once the subscription is
+            // confirmed again (not before, or a release in between would be missed too), every
+            // waiter of the channel retries.
+            it->second.wake_all_on_confirm = stats_.reconnects > 1;
             enqueue(true, it->first);
-            to_wake.insert(to_wake.end(), it->second.waiters.begin(), it->second.waiters.end());
             ++it;
-          }
-          if (stats_.reconnects > 1) {
-            for (WakeSlot* slot : to_wake) slot->notify();
           }
         }
       }
@@ -242,6 +250,10 @@ void Subscriber::run() noexcept {
           if (it == channels_.end()) continue;
           it->second.state = State::subscribed;
           if (it->second.waiters.empty()) it->second.idle_since = std::chrono::steady_clock::now();
+          if (it->second.wake_all_on_confirm) {
+            it->second.wake_all_on_confirm = false;
+            for (WakeSlot* slot : it->second.waiters) slot->notify();
+          }
           confirmed_.notify_all();
         } else if (kind == "unsubscribe") {
           if (it == channels_.end()) continue;

@@ -57,10 +57,12 @@ class Subscriber {
   Subscriber(const Subscriber&) = delete;
   Subscriber& operator=(const Subscriber&) = delete;
 
-  // Adds `slot` as a waiter on `channel` and waits (at most connect_timeout + command_timeout)
-  // until the server confirms the subscription. Returns true if confirmed; false means the
-  // waiter must rely on its timer (the slot stays registered and may still be woken).
-  bool watch(const std::string& channel, WakeSlot* slot);
+  // Adds `slot` as a waiter on `channel` (subscribing if it is the first). Does not wait.
+  void watch(const std::string& channel, WakeSlot* slot);
+  // Waits until the server has confirmed the subscription to `channel`, or `deadline`, or the
+  // node is known to be down. Returns true if confirmed; false means the waiter relies on its
+  // timer (its slot stays registered and may still be woken).
+  bool confirmed(const std::string& channel, std::chrono::steady_clock::time_point deadline);
   // Removes the waiter; the last one of a channel unsubscribes it. Never throws.
   void unwatch(const std::string& channel, WakeSlot* slot) noexcept;
 
@@ -74,6 +76,7 @@ class Subscriber {
     std::vector<WakeSlot*> waiters;  // in arrival order; the first is woken first
     State state{State::subscribing};
     std::chrono::steady_clock::time_point idle_since{};  // when the last waiter left
+    bool wake_all_on_confirm{false};  // re-subscribed after a reconnect: releases were missed
   };
   static constexpr std::chrono::milliseconds kLinger{500};
   // Wakes the longest-waiting waiter of `channel` that has no wake-up pending. mutex_ held.

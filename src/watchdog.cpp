@@ -7,6 +7,8 @@
 #include <map>
 #include <unordered_map>
 
+#include <redlock/errors.hpp>
+
 #include "log_internal.hpp"
 #include "token.hpp"
 #include "watchdog_impl.hpp"
@@ -27,31 +29,38 @@ std::int64_t thread_cpu_us() {
 
 }  // namespace
 
-WatchdogImpl::~WatchdogImpl() {
+void WatchdogImpl::shutdown() noexcept {
   {
     std::lock_guard<std::mutex> guard(mutex_);
     stop_ = true;
   }
   wake_.notify_all();
-  if (renewer_.joinable()) renewer_.join();
   {
     std::lock_guard<std::mutex> guard(callback_mutex_);
     callback_stop_ = true;
   }
   callback_wake_.notify_all();
-  if (callbacker_.joinable()) callbacker_.join();
+  for (std::thread* t : {&renewer_, &callbacker_}) {
+    if (!t->joinable()) continue;
+    if (t->get_id() == std::this_thread::get_id()) {
+      t->detach();  // it holds a reference to *this and exits by itself
+    } else {
+      t->join();
+    }
+  }
 }
 
 void WatchdogImpl::ensure_started() {
   if (started_) return;
-  renewer_ = std::thread([this] { renew_loop(); });
+  if (stop_) throw Error("redlock: the watchdog is stopped (its threads could not be started)");
+  auto self = shared_from_this();
+  renewer_ = std::thread([self] { self->renew_loop(); });
   try {
-    callbacker_ = std::thread([this] { callback_loop(); });
+    callbacker_ = std::thread([self] { self->callback_loop(); });
   } catch (...) {
-    stop_ = true;
+    stop_ = true;  // mutex_ is held: the renewal thread sees it when it gets the lock, and exits
     wake_.notify_all();
-    renewer_.join();
-    stop_ = false;
+    renewer_.detach();
     throw;
   }
   started_ = true;
@@ -111,7 +120,19 @@ void WatchdogImpl::report_lost(const std::string& key, const std::shared_ptr<Hol
 }
 
 void WatchdogImpl::lose(Entry& entry, LostReason reason) {
-  if (!entry.hold->mark_lost(reason)) return;
+  std::vector<std::function<void()>> token_callbacks;
+  if (!entry.hold->mark_lost(reason, &token_callbacks)) return;
+  if (!token_callbacks.empty()) {
+    // LeaseToken::on_lost callbacks run on the callback thread too, never on this one.
+    post([callbacks = std::move(token_callbacks)]() mutable {
+      for (auto& callback : callbacks) {
+        try {
+          callback();
+        } catch (...) {
+        }
+      }
+    });
+  }
   {
     std::lock_guard<std::mutex> guard(mutex_);
     ++lost_;
@@ -203,13 +224,15 @@ void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::tim
     const bool cap = (s.max_renewals > 0 && hold.renewals() >= s.max_renewals) ||
                      (s.max_hold.count() > 0 && now - hold.acquired() >= s.max_hold);
     if (cap) {
-      // The seeds' advice: at the cap, give the lock up rather than hold it forever.
+      // The seeds' advice: at the cap, give the lock up rather than hold it forever. The holder
+      // is told first: once the key is deleted (and the release published) another process may
+      // hold the lock, so owns_lock() must already be false by then.
       if (hold.begin_end()) {
+        lose(*entry, LostReason::cap_reached);
         try {
           entry->engine->release(hold.token());
         } catch (...) {
         }
-        lose(*entry, LostReason::cap_reached);
       }
       finished.push_back(slot);
       continue;
@@ -238,6 +261,17 @@ void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::tim
     work.push_back(std::move(w));
   }
 
+  // Every begin_renewal() above must be matched by an end_renewal(), also if something below
+  // throws (bad_alloc): otherwise a release would wait for this renewal forever.
+  struct Unwind {
+    std::vector<Work>& work;
+    std::size_t ended{0};
+    ~Unwind() {
+      for (std::size_t i = ended; i < work.size(); ++i) {
+        work[i].entry->hold->end_renewal(false, SteadyClock::time_point{});
+      }
+    }
+  } unwind{work};
   const auto started = SteadyClock::now();
   if (!batches.empty()) {
     execute(batches.data(), batches.size());
@@ -268,6 +302,7 @@ void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::tim
     const Decision d = decide(n, confirmed, engine.ttl(), engine.drift_factor(), started, done);
     const bool in_time = done < entry.hold->valid_until();
     entry.hold->end_renewal(d.held && in_time, d.valid_until);
+    ++unwind.ended;
     if (d.held && in_time) {
       {
         std::lock_guard<std::mutex> guard(mutex_);
@@ -293,10 +328,15 @@ void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::tim
     queue_.push(Due{entry.due, w.slot});
   }
 
-  std::lock_guard<std::mutex> guard(mutex_);
-  for (std::size_t slot : finished) {
-    entries_[slot].reset();
-    free_slots_.push_back(slot);
+  // Destroyed after unlocking: an entry may hold the last reference to the Watchdog (through
+  // its on_lost callback), whose destruction takes mutex_.
+  std::vector<std::unique_ptr<Entry>> dead;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    for (std::size_t slot : finished) {
+      dead.push_back(std::move(entries_[slot]));
+      free_slots_.push_back(slot);
+    }
   }
 }
 
@@ -358,9 +398,9 @@ void WatchdogImpl::reset_stats() {
 
 }  // namespace detail
 
-Watchdog::Watchdog() : impl_(std::make_unique<detail::WatchdogImpl>()) {}
+Watchdog::Watchdog() : impl_(std::make_shared<detail::WatchdogImpl>()) {}
 
-Watchdog::~Watchdog() = default;
+Watchdog::~Watchdog() { impl_->shutdown(); }
 
 std::shared_ptr<Watchdog> Watchdog::shared() {
   static const std::shared_ptr<Watchdog> instance = std::make_shared<Watchdog>();

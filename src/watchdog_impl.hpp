@@ -28,10 +28,14 @@ struct WatchSettings {
   std::function<void(const LostEvent&)> on_lost;
 };
 
-class WatchdogImpl {
+// Shared with its own threads (they hold a reference), so that the last Watchdog reference may
+// be dropped anywhere, even on one of these threads (an on_lost callback capturing the Watchdog).
+class WatchdogImpl : public std::enable_shared_from_this<WatchdogImpl> {
  public:
   WatchdogImpl() = default;
-  ~WatchdogImpl();
+  ~WatchdogImpl() = default;
+  // Stops both threads: joins them, or detaches the one it runs on. Never throws.
+  void shutdown() noexcept;
   WatchdogImpl(const WatchdogImpl&) = delete;
   WatchdogImpl& operator=(const WatchdogImpl&) = delete;
 

@@ -76,11 +76,22 @@ TEST_CASE("Extreme durations: huge, negative and zero", "[redis][bad-input]") {
   auto o = fast();
   o.ttl = std::chrono::milliseconds(std::numeric_limits<std::int64_t>::max() - 1);
   CHECK_THROWS_WITH(redlock::Lock(client, key("ttl"), o), Catch::Contains("ttl"));
+  o.ttl = std::chrono::hours(24 * 365 * 201);
+  CHECK_THROWS_WITH(redlock::Lock(client, key("ttl"), o), Catch::Contains("200 years"));
   o.ttl = std::chrono::hours(24 * 365 * 100);
   redlock::Lock century(client, key("ttl"), o);
   REQUIRE(century.try_lock());
   CHECK(server.raw({"PTTL", key("ttl")}).integer() > 3'000'000'000'000LL);
+  CHECK_THROWS_AS(century.extend(std::chrono::milliseconds::max()), std::invalid_argument);
+  CHECK_THROWS_AS(century.extend(1ms), std::invalid_argument);  // drift (2 ms) eats it
+  CHECK_FALSE(century.lease().wait_for(std::chrono::milliseconds(0)));
   century.unlock();
+  auto huge = fast();
+  huge.retry_delay = std::chrono::milliseconds::max();
+  CHECK_THROWS_WITH(redlock::Lock(client, key("ttl"), huge), Catch::Contains("retry_delay"));
+  redlock::Endpoint slow = server.endpoint();
+  slow.command_timeout = std::chrono::milliseconds::max();
+  CHECK_THROWS_WITH(redlock::Client{slow}, Catch::Contains("command_timeout"));
 }
 
 TEST_CASE("A key over the documented maximum (4 MiB) is refused before any I/O",

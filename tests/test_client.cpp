@@ -223,6 +223,13 @@ TEST_CASE("Client pipelines commands and returns error replies in place", "[redi
   CHECK(replies[3].str() == "2");
   CHECK_THROWS_AS(client.command({"HSET", k, "f", "v"}), redlock::ServerError);
   CHECK_THROWS_AS(client.command({}), std::invalid_argument);
+  // Commands that would change a pooled connection's state for the locks are refused.
+  CHECK_THROWS_WITH(client.command({"select", "1"}),
+                    Catch::Contains("SELECT") || Catch::Contains("select"));
+  CHECK_THROWS_AS(client.command({"MULTI"}), std::invalid_argument);
+  CHECK_THROWS_AS(client.command({"CLIENT", "REPLY", "OFF"}), std::invalid_argument);
+  CHECK_THROWS_AS(client.pipeline({{"GET", k}, {"SUBSCRIBE", "c"}}), std::invalid_argument);
+  CHECK(client.command({"GET", k}).str() == "2");  // still database 0, still request/reply
 }
 
 TEST_CASE("Client copies share one pool and are safe across threads", "[redis][client]") {

@@ -384,6 +384,27 @@ TEST_CASE("Release and extend stay correct across restart, SCRIPT FLUSH and CLIE
     REQUIRE(lock.try_lock());  // and it can be taken again
     lock.unlock();
   }
+  SECTION("re-entrant lock() on a lost hold throws instead of entering without the lock") {
+    REQUIRE(lock.try_lock());
+    server.raw({"DEL", k});
+    CHECK_FALSE(lock.extend());  // lost, and now known to be
+    CHECK_THROWS_AS(lock.lock(), redlock::Error);
+    CHECK_FALSE(lock.try_lock());
+    bool told = false;
+    lock.lease().on_lost([&] { told = true; });  // already lost: runs at once
+    CHECK(told);
+    lock.unlock();
+    REQUIRE(lock.try_lock());
+    lock.unlock();
+  }
+  SECTION("release() that finds the lease gone tells LeaseToken listeners") {
+    REQUIRE(lock.try_lock());
+    bool told = false;
+    lock.lease().on_lost([&] { told = true; });
+    server.raw({"DEL", k});
+    CHECK_FALSE(lock.release());
+    CHECK(told);
+  }
 }
 
 namespace {

@@ -63,7 +63,9 @@ class Client {
 
   // Runs one command, e.g. command({"SET", key, value}). Returns its reply.
   // Throws ServerError if the reply is an error, ConnectionError/TimeoutError/ProtocolError on
-  // transport failures, std::invalid_argument if argv is empty. Thread-safe.
+  // transport failures, std::invalid_argument if argv is empty or is a command that changes the
+  // state of the pooled connection the locks share (SELECT, AUTH, HELLO, MULTI, WATCH,
+  // SUBSCRIBE, MONITOR, CLIENT REPLY, ...). Thread-safe.
   Reply command(const std::vector<std::string_view>& argv) const;
 
   // Sends all commands in one write and reads all replies: one round trip. Returns the replies in

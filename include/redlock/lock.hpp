@@ -58,7 +58,9 @@ class LockBase {
 
   // Waits until the lock is held by the calling thread. Returns when held.
   // Throws Error when no node can be reached at all (every node failed; for Lock, its one node),
-  // ServerError for error replies such as WRONGTYPE (state unchanged). Thread-safe.
+  // ServerError for error replies such as WRONGTYPE (state unchanged), and Error when the
+  // calling thread already owns a hold that has been lost (it cannot wait for itself; unlock()
+  // first). Thread-safe.
   void lock();
 
   // One attempt, no waiting. Returns true if now held by the calling thread (also when the
@@ -94,9 +96,11 @@ class LockBase {
   bool release();
 
   // Resets the lease to `ttl` (default: options().ttl) from now if the calling thread still owns
-  // it. Returns true if renewed (validity() grows), false if the lease was already lost (the
-  // hold is then dropped locally; another holder's key is left intact).
-  // Throws std::invalid_argument if ttl <= 0, Error if no node could be reached. Thread-safe.
+  // it. Returns true if renewed (validity() grows), false if not held or the lease was already
+  // lost: the hold is then marked lost (owns_lock() false, LeaseToken raised); the owning thread
+  // still calls unlock() to balance its lock(); another holder's key is left intact.
+  // Throws std::invalid_argument if ttl is not longer than the drift allowance or over 200
+  // years, Error if no node could be reached. Thread-safe.
   bool extend();
   bool extend(std::chrono::milliseconds ttl);
 

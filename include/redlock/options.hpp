@@ -38,8 +38,8 @@ struct LostEvent {
 };
 
 struct LockOptions {
-  // How long the lease lives on the server unless renewed. Must be > 0 and, for Redlock, longer
-  // than the drift allowance (ttl * clock_drift_factor + 2 ms).
+  // How long the lease lives on the server unless renewed. Must be longer than the drift
+  // allowance (ttl * clock_drift_factor + 2 ms) and at most 200 years.
   std::chrono::milliseconds ttl{30'000};
   // Base of the wait between attempts in lock()/try_lock_for(): each wait is drawn uniformly from
   // [retry_delay/2, retry_delay*3/2] and never runs past the remaining ttl of the current holder

@@ -18,7 +18,7 @@
 #include <chrono>   // std::chrono::microseconds
 #include <cstddef>  // std::size_t
 #include <cstdint>  // std::uint64_t
-#include <memory>   // std::shared_ptr, std::unique_ptr
+#include <memory>   // std::shared_ptr
 
 namespace redlock {
 
@@ -65,7 +65,7 @@ class Watchdog {
   detail::WatchdogImpl& impl() noexcept { return *impl_; }
 
  private:
-  std::unique_ptr<detail::WatchdogImpl> impl_;
+  std::shared_ptr<detail::WatchdogImpl> impl_;
 };
 
 }  // namespace redlock
