@@ -147,22 +147,6 @@ namespace {
 
 // Writes the batch's on_timeout commands behind what was sent (best effort, never blocks long:
 // the socket's send timeout bounds it).
-void send_on_timeout(Pending& p) noexcept {
-  if (p.batch->on_timeout.empty() || !p.connection) return;
-  redisContext* context = p.connection->context.get();
-  for (const auto& command : p.batch->on_timeout) {
-    redisAppendCommandArgv(context, command.argc, const_cast<const char**>(command.argv),
-                           command.lens);
-  }
-  write_all(context);
-}
-
-void fail(Pending& p, std::exception_ptr error) {
-  p.batch->error = std::move(error);
-  p.connection.reset();  // a context that reported an error is never reused
-  p.done = true;
-}
-
 void append(redisContext* context, const CommandView& command, bool as_eval) {
   if (as_eval) {
     std::vector<const char*> argv(command.argv, command.argv + command.argc);
@@ -177,6 +161,33 @@ void append(redisContext* context, const CommandView& command, bool as_eval) {
     redisAppendCommandArgv(context, command.argc, const_cast<const char**>(command.argv),
                            command.lens);
   }
+}
+
+// Without on_timeout commands, each script command is sent again as EVAL: the server may
+// answer the EVALSHA with NOSCRIPT (a fresh server) to a connection nobody reads any more, and
+// the scripts this is used for (release, extend) are harmless to run twice.
+void send_on_timeout(Pending& p) noexcept {
+  if (!p.connection) return;
+  redisContext* context = p.connection->context.get();
+  try {
+    if (p.batch->on_timeout.empty()) {
+      for (const auto& command : p.batch->commands) {
+        if (command.script != nullptr) append(context, command, true);
+      }
+    }
+  } catch (...) {  // bad_alloc while building the EVAL argv: skip the fallback
+  }
+  for (const auto& command : p.batch->on_timeout) {
+    redisAppendCommandArgv(context, command.argc, const_cast<const char**>(command.argv),
+                           command.lens);
+  }
+  write_all(context);
+}
+
+void fail(Pending& p, std::exception_ptr error) {
+  p.batch->error = std::move(error);
+  p.connection.reset();  // a context that reported an error is never reused
+  p.done = true;
 }
 
 bool flush(Pending& p) {

@@ -152,7 +152,8 @@ struct NodeBatch {
   // Sent on the same connection, behind `commands`, if this node times out; then the connection
   // is closed. Redis runs one connection's commands in order even after the client left, so a
   // rollback sent this way cannot overtake the request it undoes (a paused node that resumes
-  // runs SET, then the release).
+  // runs SET, then the release). When empty, script commands are re-sent as EVAL instead (in
+  // case the server answers the EVALSHA with NOSCRIPT that nobody will read).
   std::vector<CommandView> on_timeout;
   // Out: one reply per command (all present when `error` is null). Error replies are replies.
   std::vector<ReplyPtr> replies;

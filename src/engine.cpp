@@ -127,8 +127,9 @@ AcquireReply read_acquire_reply(const redisReply* reply, const redisReply* pttl,
 const Scripts& Scripts::get() {
   // Deliberately never destroyed: locks with static storage duration (and the watchdog's
   // threads) may still release or renew while the program exits.
-  static const Scripts& scripts = *new Scripts{Script(kReleaseLua), Script(kExtendLua),
-                                               Script(kAcquireFencedLua), Script(kRaiseFenceLua)};
+  static const Scripts& scripts =
+      *new Scripts{Script(kReleaseLua), Script(kExtendLua), Script(kAcquireFencedLua),
+                   Script(kRaiseFenceLua), Script(kUndoLua)};
   return scripts;
 }
 
@@ -340,7 +341,7 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl) {
   }
   if (rollback) {
     try {
-      release(token, &undo_on);
+      release(token, &undo_on, /*announce=*/false);
     } catch (...) {  // best effort; the grants expire by ttl anyway
     }
   }
@@ -404,13 +405,16 @@ ExtendResult LeaseEngine::extend(const std::string& token, std::chrono::millisec
   return result;
 }
 
-ReleaseResult LeaseEngine::release(const std::string& token, const std::vector<bool>* only) {
+ReleaseResult LeaseEngine::release(const std::string& token, const std::vector<bool>* only,
+                                   bool announce) {
   const Scripts& scripts = Scripts::get();
   std::vector<NodeBatch> batches;
   batches.reserve(nodes_.size());
   FixedCommand<6> command;
-  command.script = &scripts.release;
-  command.arg("EVALSHA").arg(scripts.release.sha1()).arg("1").arg(key_).arg(token).arg(channel_);
+  const Script& script = announce ? scripts.release : scripts.undo;
+  command.script = &script;
+  command.arg("EVALSHA").arg(script.sha1()).arg("1").arg(key_).arg(token);
+  if (announce) command.arg(channel_);
   std::vector<std::size_t> index;
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     if (only != nullptr && !(*only)[i]) continue;
@@ -445,6 +449,7 @@ ReleaseResult LeaseEngine::release(const std::string& token, const std::vector<b
       continue;
     }
     ++answered;
+    if (r->type == REDIS_REPLY_INTEGER && r->integer == 0) ++result.refused;
     if (r->type == REDIS_REPLY_INTEGER && r->integer >= 1) {
       ++result.released;
       result.listeners = std::max(

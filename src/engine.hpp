@@ -37,6 +37,8 @@ struct Scripts {
   // KEYS[1] lock key, KEYS[2] fence counter; ARGV[1] token; ARGV[2] fence.
   // If the key still holds the token, raises the counter to at least fence. Returns 1 or 0.
   Script raise_fence;
+  // KEYS[1] lock key; ARGV[1] token. Compare-and-delete without publishing. Returns 1 or 0.
+  Script undo;
   static const Scripts& get();
 };
 
@@ -77,6 +79,7 @@ struct ExtendResult {
 
 struct ReleaseResult {
   std::size_t released{0};     // nodes where our token was deleted
+  std::size_t refused{0};      // nodes that answered "not ours" (silent nodes count in neither)
   std::size_t listeners{0};    // most subscribers (waiting processes) any node announced it to
   std::exception_ptr failure;  // as in AcquireResult
 };
@@ -92,8 +95,11 @@ class LeaseEngine {
   AcquireResult acquire(const std::string& token, bool want_pttl);
   // Compare-and-pexpire on every node; held iff a quorum confirmed and validity stays positive.
   ExtendResult extend(const std::string& token, std::chrono::milliseconds ttl);
-  // Compare-and-delete (and publish) on every node, or only where (*only)[i] is true.
-  ReleaseResult release(const std::string& token, const std::vector<bool>* only = nullptr);
+  // Compare-and-delete on every node, or only where (*only)[i] is true. `announce`: publish the
+  // release to waiters (a real release); false for the quiet rollback of a failed attempt, so a
+  // split vote does not wake every waiter straight into the next split vote.
+  ReleaseResult release(const std::string& token, const std::vector<bool>* only = nullptr,
+                        bool announce = true);
 
   // Building blocks for the watchdog, which batches extends of many leases per node.
   // The returned command points into `token`, `ttl_ms` and this engine: keep them alive.

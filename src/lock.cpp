@@ -277,12 +277,15 @@ bool LockCore::release() {
       courtesy_until_ = SteadyClock::now() + pause;
     }
   }
-  const bool kept = was_valid && result.released >= engine_->quorum();
+  // Kept unless it had expired or enough nodes said "not ours" that no quorum can have held it;
+  // a node that did not answer is unknown, not a loss.
+  const std::size_t n = engine_->nodes().size();
+  const bool kept = was_valid && n - result.refused >= engine_->quorum();
   if (!capped && !error && !kept) {
     // The lease turned out to be gone: that is a loss, and LeaseToken listeners hear of it.
-    report_lost(hold, !was_valid                    ? LostReason::expired
-                      : engine_->nodes().size() > 1 ? LostReason::no_quorum
-                                                    : LostReason::refused);
+    report_lost(hold, !was_valid ? LostReason::expired
+                      : n > 1    ? LostReason::no_quorum
+                                 : LostReason::refused);
   }
   hold->mark_released();
   free_gate();

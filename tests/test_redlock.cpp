@@ -295,3 +295,41 @@ TEST_CASE("Redlock lock() waits for a holder's release", "[redis][redlock]") {
   b.unlock();
   holder.join();
 }
+
+TEST_CASE("Redlock release() reports a valid lease as kept when a granting node is silent",
+          "[redis][redlock][fault]") {
+  ServerGroup group(5);
+  const auto k = key("silent-release");
+  redlock::Redlock lock(clients_for(group.endpoints()), k, fast());
+  group[3].raw({"SET", k, "someone-else", "PX", "10000"});  // only nodes 0-2 grant
+  group[4].raw({"SET", k, "someone-else", "PX", "10000"});
+  REQUIRE(lock.try_lock());
+  bool told = false;
+  lock.lease().on_lost([&] { told = true; });
+  group[1].pause();       // one of the three granting nodes stops answering
+  CHECK(lock.release());  // silence is not "not ours": the lease was never lost
+  CHECK_FALSE(told);
+  group[1].resume();
+  std::this_thread::sleep_for(200ms);  // node 1 runs the queued release
+  CHECK(group[0].raw({"EXISTS", k}).integer() == 0);
+  CHECK(group[1].raw({"EXISTS", k}).integer() == 0);
+  CHECK(group[3].raw({"GET", k}).str() == "someone-else");
+}
+
+TEST_CASE("A split vote is rolled back quietly: no release is announced",
+          "[redis][redlock][wake]") {
+  ServerGroup group(3);
+  const auto k = key("split-vote");
+  redlock::Redlock lock(clients_for(group.endpoints()), k, fast());
+  group[1].raw({"SET", k, "a", "PX", "10000"});
+  group[2].raw({"SET", k, "b", "PX", "10000"});
+  const auto publishes = [&] {
+    const auto info = group[0].raw({"INFO", "commandstats"}).str();
+    const auto at = info.find("cmdstat_publish:calls=");
+    return at == std::string::npos ? 0L : std::stol(info.substr(at + 22));
+  };
+  const long before = publishes();
+  CHECK_FALSE(lock.try_lock());  // granted by node 0 only: rolled back there
+  CHECK(group[0].raw({"EXISTS", k}).integer() == 0);
+  CHECK(publishes() == before);
+}
