@@ -172,7 +172,8 @@ void WatchdogImpl::renew_loop() noexcept {
           if (queue_.empty()) {
             wake_.wait(lock);
           } else {
-            wake_.wait_until(lock, queue_.top().when);
+            const auto when = queue_.top().when;  // a copy: watch() may reallocate the queue
+            wake_.wait_until(lock, when);
           }
         }
         const auto now = SteadyClock::now();

@@ -212,6 +212,11 @@ TEST_CASE("Watchdog gives the lock up at max_hold", "[redis][watchdog]") {
   REQUIRE(lock.try_lock());
   REQUIRE(log.wait(2s));
   CHECK(log.events[0].reason == redlock::LostReason::cap_reached);
+  CHECK_FALSE(lock.owns_lock());  // told first; the watchdog deletes the key right after
+  const auto end = Clock::now() + 2s;
+  while (server.raw({"EXISTS", k}).integer() != 0 && Clock::now() < end) {
+    std::this_thread::sleep_for(5ms);
+  }
   CHECK(server.raw({"EXISTS", k}).integer() == 0);
   lock.unlock();
 }
