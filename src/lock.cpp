@@ -50,9 +50,9 @@ class ReleaseWatch {
       }
     }
     const auto deadline = std::min(SteadyClock::now() + limit, caller_deadline);
-    for (ClientImpl* node : watched_) {
-      if (node->subscriber().confirmed(engine_.channel(), deadline)) ++confirmed_;
-    }
+    // The attempt that follows must come after the subscriptions are live (no lost wake-up); a
+    // node that does not confirm in time leaves this waiter to its timer there.
+    for (ClientImpl* node : watched_) node->subscriber().confirmed(engine_.channel(), deadline);
   }
   ~ReleaseWatch() {
     for (ClientImpl* node : watched_) node->subscriber().unwatch(engine_.channel(), &slot_);
@@ -68,7 +68,6 @@ class ReleaseWatch {
   const LeaseEngine& engine_;
   WakeSlot slot_;
   std::vector<ClientImpl*> watched_;
-  std::size_t confirmed_{0};
 };
 
 }  // namespace

@@ -3,7 +3,6 @@
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -17,10 +16,12 @@
 
 #include <redlock/redlock.hpp>
 
+#include "support/clock.hpp"
 #include "support/redis_server.hpp"
 
 using namespace std::chrono_literals;
 using redlock::test::key;
+using redlock::test::monotonic_us;
 using redlock::test::RedisServer;
 using Clock = std::chrono::steady_clock;
 
@@ -408,12 +409,6 @@ TEST_CASE("Release and extend stay correct across restart, SCRIPT FLUSH and CLIE
 }
 
 namespace {
-
-long long monotonic_us() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<long long>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
-}
 
 // One process's share of the mutual exclusion test: `threads` threads share one Lock object and
 // do read-sleep-write on a counter; an "inside" counter catches overlapping holds.

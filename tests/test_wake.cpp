@@ -3,7 +3,6 @@
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,21 +14,17 @@
 
 #include <redlock/redlock.hpp>
 
+#include "support/clock.hpp"
 #include "support/redis_server.hpp"
 
 using namespace std::chrono_literals;
 using redlock::test::key;
+using redlock::test::monotonic_us;
 using redlock::test::RedisServer;
 using redlock::test::ServerGroup;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-long long monotonic_us() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<long long>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
-}
 
 redlock::LockOptions slow_polling(std::chrono::milliseconds ttl = 60s) {
   redlock::LockOptions o;
