@@ -243,12 +243,16 @@ void read_multiplexed(std::vector<Pending>& pending, Clock::time_point start,
     owners.clear();
     const auto now = Clock::now();
     if (early != nullptr && grace == Clock::time_point::max()) {
+      // Only nodes that answered "no" make a quorum impossible: a node that failed or was
+      // skipped says nothing about the others, which are then still awaited normally (else a
+      // busy machine could abandon every live node and turn "not held" into "unreachable").
       std::size_t succeeded = 0;
       std::size_t failed = 0;
+      std::size_t unavailable = 0;
       for (std::size_t i = 0; i < pending.size(); ++i) {
         const Pending& p = pending[i];
         if (p.done) {
-          ++failed;
+          ++unavailable;
         } else if (p.replies.size() >= p.expected) {
           const bool handshake_ok = std::none_of(
               p.replies.begin(), p.replies.begin() + static_cast<std::ptrdiff_t>(p.handshake),
@@ -260,7 +264,8 @@ void read_multiplexed(std::vector<Pending>& pending, Clock::time_point start,
           }
         }
       }
-      if (succeeded >= early->needed || failed > pending.size() - early->needed) {
+      if (succeeded >= early->needed ||
+          (failed > 0 && failed + unavailable > pending.size() - early->needed)) {
         grace = now + std::max<Clock::duration>(3 * (now - start), std::chrono::milliseconds(5));
       }
     }
