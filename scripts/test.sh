@@ -51,7 +51,7 @@ memcheck() {
   # Threads, sockets and child processes under valgrind are slow: a subset without timing bounds.
   valgrind --quiet --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
     "$REDLOCK_ROOT/build/tests/redlock_tests" \
-    "[unit],[client]~[fault],Lock acquires*,Lock is re-entrant*,Fencing tokens*,Redlock basics*,scoped_lock*,Watchdog gives the lock up at max_hold" \
+    "[unit],[client]~[fault],Lock acquires*,Lock is re-entrant*,Fencing tokens*,Redlock basics*,scoped_lock*,Watchdog gives the lock up at max_hold,A fair waiter that times out*,Fair mode: fence tokens*" \
     --use-colour no
 }
 fuzz() {

@@ -47,6 +47,81 @@ local current = tonumber(redis.call('get', KEYS[2]) or '0')
 if current < tonumber(ARGV[2]) then redis.call('set', KEYS[2], ARGV[2]) end
 return 1)";
 
+// Fair mode. Server time, not client time, decides whether a queued waiter is still alive (every
+// client then judges by one clock). Dead waiters ahead of the caller are dropped from the queue.
+const char kFairAcquireLua[] = R"(local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local holder = redis.call('get', KEYS[1])
+local function fence(incr)
+  if ARGV[6] ~= '1' then return 0 end
+  if incr then redis.call('incr', KEYS[4]) end
+  return tonumber(redis.call('get', KEYS[4]) or '0')
+end
+if holder == ARGV[1] then
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  redis.call('lrem', KEYS[2], 0, ARGV[1])
+  redis.call('hdel', KEYS[3], ARGV[1])
+  return {1, fence(false)}
+end
+local head = redis.call('lindex', KEYS[2], 0)
+while head and head ~= ARGV[1] do
+  local info = redis.call('hget', KEYS[3], head)
+  local alive = info and tonumber(string.match(info, '^(%d+):'))
+  if alive and alive >= now then break end
+  redis.call('lpop', KEYS[2])
+  redis.call('hdel', KEYS[3], head)
+  head = redis.call('lindex', KEYS[2], 0)
+end
+if not holder and (not head or head == ARGV[1]) then
+  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  if head then
+    redis.call('lpop', KEYS[2])
+    redis.call('hdel', KEYS[3], ARGV[1])
+  end
+  return {1, fence(true)}
+end
+if ARGV[3] == '1' then
+  local alive = tonumber(ARGV[4])
+  local info = string.format('%.0f:%s:%s:%s', now + alive, ARGV[2], ARGV[5], ARGV[6])
+  if redis.call('hset', KEYS[3], ARGV[1], info) == 1 then
+    redis.call('lrem', KEYS[2], 0, ARGV[1])
+    redis.call('rpush', KEYS[2], ARGV[1])
+  end
+  for i = 2, 3 do
+    if redis.call('pttl', KEYS[i]) < 2 * alive then redis.call('pexpire', KEYS[i], 2 * alive) end
+  end
+end
+local pttl = -2
+if holder then pttl = redis.call('pttl', KEYS[1]) end
+return {0, pttl})";
+
+const char kFairReleaseLua[] = R"(redis.call('lrem', KEYS[2], 0, ARGV[1])
+redis.call('hdel', KEYS[3], ARGV[1])
+if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+while true do
+  local waiter = redis.call('lpop', KEYS[2])
+  if not waiter then break end
+  local info = redis.call('hget', KEYS[3], waiter)
+  redis.call('hdel', KEYS[3], waiter)
+  if info then
+    local alive, ttl, seq, fenced = string.match(info, '^(%d+):(%d+):(%d+):([01])$')
+    if alive and tonumber(alive) >= now then
+      redis.call('set', KEYS[1], waiter, 'PX', ttl)
+      local fence = '0'
+      if fenced == '1' then
+        redis.call('incr', KEYS[4])
+        fence = redis.call('get', KEYS[4])
+      end
+      redis.call('publish', ARGV[2], 'grant:' .. seq .. ':' .. fence .. ':' .. waiter)
+      return 1
+    end
+  end
+end
+redis.call('del', KEYS[1])
+return 1 + redis.call('publish', ARGV[2], ARGV[1]))";
+
 // Picks the exception to throw when no node gave a usable answer: a server error reply explains
 // more than a transport failure.
 std::exception_ptr pick_failure(const std::vector<std::exception_ptr>& errors,
@@ -62,7 +137,7 @@ std::exception_ptr pick_failure(const std::vector<std::exception_ptr>& errors,
 
 }  // namespace
 
-AcquireReply read_acquire_reply(const redisReply* reply, const redisReply* pttl, bool fencing,
+AcquireReply read_acquire_reply(const redisReply* reply, const redisReply* pttl, bool scripted,
                                 bool with_get, std::string_view token) noexcept {
   AcquireReply out;
   using Problem = AcquireReply::Problem;
@@ -71,12 +146,13 @@ AcquireReply read_acquire_reply(const redisReply* reply, const redisReply* pttl,
     return out;
   }
   if (reply->type == REDIS_REPLY_ERROR) {
-    out.problem = !fencing && text(reply).rfind("ERR syntax error", 0) == 0 ? Problem::syntax_error
-                                                                            : Problem::server_error;
+    out.problem = !scripted && text(reply).rfind("ERR syntax error", 0) == 0
+                      ? Problem::syntax_error
+                      : Problem::server_error;
     return out;
   }
-  if (fencing) {
-    // {1, fence} or {0, pttl}; a fence must be a positive counter value.
+  if (scripted) {
+    // {1, fence} or {0, pttl}; a fence is a counter value (0: the script issued none).
     if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 || reply->element == nullptr ||
         reply->element[0] == nullptr || reply->element[1] == nullptr ||
         reply->element[0]->type != REDIS_REPLY_INTEGER ||
@@ -86,7 +162,7 @@ AcquireReply read_acquire_reply(const redisReply* reply, const redisReply* pttl,
     }
     const long long flag = reply->element[0]->integer;
     const long long value = reply->element[1]->integer;
-    if (flag == 1 && value >= 1) {
+    if (flag == 1 && value >= 0) {
       out.answer = Answer::granted;
       out.fence = static_cast<std::uint64_t>(value);
     } else if (flag == 0) {
@@ -128,8 +204,9 @@ const Scripts& Scripts::get() {
   // Deliberately never destroyed: locks with static storage duration (and the watchdog's
   // threads) may still release or renew while the program exits.
   static const Scripts& scripts =
-      *new Scripts{Script(kReleaseLua), Script(kExtendLua), Script(kAcquireFencedLua),
-                   Script(kRaiseFenceLua), Script(kUndoLua)};
+      *new Scripts{Script(kReleaseLua),    Script(kExtendLua), Script(kAcquireFencedLua),
+                   Script(kRaiseFenceLua), Script(kUndoLua),   Script(kFairAcquireLua),
+                   Script(kFairReleaseLua)};
   return scripts;
 }
 
@@ -139,8 +216,14 @@ LeaseEngine::LeaseEngine(std::vector<std::shared_ptr<ClientImpl>> nodes, std::st
       key_(std::move(key)),
       ttl_(options.ttl),
       drift_factor_(options.clock_drift_factor),
-      fencing_(options.fencing) {
+      fencing_(options.fencing),
+      fair_(options.fair) {
   if (nodes_.empty()) throw std::invalid_argument("redlock: instances must not be empty");
+  if (fair_ && nodes_.size() > 1) {
+    throw std::invalid_argument(
+        "redlock: options.fair is supported by a single-instance Lock only (a queue on several "
+        "independent servers cannot agree on an order)");
+  }
   std::set<const ClientImpl*> pools;
   std::set<std::string> identities;
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
@@ -189,21 +272,51 @@ LeaseEngine::LeaseEngine(std::vector<std::shared_ptr<ClientImpl>> nodes, std::st
   fence_key_ = key_ + ":fence";
   channel_ = key_ + ":released";
   ttl_ms_ = std::to_string(ttl_.count());
+  queue_key_ = key_ + ":queue";
+  queue_info_key_ = key_ + ":queue:info";
+  // A waiter refreshes its place at least every 1.5 * retry_delay (the longest jittered wait).
+  queue_alive_ =
+      std::min(kMaxTtl, std::max(options.retry_delay * 5, std::chrono::milliseconds(250)));
+  queue_alive_ms_ = std::to_string(queue_alive_.count());
 }
 
-AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl) {
+AcquireResult LeaseEngine::handed_over(std::uint64_t fence, SteadyClock::time_point sent) const {
+  const Decision d = decide(1, 1, ttl_, drift_factor_, sent, SteadyClock::now());
+  AcquireResult result;
+  result.granted = 1;
+  result.held = d.held;
+  result.valid_until = d.valid_until;
+  result.fence = d.held ? fence : 0;
+  return result;
+}
+
+AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl, bool enqueue,
+                                   std::uint64_t seq) {
   const Scripts& scripts = Scripts::get();
   const std::size_t n = nodes_.size();
+  const bool scripted = fencing_ || fair_;
   std::vector<NodeBatch> batches(n);
-  std::vector<FixedCommand<8>> commands(n);
+  std::vector<FixedCommand<13>> commands(n);
   FixedCommand<2> pttl;
   pttl.arg("PTTL").arg(key_);
-  // EVAL, not EVALSHA: nobody reads this reply, so a NOSCRIPT could not be retried.
-  FixedCommand<5> undo;
-  undo.arg("EVAL").arg(kUndoLua).arg("1").arg(key_).arg(token);
+  // EVAL, not EVALSHA: nobody reads this reply, so a NOSCRIPT could not be retried. In fair mode
+  // the undo also leaves the queue and hands a late grant on to the next waiter.
+  FixedCommand<9> undo;
+  if (fair_) {
+    undo.arg("EVAL").arg(kFairReleaseLua).arg("4").arg(key_).arg(queue_key_);
+    undo.arg(queue_info_key_).arg(fence_key_).arg(token).arg(channel_);
+  } else {
+    undo.arg("EVAL").arg(kUndoLua).arg("1").arg(key_).arg(token);
+  }
+  const std::string seq_text = std::to_string(seq);
   for (std::size_t i = 0; i < n; ++i) {
-    FixedCommand<8>& c = commands[i];
-    if (fencing_) {
+    FixedCommand<13>& c = commands[i];
+    if (fair_) {
+      c.script = &scripts.fair_acquire;
+      c.arg("EVALSHA").arg(scripts.fair_acquire.sha1()).arg("4").arg(key_).arg(queue_key_);
+      c.arg(queue_info_key_).arg(fence_key_).arg(token).arg(ttl_ms_).arg(enqueue ? "1" : "0");
+      c.arg(queue_alive_ms_).arg(seq_text).arg(fencing_ ? "1" : "0");
+    } else if (fencing_) {
       c.script = &scripts.acquire_fenced;
       c.arg("EVALSHA").arg(scripts.acquire_fenced.sha1()).arg("2").arg(key_).arg(fence_key_);
       c.arg(token).arg(ttl_ms_);
@@ -213,7 +326,7 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl) {
     }
     batches[i].node = nodes_[i].get();
     batches[i].commands.push_back(c.view());
-    if (want_pttl && !fencing_) batches[i].commands.push_back(pttl.view());
+    if (want_pttl && !scripted) batches[i].commands.push_back(pttl.view());
     // A node too slow to answer in time does not count; undo whatever it does later, in order.
     batches[i].on_timeout.push_back(undo.view());
   }
@@ -221,8 +334,8 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl) {
   EarlyFinish early;
   early.needed = quorum();
   early.success = [&](std::size_t i, const redisReply* reply) {
-    const bool with_get = !fencing_ && batches[i].commands[0].argc == 7;
-    return read_acquire_reply(reply, nullptr, fencing_, with_get, token).answer == Answer::granted;
+    const bool with_get = !scripted && batches[i].commands[0].argc == 7;
+    return read_acquire_reply(reply, nullptr, scripted, with_get, token).answer == Answer::granted;
   };
   const auto started = SteadyClock::now();
   execute(batches.data(), n, &early);
@@ -244,10 +357,13 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl) {
       errors[i] = b.error;
       continue;
     }
-    const bool with_get = !fencing_ && b.commands[0].argc == 7;
-    const AcquireReply a =
+    const bool with_get = !scripted && b.commands[0].argc == 7;
+    AcquireReply a =
         read_acquire_reply(b.replies[0].get(), b.replies.size() > 1 ? b.replies[1].get() : nullptr,
-                           fencing_, with_get, token);
+                           scripted, with_get, token);
+    if (fencing_ && a.answer == Answer::granted && a.fence == 0) {
+      a.problem = AcquireReply::Problem::unexpected;  // a fenced grant always carries a fence
+    }
     switch (a.problem) {
       case AcquireReply::Problem::none:
         answers[i] = a.answer;
@@ -261,14 +377,14 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl) {
         [[fallthrough]];
       case AcquireReply::Problem::server_error:
         errors[i] =
-            server_error(nodes_[i]->address(), fencing_ ? "the acquire script" : "SET NX PX",
+            server_error(nodes_[i]->address(), scripted ? "the acquire script" : "SET NX PX",
                          text(b.replies[0].get()));
         is_server[i] = true;
         break;
       case AcquireReply::Problem::unexpected:
         errors[i] = std::make_exception_ptr(ProtocolError(
             fmt::format("redlock: unexpected reply to {} from {}",
-                        fencing_ ? "the acquire script" : "SET NX PX", nodes_[i]->address())));
+                        scripted ? "the acquire script" : "SET NX PX", nodes_[i]->address())));
         break;
     }
   }
@@ -348,7 +464,7 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl) {
   std::size_t answered = 0;
   for (Answer a : answers) answered += a != Answer::failed ? 1 : 0;
   if (answered == 0) {
-    if (old_server) return acquire(token, want_pttl);  // once more, with plain SET NX
+    if (old_server) return acquire(token, want_pttl, enqueue, seq);  // once more, with plain SET NX
     result.failure = pick_failure(errors, is_server);
   } else {
     for (std::size_t i = 0; i < n; ++i) {
@@ -410,11 +526,17 @@ ReleaseResult LeaseEngine::release(const std::string& token, const std::vector<b
   const Scripts& scripts = Scripts::get();
   std::vector<NodeBatch> batches;
   batches.reserve(nodes_.size());
-  FixedCommand<6> command;
-  const Script& script = announce ? scripts.release : scripts.undo;
-  command.script = &script;
-  command.arg("EVALSHA").arg(script.sha1()).arg("1").arg(key_).arg(token);
-  if (announce) command.arg(channel_);
+  FixedCommand<9> command;
+  if (fair_) {  // always announced: leaving the queue hands a late grant on
+    command.script = &scripts.fair_release;
+    command.arg("EVALSHA").arg(scripts.fair_release.sha1()).arg("4").arg(key_).arg(queue_key_);
+    command.arg(queue_info_key_).arg(fence_key_).arg(token).arg(channel_);
+  } else {
+    const Script& script = announce ? scripts.release : scripts.undo;
+    command.script = &script;
+    command.arg("EVALSHA").arg(script.sha1()).arg("1").arg(key_).arg(token);
+    if (announce) command.arg(channel_);
+  }
   std::vector<std::size_t> index;
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     if (only != nullptr && !(*only)[i]) continue;

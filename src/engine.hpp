@@ -39,6 +39,19 @@ struct Scripts {
   Script raise_fence;
   // KEYS[1] lock key; ARGV[1] token. Compare-and-delete without publishing. Returns 1 or 0.
   Script undo;
+  // Fair mode. KEYS[1] lock key, KEYS[2] queue (list of tokens), KEYS[3] queue info (hash:
+  // token -> "alive_until_ms:ttl_ms:seq:fenced"), KEYS[4] fence counter. ARGV[1] token, ARGV[2]
+  // ttl ms, ARGV[3] "1" to queue (or refresh the place in the queue) when refused, ARGV[4] how
+  // long the place stays without a refresh (ms), ARGV[5] attempt sequence number, ARGV[6] "1"
+  // with fencing. Takes the lock if it is free and nobody live is queued ahead; a key already
+  // holding the token (a hand-over whose message was missed) is re-armed to the full ttl.
+  // Returns {1, fence (0 without fencing)} or {0, pttl of the holder}.
+  Script fair_acquire;
+  // Fair mode. KEYS as fair_acquire; ARGV[1] token, ARGV[2] release channel. Leaves the queue;
+  // then, if the key holds the token, hands it to the first live queued waiter (SET PX its ttl,
+  // publish "grant:<seq>:<fence>:<token>") or deletes it and publishes the token. Returns 0 if
+  // it was not ours, 1 if handed over, 1 + the number of subscribers if deleted.
+  Script fair_release;
   static const Scripts& get();
 };
 
@@ -54,9 +67,10 @@ struct AcquireReply {
   long long holder_pttl{-1};
   Problem problem{Problem::none};
 };
-// `reply` answers the acquire command (SET NX PX [GET], or the fenced script); `pttl` the
+// `reply` answers the acquire command (SET NX PX [GET], or an acquire script); `pttl` the
 // pipelined PTTL, or null. `with_get`: the SET carried GET.
-AcquireReply read_acquire_reply(const redisReply* reply, const redisReply* pttl, bool fencing,
+// `scripted`: the reply is a script's {flag, value}, not SET's.
+AcquireReply read_acquire_reply(const redisReply* reply, const redisReply* pttl, bool scripted,
                                 bool with_get, std::string_view token) noexcept;
 
 struct AcquireResult {
@@ -92,7 +106,13 @@ class LeaseEngine {
 
   // One attempt with `token` on every node at once; rolls back partial or late grants.
   // `want_pttl` also asks refusing nodes for the holder's remaining ttl (one round trip still).
-  AcquireResult acquire(const std::string& token, bool want_pttl);
+  // Fair mode: `enqueue` takes (or refreshes) a place in the server's queue when refused, `seq`
+  // numbers the attempt (a hand-over names the last attempt the server saw).
+  AcquireResult acquire(const std::string& token, bool want_pttl, bool enqueue = false,
+                        std::uint64_t seq = 0);
+  // Fair mode: the hold a hand-over gave us, its lease counted from `sent`, when the attempt the
+  // hand-over named was sent (the server set the key after it ran). Pure: no I/O.
+  AcquireResult handed_over(std::uint64_t fence, SteadyClock::time_point sent) const;
   // Compare-and-pexpire on every node; held iff a quorum confirmed and validity stays positive.
   ExtendResult extend(const std::string& token, std::chrono::milliseconds ttl);
   // Compare-and-delete on every node, or only where (*only)[i] is true. `announce`: publish the
@@ -113,6 +133,9 @@ class LeaseEngine {
   std::size_t quorum() const noexcept { return quorum_of(nodes_.size()); }
   std::chrono::milliseconds ttl() const noexcept { return ttl_; }
   double drift_factor() const noexcept { return drift_factor_; }
+  bool fair() const noexcept { return fair_; }
+  // Fair mode: how long a queued waiter keeps its place without refreshing it.
+  std::chrono::milliseconds queue_alive() const noexcept { return queue_alive_; }
 
  private:
   std::vector<std::shared_ptr<ClientImpl>> nodes_;
@@ -123,6 +146,11 @@ class LeaseEngine {
   std::string ttl_ms_;
   double drift_factor_;
   bool fencing_;
+  bool fair_;
+  std::string queue_key_;
+  std::string queue_info_key_;
+  std::chrono::milliseconds queue_alive_{0};
+  std::string queue_alive_ms_;
 };
 
 // The documented maximum key length. Redis would take up to 512 MB, but a lock name that large

@@ -35,8 +35,10 @@ std::vector<std::shared_ptr<ClientImpl>> impls_of(const std::vector<Client>& cli
 // deadline), so a dead or slow node costs at most that once, not once per node.
 class ReleaseWatch {
  public:
-  ReleaseWatch(const LeaseEngine& engine, bool enabled, SteadyClock::time_point caller_deadline)
-      : engine_(engine) {
+  // `token`: fair mode, the token the waiter queues with (hand-overs to it come to this watch).
+  ReleaseWatch(const LeaseEngine& engine, bool enabled, SteadyClock::time_point caller_deadline,
+               std::string token = {})
+      : engine_(engine), slot_(std::move(token)) {
     if (!enabled) return;
     std::chrono::milliseconds limit{0};
     for (const auto& node : engine_.nodes()) {
@@ -63,6 +65,10 @@ class ReleaseWatch {
   // Waits until a release is announced or `until`. Without a confirmed subscription the timer
   // does the work, but a wake-up that reaches the slot anyway is still taken.
   void wait_until(SteadyClock::time_point until) { slot_.wait_until(until); }
+  // Fair mode: a hand-over that arrived (see WakeSlot::take_grant).
+  bool take_grant(std::uint64_t& seq, std::uint64_t& fence) noexcept {
+    return slot_.take_grant(seq, fence);
+  }
 
  private:
   const LeaseEngine& engine_;
@@ -168,36 +174,77 @@ bool LockCore::acquire(SteadyClock::time_point deadline, bool wait_forever, bool
   return held;
 }
 
+// Fair mode differs in three ways. One token serves the whole wait: it is the waiter's place in
+// the server's queue, and each attempt refreshes it. A release hands the lock over by setting the
+// key to our token and publishing "grant:<seq>:<fence>:<token>", where seq numbers the last
+// attempt the server had seen; that attempt was sent before the key was set, so a lease counted
+// from its send time ends no later than the server's, and no round trip is needed. A waiter that
+// gives up leaves the queue (passing on a hand-over that raced with its deadline).
 bool LockCore::attempts(SteadyClock::time_point deadline, bool wait_forever, bool single_attempt) {
-  auto attempt = [&](bool want_pttl, AcquireResult& out) {
-    const std::string token = make_token();
+  const bool fair = engine_->fair();
+  const std::string fair_token = fair ? make_token() : std::string();
+  std::uint64_t seq = 0;
+  // Fair mode: send times of the recent attempts; attempt s was sent at sent[(s - 1) % kKept].
+  constexpr std::uint64_t kKept = 32;
+  SteadyClock::time_point sent[kKept];
+  auto attempt = [&](bool contended, AcquireResult& out) {
+    const std::string token = fair ? fair_token : make_token();
     const auto start = SteadyClock::now();
-    out = engine_->acquire(token, want_pttl);
+    sent[seq % kKept] = start;
+    ++seq;
+    out = engine_->acquire(token, contended, fair && contended, seq);
     if (out.failure) std::rethrow_exception(out.failure);
     return out.held && take(out, token, start);
+  };
+  auto leave_queue = [&]() noexcept {
+    if (!fair) return;
+    try {
+      engine_->release(fair_token);
+    } catch (const std::exception& e) {
+      logf(LogLevel::debug, "redlock: leaving the queue of {}: {}", engine_->key(), e.what());
+    } catch (...) {
+    }
   };
   AcquireResult result;
   if (attempt(false, result)) return true;
   if (single_attempt || (!wait_forever && SteadyClock::now() >= deadline)) return false;
 
-  // Contended. Subscribe to releases first, then try again: a release after the subscription is
-  // confirmed cannot be missed, one before it is seen by the next attempt.
+  // Contended. Subscribe to releases first, then try again (and queue, in fair mode): a release
+  // after the subscription is confirmed cannot be missed, one before it is seen by the next
+  // attempt (in fair mode the key then holds our token, and the attempt re-arms it).
   ReleaseWatch watch(*engine_, options_.wake_on_release,
-                     wait_forever ? SteadyClock::time_point::max() : deadline);
+                     wait_forever ? SteadyClock::time_point::max() : deadline, fair_token);
   const auto base = std::chrono::nanoseconds(options_.retry_delay);
-  for (;;) {
-    if (attempt(true, result)) return true;
-    const auto now = SteadyClock::now();
-    if (!wait_forever && now >= deadline) return false;
-    auto wait = jittered(base);
-    if (result.holder_pttl.count() >= 0) {
-      // The holder's lease ends then: do not sleep past it (it may end by expiry, unannounced).
-      wait = std::min<std::chrono::nanoseconds>(wait,
-                                                result.holder_pttl + std::chrono::milliseconds(1));
+  try {
+    for (;;) {
+      if (attempt(true, result)) return true;
+      const auto now = SteadyClock::now();
+      if (!wait_forever && now >= deadline) {
+        leave_queue();
+        return false;
+      }
+      auto wait = jittered(base);
+      if (result.holder_pttl.count() >= 0) {
+        // The holder's lease ends then: do not sleep past it (it may end by expiry, unannounced).
+        wait = std::min<std::chrono::nanoseconds>(
+            wait, result.holder_pttl + std::chrono::milliseconds(1));
+      }
+      auto until = now + wait;
+      if (!wait_forever) until = std::min(until, deadline);
+      watch.wait_until(until);
+      std::uint64_t granted = 0;
+      std::uint64_t fence = 0;
+      if (fair && watch.take_grant(granted, fence) && granted >= 1 && granted <= seq &&
+          seq - granted < kKept) {
+        const auto from = sent[(granted - 1) % kKept];
+        const AcquireResult handed = engine_->handed_over(fence, from);
+        if (handed.held && take(handed, fair_token, from)) return true;
+        // Too late to trust the message's validity: the next attempt re-arms the key.
+      }
     }
-    auto until = now + wait;
-    if (!wait_forever) until = std::min(until, deadline);
-    watch.wait_until(until);
+  } catch (...) {
+    leave_queue();
+    throw;
   }
 }
 
@@ -266,7 +313,7 @@ bool LockCore::release() {
     } catch (...) {
       error = std::current_exception();
     }
-    if (result.listeners > 0) {
+    if (result.listeners > 0 && !engine_->fair()) {  // fair mode: the queue decides
       // Waiters heard this release. Hold back this object's next acquire for about as long as a
       // woken waiter needs to answer (4 round trips of this release, 250 us .. 5 ms).
       const auto rtt = SteadyClock::now() - start;

@@ -24,6 +24,54 @@ void WakeSlot::notify() noexcept {
   cv_.notify_all();
 }
 
+void WakeSlot::grant(std::uint64_t seq, std::uint64_t fence) noexcept {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    notified_ = true;
+    granted_ = true;
+    grant_seq_ = seq;
+    grant_fence_ = fence;
+  }
+  cv_.notify_all();
+}
+
+bool WakeSlot::take_grant(std::uint64_t& seq, std::uint64_t& fence) noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (!granted_) return false;
+  granted_ = false;
+  seq = grant_seq_;
+  fence = grant_fence_;
+  return true;
+}
+
+namespace {
+bool parse_number(std::string_view& rest, std::uint64_t& out) noexcept {
+  const auto colon = rest.find(':');
+  if (colon == 0 || colon == std::string_view::npos || colon > 19) return false;
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < colon; ++i) {
+    const char c = rest[i];
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  out = value;
+  rest.remove_prefix(colon + 1);
+  return true;
+}
+}  // namespace
+
+bool parse_grant(std::string_view payload, std::uint64_t& seq, std::uint64_t& fence,
+                 std::string_view& token) noexcept {
+  constexpr std::string_view kPrefix = "grant:";
+  if (payload.substr(0, kPrefix.size()) != kPrefix) return false;
+  payload.remove_prefix(kPrefix.size());
+  if (!parse_number(payload, seq) || !parse_number(payload, fence) || payload.empty()) {
+    return false;
+  }
+  token = payload;
+  return true;
+}
+
 bool WakeSlot::pending() noexcept {
   std::lock_guard<std::mutex> guard(mutex_);
   return notified_;
@@ -245,7 +293,19 @@ void Subscriber::run() noexcept {
         auto it = channels_.find(channel);
         if (kind == "message") {
           ++stats_.messages;
-          if (it != channels_.end()) wake_one(it->second);
+          if (it == channels_.end()) continue;
+          std::uint64_t seq = 0;
+          std::uint64_t fence = 0;
+          std::string_view token;
+          if (parse_grant(text(reply->element[2]), seq, fence, token)) {
+            // A hand-over is for one waiter only (possibly in another process): nobody else
+            // here could take the lock, so nobody else is woken.
+            for (WakeSlot* slot : it->second.waiters) {
+              if (!slot->token().empty() && slot->token() == token) slot->grant(seq, fence);
+            }
+          } else {
+            wake_one(it->second);
+          }
         } else if (kind == "subscribe") {
           if (it == channels_.end()) continue;
           it->second.state = State::subscribed;

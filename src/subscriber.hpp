@@ -8,6 +8,7 @@
 // herd); a waiter
 // that leaves with an unconsumed wake-up hands it on. After a connection loss the thread
 // reconnects, re-subscribes, and wakes every waiter (releases during the gap were not seen).
+// Fair mode: a hand-over message names its waiter's token and wakes only that waiter.
 #ifndef REDLOCK_SRC_SUBSCRIBER_HPP
 #define REDLOCK_SRC_SUBSCRIBER_HPP
 
@@ -20,6 +21,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -32,17 +34,34 @@ class ClientImpl;
 // waiter watches (Redlock: any node's notification wakes it).
 class WakeSlot {
  public:
+  WakeSlot() = default;
+  // Fair mode: the token the waiter queued with; hand-overs to it are delivered to this slot.
+  explicit WakeSlot(std::string token) : token_(std::move(token)) {}
+
   void notify() noexcept;
+  // Fair mode: the server handed the lock to this slot's token ("grant:<seq>:<fence>:...").
+  void grant(std::uint64_t seq, std::uint64_t fence) noexcept;
   // True if notified and not yet consumed by wait_until.
   bool pending() noexcept;
   // Waits until notified or `deadline`; returns true if notified (and consumes it).
   bool wait_until(std::chrono::steady_clock::time_point deadline);
+  // Consumes a hand-over, if one arrived: the attempt number it named and the fence it carried.
+  bool take_grant(std::uint64_t& seq, std::uint64_t& fence) noexcept;
+  const std::string& token() const noexcept { return token_; }
 
  private:
+  const std::string token_;
   std::mutex mutex_;
   std::condition_variable cv_;
   bool notified_{false};
+  bool granted_{false};
+  std::uint64_t grant_seq_{0};
+  std::uint64_t grant_fence_{0};
 };
+
+// A hand-over message ("grant:<seq>:<fence>:<token>"), parsed. False if `payload` is not one.
+bool parse_grant(std::string_view payload, std::uint64_t& seq, std::uint64_t& fence,
+                 std::string_view& token) noexcept;
 
 struct SubscriberStats {
   std::uint64_t messages{0};

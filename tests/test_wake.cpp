@@ -84,15 +84,14 @@ TEST_CASE("A waiter in another process acquires within a few ms of the release",
   lock.unlock();
 }
 
-TEST_CASE("No lost wake-up: 10,000 release/attempt interleavings", "[redis][wake][slow]") {
-  RedisServer server;
-  redlock::Client client(server.endpoint());
-  const auto k = key("ping-pong");
-  constexpr int kCycles = 5000;  // per thread: 10,000 handoffs in all
+// Two threads, each with its own Lock on one key, take turns `cycles` times each; returns the
+// longest single lock() wait in microseconds.
+static long long worst_ping_pong_wait_us(const redlock::Client& client, const std::string& k,
+                                         const redlock::LockOptions& options, int cycles) {
   std::atomic<long long> worst_us{0};
   auto player = [&] {
-    redlock::Lock lock(client, k, slow_polling());
-    for (int i = 0; i < kCycles; ++i) {
+    redlock::Lock lock(client, k, options);
+    for (int i = 0; i < cycles; ++i) {
       const long long start = monotonic_us();
       lock.lock();
       const long long waited = monotonic_us() - start;
@@ -106,15 +105,37 @@ TEST_CASE("No lost wake-up: 10,000 release/attempt interleavings", "[redis][wake
   std::thread b(player);
   a.join();
   b.join();
-  INFO("worst wait " << worst_us.load() << " us");
+  return worst_us.load();
+}
+
+TEST_CASE("No lost wake-up: 10,000 release/attempt interleavings", "[redis][wake][slow]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("ping-pong");
+  const long long worst_us = worst_ping_pong_wait_us(client, k, slow_polling(), 5000);
+  INFO("worst wait " << worst_us << " us");
   // A lost wake-up would leave a waiter asleep for its 5-15 s fallback timer.
-  CHECK(worst_us.load() < 2000000);
+  CHECK(worst_us < 2000000);
   // The last waiter unsubscribed: no channel left behind.
   const auto end = Clock::now() + 2s;
   while (subscribers(server, k + ":released") != 0 && Clock::now() < end) {
     std::this_thread::sleep_for(10ms);
   }
   CHECK(subscribers(server, k + ":released") == 0);
+}
+
+TEST_CASE("Fair mode: no lost hand-over in 5,000 release/attempt interleavings",
+          "[redis][wake][fair][slow]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("fair-ping-pong");
+  auto options = slow_polling();
+  options.fair = true;
+  const long long worst_us = worst_ping_pong_wait_us(client, k, options, 2500);
+  INFO("worst wait " << worst_us << " us");
+  CHECK(worst_us < 2000000);  // a lost hand-over would wait for the 5-15 s timer
+  // Nothing left behind: lock, queue and queue info are all gone.
+  CHECK(server.raw({"EXISTS", k, k + ":queue", k + ":queue:info"}).integer() == 0);
 }
 
 TEST_CASE("Waiters still acquire after their subscriber connection is killed",

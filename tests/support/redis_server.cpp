@@ -567,15 +567,11 @@ bool restricted_user_mode() {
 
 std::vector<std::string> minimal_acl_rules() {
   // Exactly the README's "Minimal Redis ACL", for keys and channels under the test prefix.
-  return {"on",         std::string(">") + kRestrictedPassword,
-          "~rltest:*",  "&rltest:*",
-          "+set",       "+get",
-          "+del",       "+pexpire",
-          "+pttl",      "+incr",
-          "+type",      "+eval",
-          "+evalsha",   "+publish",
-          "+subscribe", "+unsubscribe",
-          "+ping"};
+  return {"on", std::string(">") + kRestrictedPassword, "~rltest:*", "&rltest:*", "+set", "+get",
+          "+del", "+pexpire", "+pttl", "+incr", "+type", "+eval", "+evalsha", "+publish",
+          "+subscribe", "+unsubscribe", "+ping",
+          // fair mode's queue scripts
+          "+time", "+lindex", "+lpop", "+lrem", "+rpush", "+hget", "+hset", "+hdel"};
 }
 
 redlock::Endpoint RedisServer::unix_endpoint() const {

@@ -1,0 +1,321 @@
+// Fair mode (LockOptions::fair): waiters queue on the server, a release hands the lock to the
+// longest-waiting live waiter without another round trip, dead and departed waiters are skipped,
+// and nothing is left behind.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <redlock/redlock.hpp>
+
+#include "support/clock.hpp"
+#include "support/redis_server.hpp"
+
+using namespace std::chrono_literals;
+using redlock::test::key;
+using redlock::test::monotonic_us;
+using redlock::test::RedisServer;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+redlock::LockOptions fair(std::chrono::milliseconds retry_delay = 10s,
+                          std::chrono::milliseconds ttl = 60s) {
+  redlock::LockOptions o;
+  o.ttl = ttl;
+  o.retry_delay = retry_delay;  // long: polling alone could not pass these tests
+  o.fair = true;
+  return o;
+}
+
+long long queue_length(const RedisServer& server, const std::string& k) {
+  return server.raw({"LLEN", k + ":queue"}).integer();
+}
+
+// Waits (at most 5 s) until the server's queue for `k` has `n` entries.
+bool wait_for_queue(const RedisServer& server, const std::string& k, long long n) {
+  const auto end = Clock::now() + 5s;
+  while (queue_length(server, k) != n) {
+    if (Clock::now() > end) return false;
+    std::this_thread::sleep_for(2ms);
+  }
+  return true;
+}
+
+long long command_calls(const RedisServer& server, const std::string& command) {
+  const std::string info = server.raw({"INFO", "commandstats"}).str();
+  const std::string tag = "cmdstat_" + command + ":calls=";
+  const auto at = info.find(tag);
+  if (at == std::string::npos) return 0;
+  return std::stoll(info.substr(at + tag.size()));
+}
+
+// Forks a process that waits for `k` in fair mode, writes `id` to `fd` once it holds the lock,
+// holds it for `hold`, and exits.
+pid_t fork_waiter(const RedisServer& server, const std::string& k, int id, int fd,
+                  std::chrono::milliseconds hold, redlock::LockOptions options) {
+  const pid_t pid = fork();
+  if (pid != 0) return pid;
+  int rc = 1;
+  try {
+    redlock::Client client(server.endpoint());
+    redlock::Lock lock(client, k, options);
+    lock.lock();
+    rc = write(fd, &id, sizeof id) == sizeof id ? 0 : 2;
+    std::this_thread::sleep_for(hold);
+    lock.unlock();
+  } catch (...) {
+  }
+  _exit(rc);
+}
+
+// A server, and a fair lock on it that this process holds.
+struct HeldFairLock {
+  explicit HeldFairLock(const std::string& name)
+      : k(key(name)), client(server.endpoint()), holder(client, k, fair()) {
+    holder.lock();
+  }
+  RedisServer server;
+  std::string k;
+  redlock::Client client;
+  redlock::Lock holder;
+};
+
+}  // namespace
+
+TEST_CASE("Fair mode serves waiters in other processes in arrival order", "[redis][fair]") {
+  HeldFairLock held("fair-order");
+  int pipe_fds[2];
+  REQUIRE(pipe(pipe_fds) == 0);
+  constexpr int kWaiters = 5;
+  std::vector<pid_t> children;
+  for (int id = 0; id < kWaiters; ++id) {
+    children.push_back(fork_waiter(held.server, held.k, id, pipe_fds[1], 20ms, fair()));
+    REQUIRE(children.back() > 0);
+    // The next one starts only once this one has its place.
+    REQUIRE(wait_for_queue(held.server, held.k, id + 1));
+  }
+  close(pipe_fds[1]);
+  const long long released = monotonic_us();
+  held.holder.unlock();
+  std::vector<int> order;
+  int id = 0;
+  while (read(pipe_fds[0], &id, sizeof id) == sizeof id) order.push_back(id);
+  const long long all_done = monotonic_us();
+  close(pipe_fds[0]);
+  for (pid_t child : children) {
+    int status = 0;
+    waitpid(child, &status, 0);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  CHECK(order == std::vector<int>{0, 1, 2, 3, 4});
+  // Five 20 ms holds handed over one after the other; the 10 s retry delay never came into it.
+  CHECK(all_done - released < 2000000);
+  // Nothing left behind: the queue and its info are gone, the lock is free.
+  CHECK(held.server.raw({"EXISTS", held.k, held.k + ":queue", held.k + ":queue:info"}).integer() ==
+        0);
+}
+
+TEST_CASE("A hand-over reaches the waiter in another process without another command",
+          "[redis][fair]") {
+  HeldFairLock held("fair-handover");
+  // once around first, so both scripts are cached (no NOSCRIPT + EVAL below)
+  held.holder.unlock();
+  held.holder.lock();
+  int pipe_fds[2];
+  REQUIRE(pipe(pipe_fds) == 0);
+  const pid_t child = fork_waiter(held.server, held.k, 7, pipe_fds[1], 0ms, fair());
+  REQUIRE(child > 0);
+  close(pipe_fds[1]);
+  REQUIRE(wait_for_queue(held.server, held.k, 1));
+  std::this_thread::sleep_for(50ms);
+  held.server.raw({"CONFIG", "RESETSTAT"});
+  const long long released = monotonic_us();
+  held.holder.unlock();
+  int id = 0;
+  REQUIRE(read(pipe_fds[0], &id, sizeof id) == sizeof id);
+  const long long acquired = monotonic_us();
+  close(pipe_fds[0]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(id == 7);
+  INFO("handoff " << acquired - released << " us");
+  CHECK(acquired - released < 50000);
+  // The holder's release script (whose SET inside hands the key over) and the waiter's own
+  // release afterwards: no acquire attempt by the waiter in between, the hand-over message told
+  // it everything. (commandstats counts the commands scripts run, too.)
+  CHECK(command_calls(held.server, "evalsha") == 2);
+  CHECK(command_calls(held.server, "set") == 1);
+  CHECK(command_calls(held.server, "eval") == 0);
+  CHECK(command_calls(held.server, "pexpire") == 0);
+}
+
+TEST_CASE("Fair mode skips a waiter that died in the queue", "[redis][fair][fault]") {
+  HeldFairLock held("fair-dead");
+  int pipe_fds[2];
+  REQUIRE(pipe(pipe_fds) == 0);
+  // A waiter with a 50 ms retry delay keeps its place for 250 ms without a refresh; if it were
+  // handed the lock dead, its 60 s ttl would block everyone behind it.
+  const pid_t doomed = fork_waiter(held.server, held.k, 1, pipe_fds[1], 0ms, fair(50ms));
+  REQUIRE(doomed > 0);
+  REQUIRE(wait_for_queue(held.server, held.k, 1));
+  kill(doomed, SIGKILL);
+  int status = 0;
+  waitpid(doomed, &status, 0);
+  close(pipe_fds[1]);
+  close(pipe_fds[0]);
+  std::atomic<bool> got{false};
+  std::thread next([&] {
+    redlock::Lock lock(held.client, held.k, fair());
+    got = lock.try_lock_for(10s);
+    if (got) lock.unlock();
+  });
+  REQUIRE(wait_for_queue(held.server, held.k, 2));  // queued behind the dead one
+  std::this_thread::sleep_for(600ms);               // the dead waiter's place has lapsed
+  const auto released = Clock::now();
+  held.holder.unlock();
+  next.join();
+  CHECK(got.load());
+  CHECK(Clock::now() - released < 2s);
+  CHECK(held.server.raw({"EXISTS", held.k + ":queue", held.k + ":queue:info"}).integer() == 0);
+}
+
+TEST_CASE("A fair waiter that times out leaves the queue", "[redis][fair]") {
+  HeldFairLock held("fair-timeout");
+  redlock::Lock waiter(held.client, held.k, fair());
+  const auto start = Clock::now();
+  CHECK_FALSE(waiter.try_lock_for(300ms));
+  CHECK(Clock::now() - start >= 300ms);
+  CHECK(queue_length(held.server, held.k) == 0);
+  CHECK(held.server.raw({"HLEN", held.k + ":queue:info"}).integer() == 0);
+  // The lock is still the holder's, and its release finds nobody to hand over to.
+  CHECK(held.holder.owns_lock());
+  CHECK(held.holder.release());
+  CHECK(held.server.raw({"EXISTS", held.k}).integer() == 0);
+}
+
+TEST_CASE("try_lock in fair mode does not jump a live queue", "[redis][fair]") {
+  HeldFairLock held("fair-nobarge");
+  std::atomic<bool> got{false};
+  std::thread queued([&] {
+    redlock::Lock lock(held.client, held.k, fair(500ms));
+    got = lock.try_lock_for(10s);
+    if (got) lock.unlock();
+  });
+  REQUIRE(wait_for_queue(held.server, held.k, 1));
+  // The holder's lease vanishes unannounced (as if it expired): the lock is free on the
+  // server, but it belongs to the queue's head, not to whoever asks first.
+  held.server.raw({"DEL", held.k});
+  redlock::Lock barger(held.client, held.k, fair());
+  CHECK_FALSE(barger.try_lock());
+  queued.join();
+  CHECK(got.load());  // the head took it on its timer (an expiry publishes nothing)
+  CHECK(barger.try_lock());
+  barger.unlock();
+}
+
+TEST_CASE("Fair mode: fence tokens grow across hand-overs, also when the message is missed",
+          "[redis][fair]") {
+  RedisServer server;
+  const auto k = key("fair-fence");
+  redlock::Client client(server.endpoint());
+  for (const bool wake : {true, false}) {
+    auto o = fair(wake ? 10s : 200ms);
+    o.fencing = true;
+    o.wake_on_release = wake;  // without it, the hand-over is found by the next refresh
+    redlock::Lock holder(client, k, o);
+    holder.lock();
+    const auto first = holder.fence();
+    std::atomic<std::uint64_t> second{0};
+    std::atomic<bool> got{false};
+    std::thread waiter([&] {
+      redlock::Lock lock(client, k, o);
+      got = lock.try_lock_for(10s);
+      second = lock.fence();
+      if (got) lock.unlock();
+    });
+    REQUIRE(wait_for_queue(server, k, 1));
+    holder.unlock();
+    waiter.join();
+    CHECK(got.load());
+    CHECK(second.load() > first);
+    CHECK(std::to_string(second.load()) == server.raw({"GET", k + ":fence"}).str());
+  }
+}
+
+TEST_CASE("Fair mode: mutual exclusion and even shares across processes", "[redis][fair][slow]") {
+  RedisServer server;
+  const auto k = key("fair-shares");
+  const auto counter = k + ":counter";
+  constexpr int kProcesses = 4;
+  int pipe_fds[2];
+  REQUIRE(pipe(pipe_fds) == 0);
+  const auto stop_at = monotonic_us() + 2000000;
+  std::vector<pid_t> children;
+  for (int p = 0; p < kProcesses; ++p) {
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      int rc = 1;
+      try {
+        redlock::Client client(server.endpoint());
+        redlock::Client plain(server.endpoint());
+        redlock::Lock lock(client, k, fair(50ms));
+        int count = 0;
+        while (monotonic_us() < stop_at) {
+          std::lock_guard<redlock::Lock> guard(lock);
+          // read-sleep-write: a second holder would lose an update
+          const auto value = plain.command({"GET", counter});
+          const long long n = value.is_nil() ? 0 : std::stoll(value.str());
+          std::this_thread::sleep_for(1ms);
+          plain.command({"SET", counter, std::to_string(n + 1)});
+          ++count;
+        }
+        rc = write(pipe_fds[1], &count, sizeof count) == sizeof count ? 0 : 2;
+      } catch (...) {
+      }
+      _exit(rc);
+    }
+    children.push_back(pid);
+  }
+  close(pipe_fds[1]);
+  std::vector<int> counts;
+  int count = 0;
+  while (read(pipe_fds[0], &count, sizeof count) == sizeof count) counts.push_back(count);
+  close(pipe_fds[0]);
+  for (pid_t child : children) {
+    int status = 0;
+    waitpid(child, &status, 0);
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  REQUIRE(counts.size() == static_cast<std::size_t>(kProcesses));
+  long long total = 0;
+  for (int c : counts) total += c;
+  CHECK(std::to_string(total) == server.raw({"GET", counter}).str());  // no lost update
+  const auto [lo, hi] = std::minmax_element(counts.begin(), counts.end());
+  INFO("acquisitions per process: " << *lo << " - " << *hi);
+  CHECK(*lo > 0);
+  // First come, first served: every process gets a share. Without fair mode the processes race
+  // for each release and the spread is often 10x or more.
+  CHECK(static_cast<double>(*lo) >= 0.3 * static_cast<double>(*hi));
+}
+
+TEST_CASE("Fair mode is refused for a Redlock", "[fair][bad_input]") {
+  std::vector<redlock::Client> clients{
+      redlock::Client(redlock::Endpoint::parse("redis://127.0.0.1:1")),
+      redlock::Client(redlock::Endpoint::parse("redis://127.0.0.1:2")),
+      redlock::Client(redlock::Endpoint::parse("redis://127.0.0.1:3"))};
+  CHECK_THROWS_AS(redlock::Redlock(clients, "k", fair()), std::invalid_argument);
+  CHECK_NOTHROW(redlock::Lock(clients[0], "k", fair()));
+}
