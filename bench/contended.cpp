@@ -50,6 +50,14 @@ constexpr milliseconds kContendedTtl{10'000};
 // Commands only ever run inside the library's scripts in this workload (counted by commandstats
 // all the same), and our own INFO.
 const std::set<std::string> kNotClientSent{"get", "del", "publish", "info"};
+// In fair mode every lock command is a script: what the scripts run inside is not client-sent.
+const std::set<std::string> kFairScriptInternal{"set",    "pttl", "lrem", "hdel",
+                                                "lindex", "hget", "lpop", "rpush",
+                                                "hset",   "time", "incr", "pexpire"};
+
+bool client_sent(const std::string& command, bool fair) {
+  return kNotClientSent.count(command) == 0 && (!fair || kFairScriptInternal.count(command) == 0);
+}
 
 struct WorkerSlot {
   std::atomic<int> state;                   // 0 starting, 1 ready, 2 done, 3 failed
@@ -74,6 +82,7 @@ struct Shared {
 struct WorkerConfig {
   std::string key;
   bool wake{true};
+  bool fair{false};
   std::int64_t hold_us{0};
   std::int64_t retry_ms{50};
 };
@@ -116,6 +125,7 @@ void worker(Shared& shm, int id, const redlock::Client& client, const WorkerConf
     redlock::LockOptions options;
     options.ttl = kContendedTtl;
     options.wake_on_release = config.wake;
+    options.fair = config.fair;
     options.retry_delay = milliseconds(config.retry_ms);
     redlock::Lock lock(client, config.key, options);
     client.ping();  // a pooled connection before the start
@@ -164,6 +174,7 @@ struct Spec {
   bool processes{false};
   int hold_ms{0};
   bool wake{true};
+  bool fair{false};
 };
 
 struct Outcome {
@@ -177,6 +188,7 @@ struct Outcome {
   double wait_max_ns{0};  // including waits still going on at the end (a starved worker's)
   Summary handoff;
   Summary ping;
+  bool fair{false};
   std::map<std::string, std::uint64_t> calls;  // commandstats delta
   double client_commands{0};                   // client-sent commands per acquisition
   std::string error;
@@ -285,6 +297,8 @@ Outcome run_one(const Config& config, const redlock::Endpoint& endpoint, redisCo
   WorkerConfig wc;
   wc.key = key;
   wc.wake = spec.wake;
+  wc.fair = spec.fair;
+  out.fair = spec.fair;
   wc.hold_us = spec.hold_ms * 1000;
   wc.retry_ms = redlock::LockOptions{}.retry_delay.count();
 
@@ -296,10 +310,11 @@ Outcome run_one(const Config& config, const redlock::Endpoint& endpoint, redisCo
   Crew crew(shm);
   for (int id = 0; id < n; ++id) {
     if (spec.processes) {
-      crew.spawn(id, {self_exe(), "--contended-worker", std::to_string(region.fd()),
-                      std::to_string(id), std::to_string(endpoint.port),
-                      std::to_string(endpoint.command_timeout.count()), wc.key, wc.wake ? "1" : "0",
-                      std::to_string(wc.hold_us), std::to_string(wc.retry_ms)});
+      crew.spawn(id,
+                 {self_exe(), "--contended-worker", std::to_string(region.fd()), std::to_string(id),
+                  std::to_string(endpoint.port), std::to_string(endpoint.command_timeout.count()),
+                  wc.key, wc.wake ? "1" : "0", wc.fair ? "1" : "0", std::to_string(wc.hold_us),
+                  std::to_string(wc.retry_ms)});
     } else {
       crew.thread([&shm, &client, &wc, id] { worker(shm, id, *client, wc); });
     }
@@ -347,23 +362,23 @@ Outcome run_one(const Config& config, const redlock::Endpoint& endpoint, redisCo
         std::max(out.wait_max_ns, static_cast<double>(shm.workers[id].unfinished_ns.load()));
   }
   out.handoff = summarize(std::move(handoffs));
-  std::uint64_t client_sent = 0;
+  std::uint64_t client_sent_total = 0;
   for (const auto& [name, calls] : calls1) {
     const auto before = calls0.find(name);
     const std::uint64_t d = calls - (before == calls0.end() ? 0 : before->second);
     if (d == 0) continue;
     out.calls[name] = d;
-    if (kNotClientSent.count(name) == 0) client_sent += d;
+    if (client_sent(name, spec.fair)) client_sent_total += d;
   }
   out.client_commands =
-      out.total > 0 ? static_cast<double>(client_sent) / static_cast<double>(out.total) : 0;
+      out.total > 0 ? static_cast<double>(client_sent_total) / static_cast<double>(out.total) : 0;
   return out;
 }
 
 std::string breakdown(const Outcome& o) {
   std::string text;
   for (const auto& [name, calls] : o.calls) {
-    if (kNotClientSent.count(name) != 0) continue;
+    if (!client_sent(name, o.fair)) continue;
     const double per =
         static_cast<double>(calls) / static_cast<double>(std::max<std::uint64_t>(o.total, 1));
     if (per < 0.005) continue;
@@ -432,7 +447,9 @@ class RawWaiter {
   std::string ttl_;
 };
 
-// The library side: its own Client (as separate processes would have), wake_on_release on.
+// The library side: its own Client (as separate processes would have), wake_on_release on;
+// with Fair, in fair mode (the release hands the lock over: no acquire round trip).
+template <bool Fair>
 class LibWaiter {
  public:
   LibWaiter(const redlock::Endpoint& endpoint, const std::string& key)
@@ -444,6 +461,7 @@ class LibWaiter {
   static redlock::LockOptions options() {
     redlock::LockOptions o;
     o.ttl = kContendedTtl;
+    o.fair = Fair;
     return o;
   }
   redlock::Client client_;
@@ -508,6 +526,7 @@ void section_ping_pong(const Config& config, const redlock::Endpoint& endpoint, 
                        Json& out) {
   const int rounds = std::min(config.rounds, 3);
   std::vector<std::int64_t> lib;
+  std::vector<std::int64_t> fair;
   std::vector<std::int64_t> raw;
   std::vector<std::int64_t> pings;
   std::vector<std::int64_t> idle_pings;
@@ -520,24 +539,32 @@ void section_ping_pong(const Config& config, const redlock::Endpoint& endpoint, 
     // Alternate which goes first, so that neither always follows the same thing.
     std::vector<std::int64_t> r;
     std::vector<std::int64_t> l;
+    std::vector<std::int64_t> f;
     if (round % 2 == 0) {
       r = ping_pong<RawWaiter>(endpoint, key + ":raw", config.seconds);
-      l = ping_pong<LibWaiter>(endpoint, key + ":lib", config.seconds);
+      l = ping_pong<LibWaiter<false>>(endpoint, key + ":lib", config.seconds);
+      f = ping_pong<LibWaiter<true>>(endpoint, key + ":fair", config.seconds);
     } else {
-      l = ping_pong<LibWaiter>(endpoint, key + ":lib", config.seconds);
+      f = ping_pong<LibWaiter<true>>(endpoint, key + ":fair", config.seconds);
+      l = ping_pong<LibWaiter<false>>(endpoint, key + ":lib", config.seconds);
       r = ping_pong<RawWaiter>(endpoint, key + ":raw", config.seconds);
     }
     raw.insert(raw.end(), r.begin(), r.end());
     lib.insert(lib.end(), l.begin(), l.end());
+    fair.insert(fair.end(), f.begin(), f.end());
   }
   const Summary ping = summarize(pings);
   const Summary idle_ping = summarize(idle_pings);
   const Summary sl = summarize(lib);
+  const Summary sf = summarize(fair);
   const Summary sr = summarize(raw);
   Table table({"handoff path", "handoffs", "p50 ms", "p99 ms", "max ms", "p50/PING", "p50/floor"});
   table.row({"library (own Client each, wake_on_release)", std::to_string(sl.count),
              num(sl.p50_ns / 1e6), num(sl.p99_ns / 1e6), num(sl.max_ns / 1e6),
              times(ratio(sl.p50_ns, ping.p50_ns)), times(ratio(sl.p50_ns, sr.p50_ns))});
+  table.row({"library, fair mode (hand-over, no acquire round trip)", std::to_string(sf.count),
+             num(sf.p50_ns / 1e6), num(sf.p99_ns / 1e6), num(sf.max_ns / 1e6),
+             times(ratio(sf.p50_ns, ping.p50_ns)), times(ratio(sf.p50_ns, sr.p50_ns))});
   table.row({"raw floor (subscribed context, SET on message)", std::to_string(sr.count),
              num(sr.p50_ns / 1e6), num(sr.p99_ns / 1e6), num(sr.max_ns / 1e6),
              times(ratio(sr.p50_ns, ping.p50_ns)), "-"});
@@ -554,7 +581,10 @@ void section_ping_pong(const Config& config, const redlock::Endpoint& endpoint, 
   std::cout << "  target: library handoff p50 within 3x PING p50 -> "
             << (ratio(sl.p50_ns, ping.p50_ns) <= 3.0 ? "met" : "MISSED") << " ("
             << times(ratio(sl.p50_ns, ping.p50_ns)) << " back-to-back PING, "
-            << times(ratio(sl.p50_ns, idle_ping.p50_ns)) << " PING after 1 ms idle)\n";
+            << times(ratio(sl.p50_ns, idle_ping.p50_ns)) << " PING after 1 ms idle); fair mode -> "
+            << (ratio(sf.p50_ns, ping.p50_ns) <= 3.0 ? "met" : "MISSED") << " ("
+            << times(ratio(sf.p50_ns, ping.p50_ns)) << " back-to-back PING, "
+            << times(ratio(sf.p50_ns, idle_ping.p50_ns)) << " PING after 1 ms idle)\n";
 
   auto summary = [](const Summary& s) {
     Json j = Json::object();
@@ -568,6 +598,9 @@ void section_ping_pong(const Config& config, const redlock::Endpoint& endpoint, 
   out.set("what", "2 workers strictly alternating, hold 1 ms: release -> notify -> acquire");
   out.set("rounds", rounds);
   out.set("library", summary(sl));
+  out.set("library_fair", summary(sf));
+  out.set("library_fair_p50_over_ping_p50", ratio(sf.p50_ns, ping.p50_ns));
+  out.set("library_fair_p50_over_idle_ping_p50", ratio(sf.p50_ns, idle_ping.p50_ns));
   out.set("raw_floor", summary(sr));
   out.set("ping", summary(ping));
   out.set("ping_after_1ms_idle", summary(idle_ping));
@@ -591,19 +624,22 @@ void section_contended(const Config& config, Report& report) {
   const redlock::Endpoint endpoint = endpoint_of(server, config.timeout);
   RawContext admin = raw_connect(endpoint);
 
-  Table table({"workers", "hold", "wake", "acq/s", "wait p50 ms", "p99 ms", "max ms",
+  Table table({"workers", "hold", "mode", "acq/s", "wait p50 ms", "p99 ms", "max ms",
                "acq/worker min-max", "handoffs", "handoff p50 ms", "p99 ms", "PING p50 ms",
                "p50/PING", "cmds/acq", "client commands per acquisition"});
   Json runs = Json::array();
   std::vector<std::string> target;
+  std::vector<std::string> fairness;
   int index = 0;
   for (const bool processes : {false, true}) {
     for (const int hold : {0, 1}) {
-      for (const bool wake : {true, false}) {
-        const Spec spec{processes, hold, wake};
-        const std::string label =
-            fmt::format("{} {}, hold {} ms, wake_on_release {}", config.workers,
-                        processes ? "processes" : "threads", hold, wake);
+      // wake: wake_on_release (the default); fair: fair mode; poll: wake_on_release off.
+      for (const char* mode : {"wake", "fair", "poll"}) {
+        const std::string m = mode;
+        const bool wake = m != "poll";
+        const Spec spec{processes, hold, wake, m == "fair"};
+        const std::string label = fmt::format("{} {}, hold {} ms, {}", config.workers,
+                                              processes ? "processes" : "threads", hold, m);
         Outcome o;
         try {
           o = run_one(config, endpoint, admin.get(), spec,
@@ -616,8 +652,8 @@ void section_contended(const Config& config, Report& report) {
         const double over_ping = ratio(o.handoff.p50_ns, o.ping.p50_ns);
         const double acq = static_cast<double>(std::max<std::uint64_t>(o.acquisitions, 1));
         table.row({std::to_string(config.workers) + (processes ? " proc" : " thr"),
-                   std::to_string(hold) + " ms", wake ? "on" : "off", num(rate),
-                   num(o.wait.p50_ns / 1e6), num(o.wait.p99_ns / 1e6), num(o.wait_max_ns / 1e6),
+                   std::to_string(hold) + " ms", m, num(rate), num(o.wait.p50_ns / 1e6),
+                   num(o.wait.p99_ns / 1e6), num(o.wait_max_ns / 1e6),
                    std::to_string(o.min_per_worker) + "-" + std::to_string(o.max_per_worker),
                    num(100.0 * static_cast<double>(o.handoffs) / acq) + "%",
                    num(o.handoff.p50_ns / 1e6), num(o.handoff.p99_ns / 1e6),
@@ -630,11 +666,20 @@ void section_contended(const Config& config, Report& report) {
                                        : over_ping <= 3.0   ? "within 3x"
                                                             : "MISSED (> 3x)"));
         }
+        const double share =
+            ratio(static_cast<double>(o.min_per_worker), static_cast<double>(o.max_per_worker));
+        if (hold == 1) {
+          fairness.push_back(fmt::format("{}: min/max {} , max wait {} ms -> {}", label, num(share),
+                                         num(o.wait_max_ns / 1e6),
+                                         share >= 0.5 && o.wait_max_ns < 50e6 ? "met" : "MISSED"));
+        }
         Json j = Json::object();
         j.set("mode", processes ? "processes" : "threads");
         j.set("workers", config.workers);
         j.set("hold_ms", hold);
         j.set("wake_on_release", wake);
+        j.set("fair", spec.fair);
+        j.set("min_over_max_per_worker", share);
         j.set("retry_delay_ms", retry_ms);
         j.set("seconds", o.seconds);
         j.set("acquisitions", o.acquisitions);
@@ -668,10 +713,13 @@ void section_contended(const Config& config, Report& report) {
          "wait = lock() call to return (max includes waits unfinished at the end);\n  handoff = "
          "holder calls unlock() -> another worker's "
          "lock() returns (CLOCK_MONOTONIC); handoffs = share of acquisitions that changed "
-         "owner;\n  cmds/acq = client-sent commands (INFO commandstats delta, script-internal "
-         "get/del/publish excluded) per acquisition\n  target (wake_on_release on): handoff "
-         "p50 within 3x PING p50:\n";
+         "owner;\n  cmds/acq = client-sent commands (INFO commandstats delta, commands run "
+         "inside scripts excluded) per acquisition\n  mode: wake = wake_on_release (default), "
+         "fair = LockOptions::fair (FIFO queue, hand-over), poll = wake_on_release off\n"
+         "  target (wake, fair): handoff p50 within 3x PING p50:\n";
   for (const auto& t : target) std::cout << "    " << t << "\n";
+  std::cout << "  target (1 ms holds): acquisitions per worker min/max >= 0.5, max wait < 50 ms:\n";
+  for (const auto& t : fairness) std::cout << "    " << t << "\n";
 
   Json ping_pong_json;
   try {
@@ -691,8 +739,8 @@ void section_contended(const Config& config, Report& report) {
 }
 
 int contended_worker_main(int argc, char** argv) {
-  // argv: exe --contended-worker fd id port timeout_ms key wake hold_us retry_ms
-  if (argc != 10) {
+  // argv: exe --contended-worker fd id port timeout_ms key wake fair hold_us retry_ms
+  if (argc != 11) {
     std::cerr << "redlock-bench --contended-worker: internal mode, started by section 3\n";
     return 2;
   }
@@ -711,8 +759,9 @@ int contended_worker_main(int argc, char** argv) {
     WorkerConfig config;
     config.key = argv[6];
     config.wake = std::string(argv[7]) == "1";
-    config.hold_us = std::stoll(argv[8]);
-    config.retry_ms = std::stoll(argv[9]);
+    config.fair = std::string(argv[8]) == "1";
+    config.hold_us = std::stoll(argv[9]);
+    config.retry_ms = std::stoll(argv[10]);
     const redlock::Client client(endpoint);
     worker(*shm, id, client, config);
     return shm->workers[id].state.load() == 2 ? 0 : 1;
