@@ -87,9 +87,10 @@ if ARGV[3] == '1' then
     redis.call('lrem', KEYS[2], 0, ARGV[1])
     redis.call('rpush', KEYS[2], ARGV[1])
   end
-  for i = 2, 3 do
-    if redis.call('pttl', KEYS[i]) < 2 * alive then redis.call('pexpire', KEYS[i], 2 * alive) end
-  end
+  -- One expiry for both keys (so they never outlive each other): outlasts every live place.
+  local keep = math.max(2 * alive, redis.call('pttl', KEYS[2]), redis.call('pttl', KEYS[3]))
+  redis.call('pexpire', KEYS[2], keep)
+  redis.call('pexpire', KEYS[3], keep)
 end
 local pttl = -2
 if holder then pttl = redis.call('pttl', KEYS[1]) end
