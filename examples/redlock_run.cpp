@@ -228,6 +228,7 @@ struct Config {
   bool no_wait{false};
   milliseconds grace{10'000};
   bool fencing{false};
+  bool fair{false};
   bool quiet{false};
   std::vector<std::string> command;
 };
@@ -301,6 +302,9 @@ std::optional<int> parse_command_line(int argc, char** argv, Config& config) {
   app.add_flag("--fencing", config.fencing,
                "Issue a fencing token (a counter in <key>:fence that grows with\n"
                "every hold); the command gets it as REDLOCK_FENCE.");
+  app.add_flag("--fair", config.fair,
+               "First come, first served among waiters, across machines (one\n"
+               "--redis only): a queue on the server, the lock handed over on release.");
   app.add_flag("--quiet", config.quiet,
                "No message when the lock is held elsewhere (exit 75 says it),\n"
                "no library log. Errors and a lost lease are always reported.");
@@ -595,6 +599,7 @@ int run(const Config& config, Runtime& rt) {
   redlock::LockOptions options;
   options.ttl = config.ttl;
   options.fencing = config.fencing;
+  options.fair = config.fair;
   options.auto_renew = true;
   options.on_lost = [fd = rt.lost_write](const redlock::LostEvent& event) {
     const auto byte = static_cast<unsigned char>(event.reason);
@@ -715,7 +720,8 @@ int redlock_run(int argc, char** argv) {
 
   try {
     return run(config, rt);
-  } catch (const std::invalid_argument& e) {  // bad key, ttl too short, duplicate servers
+  } catch (const std::invalid_argument& e) {  // bad key, ttl too short, duplicate servers, --fair
+                                              // with several servers
     say(scrub_credentials(e.what()));
     return kExitUsage;
   } catch (const redlock::Error& e) {
