@@ -274,6 +274,7 @@ int run_controller(const Options& o) {
   if (o.auto_renew) {
     info.notes.emplace_back("auto_renew on: windows end at the last renewed deadline");
   }
+  if (o.fair) info.notes.emplace_back("fair mode: waiters queue; releases hand the lock over");
 
   const std::string data_dir = pick_data_dir(o.data_dir);
   const int long_holds =
@@ -331,6 +332,7 @@ int run_controller(const Options& o) {
     base.auto_renew = o.auto_renew;
     base.retry_delay_ms = o.retry_delay_ms;
     base.wake_on_release = o.wake_on_release;
+    base.fair = o.fair;
     base.parent = ::getpid();
     std::vector<std::string> log_paths;
     try {

@@ -37,6 +37,7 @@ struct Options {
   bool auto_renew{false};
   int retry_delay_ms{20};
   int wake_on_release{2};  // 1 every thread, 0 none, 2 even-numbered threads (see worker.hpp)
+  bool fair{false};        // LockOptions::fair (lock mode only)
   // Where the servers keep their directories (AOF). Empty: /dev/shm if writable, else $TMPDIR.
   // A kill -9 never loses the page cache, so an AOF with appendfsync always on tmpfs keeps every
   // acknowledged grant across kill -9 + restart exactly as a disk does, without the disk's

@@ -46,6 +46,7 @@ options:
   --retry-delay MS        LockOptions::retry_delay (default 20)
   --wake all|none|half    which threads use LockOptions::wake_on_release (default half: the
                           even-numbered ones; the others only poll every retry delay)
+  --fair                  LockOptions::fair for every thread (--mode lock only)
   --auto-renew            hold with LockOptions::auto_renew (long holds then last up to 2 ttl)
   --data-dir DIR          where the servers keep their AOF (default /dev/shm if writable:
                           kill -9 keeps the page cache, so tmpfs is as durable as a disk here)
@@ -104,6 +105,8 @@ int main(int argc, char** argv) {
       o.keep = true;
     } else if (a == "--auto-renew") {
       o.auto_renew = true;
+    } else if (a == "--fair") {
+      o.fair = true;
     } else if (a == "--wake") {
       if (!value(v) || (v != "all" && v != "none" && v != "half")) {
         return usage_error("--wake needs all, none or half");
@@ -164,6 +167,9 @@ int main(int argc, char** argv) {
   }
   if (o.mode == redlock::torture::Mode::lock && o.unsafe != redlock::torture::Unsafe::none) {
     return usage_error("--unsafe needs --mode redlock (it breaks a majority of five nodes)");
+  }
+  if (o.fair && o.mode != redlock::torture::Mode::lock) {
+    return usage_error("--fair needs --mode lock (fair mode is for a single instance)");
   }
   return redlock::torture::run_controller(o);
 }

@@ -186,6 +186,7 @@ class WorkerThread {
         config.wake_on_release == 1 || (config.wake_on_release == 2 && thread % 2 == 0);
     options.fencing = true;
     options.auto_renew = config.auto_renew;
+    options.fair = config.fair;
     if (config.mode == Mode::lock) {
       single_.emplace(clients.at(0), kLockKey, options);
     } else {
@@ -354,6 +355,8 @@ std::vector<std::string> WorkerConfig::to_args() const {
           std::to_string(retry_delay_ms),
           "--wake-on-release",
           std::to_string(wake_on_release),
+          "--fair",
+          fair ? "1" : "0",
           "--parent",
           std::to_string(parent)};
 }
@@ -403,6 +406,8 @@ WorkerConfig parse_worker_args(const std::vector<std::string>& args) {
       c.retry_delay_ms = static_cast<int>(to_int64(name, value));
     } else if (name == "--wake-on-release") {
       c.wake_on_release = static_cast<int>(to_int64(name, value));
+    } else if (name == "--fair") {
+      c.fair = to_int64(name, value) != 0;
     } else if (name == "--parent") {
       c.parent = static_cast<pid_t>(to_int64(name, value));
     } else {

@@ -48,6 +48,7 @@ struct WorkerConfig {
   bool auto_renew{false};       // LockOptions::auto_renew
   int retry_delay_ms{20};       // LockOptions::retry_delay
   int wake_on_release{2};       // LockOptions::wake_on_release: 1 all, 0 none, 2 even threads
+  bool fair{false};             // LockOptions::fair
   pid_t parent{0};              // the controller; the worker exits if it is gone
 
   // The arguments after the executable name (starting with "--worker").
