@@ -530,7 +530,10 @@ void section_ping_pong(const Config& config, const redlock::Endpoint& endpoint, 
   std::vector<std::int64_t> raw;
   std::vector<std::int64_t> pings;
   std::vector<std::int64_t> idle_pings;
+  std::vector<std::int64_t> deliveries;
   for (int round = 0; round < rounds; ++round) {
+    const auto pd = publish_delivery(endpoint, config.quick ? 50 : 300, milliseconds(1));
+    deliveries.insert(deliveries.end(), pd.begin(), pd.end());
     const auto p = ping_rtts(admin, config.quick ? 200 : 1000);
     pings.insert(pings.end(), p.begin(), p.end());
     const auto q = ping_rtts(admin, config.quick ? 50 : 300, std::chrono::milliseconds(1));
@@ -555,6 +558,7 @@ void section_ping_pong(const Config& config, const redlock::Endpoint& endpoint, 
   }
   const Summary ping = summarize(pings);
   const Summary idle_ping = summarize(idle_pings);
+  const Summary delivery = summarize(deliveries);
   const Summary sl = summarize(lib);
   const Summary sf = summarize(fair);
   const Summary sr = summarize(raw);
@@ -573,6 +577,9 @@ void section_ping_pong(const Config& config, const redlock::Endpoint& endpoint, 
   table.row({"PING round trip after 1 ms idle", std::to_string(idle_ping.count),
              num(idle_ping.p50_ns / 1e6), num(idle_ping.p99_ns / 1e6), num(idle_ping.max_ns / 1e6),
              times(ratio(idle_ping.p50_ns, ping.p50_ns)), "-"});
+  table.row({"PUBLISH -> message read, raw, after 1 ms idle", std::to_string(delivery.count),
+             num(delivery.p50_ns / 1e6), num(delivery.p99_ns / 1e6), num(delivery.max_ns / 1e6),
+             times(ratio(delivery.p50_ns, ping.p50_ns)), "-"});
   std::cout
       << "\n  Handoff path alone: 2 workers strictly alternating (the waiter is blocked before "
          "the release), hold 1 ms, "
@@ -604,6 +611,7 @@ void section_ping_pong(const Config& config, const redlock::Endpoint& endpoint, 
   out.set("raw_floor", summary(sr));
   out.set("ping", summary(ping));
   out.set("ping_after_1ms_idle", summary(idle_ping));
+  out.set("publish_delivery_after_1ms_idle", summary(delivery));
   out.set("library_p50_over_idle_ping_p50", ratio(sl.p50_ns, idle_ping.p50_ns));
   out.set("library_p50_over_ping_p50", ratio(sl.p50_ns, ping.p50_ns));
   out.set("raw_p50_over_ping_p50", ratio(sr.p50_ns, ping.p50_ns));

@@ -4,10 +4,12 @@
 #include <sys/random.h>  // getrandom
 #include <sys/time.h>    // timeval
 
+#include <atomic>     // std::atomic
 #include <cerrno>     // errno, EINTR
 #include <stdexcept>  // std::runtime_error
 #include <thread>     // std::this_thread::sleep_for
 #include <utility>    // std::move
+#include <vector>     // std::vector
 
 #include <redlock/client.hpp>  // Script (its SHA1, computed locally)
 
@@ -237,6 +239,39 @@ std::string info_field(redisContext* c, const std::string& section, const std::s
   if (at != 0) ++at;
   const std::size_t start = at + needle.size();
   return text.substr(start, text.find_first_of("\r\n", start) - start);
+}
+
+std::vector<std::int64_t> publish_delivery(const redlock::Endpoint& endpoint, int count,
+                                           std::chrono::microseconds idle) {
+  RawContext publisher = raw_connect(endpoint);
+  RawContext subscriber = raw_connect(endpoint);
+  const std::string channel = "rltest:bench:delivery:" + raw_token();
+  RawReply r = raw_command(subscriber.get(), {"SUBSCRIBE", channel});
+  if (r->type != REDIS_REPLY_ARRAY) throw std::runtime_error("raw SUBSCRIBE failed");
+  std::atomic<std::int64_t> sent{0};
+  std::vector<std::int64_t> out;
+  out.reserve(static_cast<std::size_t>(count));
+  std::string error;
+  std::thread reader([&] {
+    for (int i = 0; i < count; ++i) {
+      void* raw = nullptr;
+      if (redisGetReply(subscriber.get(), &raw) != REDIS_OK || raw == nullptr) {
+        error = subscriber->errstr;
+        return;
+      }
+      const std::int64_t got = now_ns();
+      freeReplyObject(raw);
+      out.push_back(got - sent.load());
+    }
+  });
+  for (int i = 0; i < count && error.empty(); ++i) {
+    std::this_thread::sleep_for(idle);
+    sent.store(now_ns());
+    raw_command(publisher.get(), {"PUBLISH", channel, "x"});
+  }
+  reader.join();
+  if (!error.empty()) throw std::runtime_error("raw subscriber: " + error);
+  return out;
 }
 
 std::vector<std::int64_t> ping_rtts(redisContext* c, int count, std::chrono::microseconds idle) {

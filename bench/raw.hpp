@@ -104,6 +104,12 @@ std::string info_field(redisContext* c, const std::string& section, const std::s
 // `count` PINGs, one at a time; returns each round trip in nanoseconds. With a non-zero `idle`,
 // the client sleeps that long before each PING, so the machine is idle when it is sent (as a
 // waiter is when a release wakes it), not busy with back-to-back requests.
+// One-way pub/sub delivery: a context SUBSCRIBEd to a channel on its own thread, another
+// PUBLISHing to it after `idle` each time; returns PUBLISH sent -> message read (ns). The floor
+// of any hand-over through pub/sub (the releaser's script publishes, the waiter reads).
+std::vector<std::int64_t> publish_delivery(const redlock::Endpoint& endpoint, int count,
+                                           std::chrono::microseconds idle);
+
 std::vector<std::int64_t> ping_rtts(redisContext* c, int count,
                                     std::chrono::microseconds idle = std::chrono::microseconds(0));
 
