@@ -556,7 +556,10 @@ std::unique_ptr<Connection> ClientImpl::connect_ready() {
 }
 
 Subscriber& ClientImpl::subscriber() {
-  std::call_once(subscriber_once_, [this] { subscriber_ = std::make_unique<Subscriber>(*this); });
+  std::call_once(subscriber_once_, [this] {
+    subscriber_ = std::make_unique<Subscriber>(*this);
+    started_subscriber_.store(subscriber_.get(), std::memory_order_release);
+  });
   return *subscriber_;
 }
 

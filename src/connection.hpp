@@ -109,6 +109,10 @@ class ClientImpl {
 
   // The subscriber for wake-on-release, created on first call. Thread-safe.
   Subscriber& subscriber();
+  // The subscriber if it was created already, else null. Thread-safe, never creates one.
+  Subscriber* started_subscriber() const noexcept {
+    return started_subscriber_.load(std::memory_order_acquire);
+  }
 
   // Whether SET ... NX ... GET works on this server (Redis >= 7.0); learned on first use.
   std::atomic<bool> set_nx_get{true};
@@ -143,6 +147,7 @@ class ClientImpl {
   std::atomic<std::int64_t> backoff_ms_{0};
   std::once_flag subscriber_once_;
   std::unique_ptr<Subscriber> subscriber_;
+  std::atomic<Subscriber*> started_subscriber_{nullptr};
 };
 
 // Commands for one node, and what came back.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -61,6 +62,20 @@ class ReleaseWatch {
   }
   ReleaseWatch(const ReleaseWatch&) = delete;
   ReleaseWatch& operator=(const ReleaseWatch&) = delete;
+
+  // True if every node's subscriber already has a live subscription to the lock's channel (a
+  // watch would be confirmed at once). Never throws; false when unsure.
+  static bool live(const LeaseEngine& engine) noexcept {
+    try {
+      for (const auto& node : engine.nodes()) {
+        const Subscriber* s = node->started_subscriber();
+        if (s == nullptr || !s->subscribed(engine.channel())) return false;
+      }
+      return true;
+    } catch (...) {
+      return false;
+    }
+  }
 
   // Waits until a release is announced or `until`. Without a confirmed subscription the timer
   // does the work, but a wake-up that reaches the slot anyway is still taken.
@@ -196,8 +211,9 @@ bool LockCore::attempts(SteadyClock::time_point deadline, bool wait_forever, boo
     if (out.failure) std::rethrow_exception(out.failure);
     return out.held && take(out, token, start);
   };
+  bool queued = false;  // fair mode: an attempt may have taken a place in the queue
   auto leave_queue = [&]() noexcept {
-    if (!fair) return;
+    if (!queued) return;
     try {
       engine_->release(fair_token);
     } catch (const std::exception& e) {
@@ -205,19 +221,31 @@ bool LockCore::attempts(SteadyClock::time_point deadline, bool wait_forever, boo
     } catch (...) {
     }
   };
-  AcquireResult result;
-  if (attempt(false, result)) return true;
-  if (single_attempt || (!wait_forever && SteadyClock::now() >= deadline)) return false;
-
-  // Contended. Subscribe to releases first, then try again (and queue, in fair mode): a release
-  // after the subscription is confirmed cannot be missed, one before it is seen by the next
-  // attempt (in fair mode the key then holds our token, and the attempt re-arms it).
-  ReleaseWatch watch(*engine_, options_.wake_on_release,
-                     wait_forever ? SteadyClock::time_point::max() : deadline, fair_token);
+  auto contended_attempt = [&](AcquireResult& out) {
+    queued = fair;
+    return attempt(true, out);
+  };
+  // Waiting means: subscribe to releases first, then try again (and queue, in fair mode). A
+  // release after the subscription is confirmed cannot be missed; one before it is seen by the
+  // attempt (in fair mode the key then holds our token, and the attempt re-arms it). When this
+  // process is subscribed already (another waiter, or a lingering subscription), the watch
+  // costs no round trip and the very first attempt is the one that counts.
+  const auto watch_deadline = wait_forever ? SteadyClock::time_point::max() : deadline;
+  std::optional<ReleaseWatch> watch;
+  if (!single_attempt && options_.wake_on_release && ReleaseWatch::live(*engine_)) {
+    watch.emplace(*engine_, true, watch_deadline, fair_token);
+  }
   const auto base = std::chrono::nanoseconds(options_.retry_delay);
   try {
+    AcquireResult result;
+    if (watch ? contended_attempt(result) : attempt(false, result)) return true;
+    if (single_attempt) return false;
+    if (!watch) {
+      if (!wait_forever && SteadyClock::now() >= deadline) return false;
+      watch.emplace(*engine_, options_.wake_on_release, watch_deadline, fair_token);
+      if (contended_attempt(result)) return true;
+    }
     for (;;) {
-      if (attempt(true, result)) return true;
       const auto now = SteadyClock::now();
       if (!wait_forever && now >= deadline) {
         leave_queue();
@@ -231,16 +259,17 @@ bool LockCore::attempts(SteadyClock::time_point deadline, bool wait_forever, boo
       }
       auto until = now + wait;
       if (!wait_forever) until = std::min(until, deadline);
-      watch.wait_until(until);
+      watch->wait_until(until);
       std::uint64_t granted = 0;
       std::uint64_t fence = 0;
-      if (fair && watch.take_grant(granted, fence) && granted >= 1 && granted <= seq &&
+      if (fair && watch->take_grant(granted, fence) && granted >= 1 && granted <= seq &&
           seq - granted < kKept) {
         const auto from = sent[(granted - 1) % kKept];
         const AcquireResult handed = engine_->handed_over(fence, from);
         if (handed.held && take(handed, fair_token, from)) return true;
         // Too late to trust the message's validity: the next attempt re-arms the key.
       }
+      if (contended_attempt(result)) return true;
     }
   } catch (...) {
     leave_queue();

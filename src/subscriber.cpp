@@ -138,6 +138,12 @@ bool Subscriber::confirmed(const std::string& channel,
   return !stop_ && subscribed();
 }
 
+bool Subscriber::subscribed(const std::string& channel) const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  const auto it = channels_.find(channel);
+  return connected_ && it != channels_.end() && it->second.state == State::subscribed;
+}
+
 void Subscriber::unwatch(const std::string& channel, WakeSlot* slot) noexcept {
   bool wake = false;
   {

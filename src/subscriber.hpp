@@ -82,6 +82,9 @@ class Subscriber {
   // node is known to be down. Returns true if confirmed; false means the waiter relies on its
   // timer (its slot stays registered and may still be woken).
   bool confirmed(const std::string& channel, std::chrono::steady_clock::time_point deadline);
+  // True if the server has confirmed a subscription to `channel` that is still current (another
+  // waiter has it, or it lingers after one). A hint: it may lapse right after.
+  bool subscribed(const std::string& channel) const;
   // Removes the waiter; the last one of a channel unsubscribes it. Never throws.
   void unwatch(const std::string& channel, WakeSlot* slot) noexcept;
 
