@@ -49,7 +49,8 @@ return 1)";
 
 // Fair mode. Server time, not client time, decides whether a queued waiter is still alive (every
 // client then judges by one clock). Dead waiters ahead of the caller are dropped from the queue.
-const char kFairAcquireLua[] = R"(local t = redis.call('time')
+const char kFairAcquireLua[] = R"(if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local holder = redis.call('get', KEYS[1])
 local function fence(incr)
@@ -74,10 +75,8 @@ while head and head ~= ARGV[1] do
 end
 if not holder and (not head or head == ARGV[1]) then
   redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  if head then
-    redis.call('lpop', KEYS[2])
-    redis.call('hdel', KEYS[3], ARGV[1])
-  end
+  if head then redis.call('lpop', KEYS[2]) end
+  redis.call('hdel', KEYS[3], ARGV[1])
   return {1, fence(true)}
 end
 if ARGV[3] == '1' then
@@ -96,7 +95,8 @@ local pttl = -2
 if holder then pttl = redis.call('pttl', KEYS[1]) end
 return {0, pttl})";
 
-const char kFairReleaseLua[] = R"(redis.call('lrem', KEYS[2], 0, ARGV[1])
+const char kFairReleaseLua[] = R"(if redis.replicate_commands then redis.replicate_commands() end
+redis.call('lrem', KEYS[2], 0, ARGV[1])
 redis.call('hdel', KEYS[3], ARGV[1])
 if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
 local t = redis.call('time')
@@ -115,7 +115,7 @@ while true do
         redis.call('incr', KEYS[4])
         fence = redis.call('get', KEYS[4])
       end
-      redis.call('publish', ARGV[2], 'grant:' .. seq .. ':' .. fence .. ':' .. waiter)
+      redis.call('publish', ARGV[2], 'grant:' .. seq .. ':' .. fence .. ':' .. redis.sha1hex(waiter))
       return 1
     end
   end

@@ -49,8 +49,9 @@ struct Scripts {
   Script fair_acquire;
   // Fair mode. KEYS as fair_acquire; ARGV[1] token, ARGV[2] release channel. Leaves the queue;
   // then, if the key holds the token, hands it to the first live queued waiter (SET PX its ttl,
-  // publish "grant:<seq>:<fence>:<token>") or deletes it and publishes the token. Returns 0 if
-  // it was not ours, 1 if handed over, 1 + the number of subscribers if deleted.
+  // publish "grant:<seq>:<fence>:<sha1 of token>") or deletes it and publishes the token. Returns 0
+  // if it was not ours, 1 if handed over, 1 + the number of subscribers if deleted. The message
+  // names the waiter by SHA1(token): a live holder's token is never published.
   Script fair_release;
   static const Scripts& get();
 };

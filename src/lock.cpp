@@ -15,6 +15,7 @@
 #include "engine.hpp"
 #include "hold.hpp"
 #include "log_internal.hpp"
+#include "sha1.hpp"
 #include "subscriber.hpp"
 #include "token.hpp"
 #include "watchdog_impl.hpp"
@@ -36,10 +37,11 @@ std::vector<std::shared_ptr<ClientImpl>> impls_of(const std::vector<Client>& cli
 // deadline), so a dead or slow node costs at most that once, not once per node.
 class ReleaseWatch {
  public:
-  // `token`: fair mode, the token the waiter queues with (hand-overs to it come to this watch).
+  // `token_sha1`: fair mode, SHA1 of the token the waiter queues with (hand-overs naming it come
+  // to this watch).
   ReleaseWatch(const LeaseEngine& engine, bool enabled, SteadyClock::time_point caller_deadline,
-               std::string token = {})
-      : engine_(engine), slot_(std::move(token)) {
+               std::string token_sha1 = {})
+      : engine_(engine), slot_(std::move(token_sha1)) {
     if (!enabled) return;
     std::chrono::milliseconds limit{0};
     for (const auto& node : engine_.nodes()) {
@@ -198,6 +200,7 @@ bool LockCore::acquire(SteadyClock::time_point deadline, bool wait_forever, bool
 bool LockCore::attempts(SteadyClock::time_point deadline, bool wait_forever, bool single_attempt) {
   const bool fair = engine_->fair();
   const std::string fair_token = fair ? make_token() : std::string();
+  const std::string fair_token_sha1 = fair ? sha1_hex(fair_token) : std::string();
   std::uint64_t seq = 0;
   // Fair mode: send times of the recent attempts; attempt s was sent at sent[(s - 1) % kKept].
   constexpr std::uint64_t kKept = 32;
@@ -233,8 +236,21 @@ bool LockCore::attempts(SteadyClock::time_point deadline, bool wait_forever, boo
   const auto watch_deadline = wait_forever ? SteadyClock::time_point::max() : deadline;
   std::optional<ReleaseWatch> watch;
   if (!single_attempt && options_.wake_on_release && ReleaseWatch::live(*engine_)) {
-    watch.emplace(*engine_, true, watch_deadline, fair_token);
+    watch.emplace(*engine_, true, watch_deadline, fair_token_sha1);
   }
+  // Fair mode: takes a hand-over that arrived, if its validity can still be trusted.
+  auto take_hand_over = [&] {
+    std::uint64_t granted = 0;
+    std::uint64_t fence = 0;
+    if (!fair || !watch->take_grant(granted, fence) || granted < 1 || granted > seq ||
+        seq - granted >= kKept) {
+      return false;
+    }
+    const auto from = sent[(granted - 1) % kKept];
+    const AcquireResult handed = engine_->handed_over(fence, from);
+    // Not held: too late to trust the message's validity; the next attempt re-arms the key.
+    return handed.held && take(handed, fair_token, from);
+  };
   const auto base = std::chrono::nanoseconds(options_.retry_delay);
   try {
     AcquireResult result;
@@ -242,12 +258,13 @@ bool LockCore::attempts(SteadyClock::time_point deadline, bool wait_forever, boo
     if (single_attempt) return false;
     if (!watch) {
       if (!wait_forever && SteadyClock::now() >= deadline) return false;
-      watch.emplace(*engine_, options_.wake_on_release, watch_deadline, fair_token);
+      watch.emplace(*engine_, options_.wake_on_release, watch_deadline, fair_token_sha1);
       if (contended_attempt(result)) return true;
     }
     for (;;) {
       const auto now = SteadyClock::now();
       if (!wait_forever && now >= deadline) {
+        if (take_hand_over()) return true;  // it came in time
         leave_queue();
         return false;
       }
@@ -260,16 +277,7 @@ bool LockCore::attempts(SteadyClock::time_point deadline, bool wait_forever, boo
       auto until = now + wait;
       if (!wait_forever) until = std::min(until, deadline);
       watch->wait_until(until);
-      std::uint64_t granted = 0;
-      std::uint64_t fence = 0;
-      if (fair && watch->take_grant(granted, fence) && granted >= 1 && granted <= seq &&
-          seq - granted < kKept) {
-        const auto from = sent[(granted - 1) % kKept];
-        const AcquireResult handed = engine_->handed_over(fence, from);
-        if (handed.held && take(handed, fair_token, from)) return true;
-        // Too late to trust the message's validity: the next attempt re-arms the key.
-      }
-      if (contended_attempt(result)) return true;
+      if (take_hand_over() || contended_attempt(result)) return true;
     }
   } catch (...) {
     leave_queue();

@@ -35,11 +35,12 @@ class ClientImpl;
 class WakeSlot {
  public:
   WakeSlot() = default;
-  // Fair mode: the token the waiter queued with; hand-overs to it are delivered to this slot.
-  explicit WakeSlot(std::string token) : token_(std::move(token)) {}
+  // Fair mode: SHA1 (hex) of the token the waiter queued with; hand-overs naming it are
+  // delivered to this slot.
+  explicit WakeSlot(std::string token_sha1) : token_(std::move(token_sha1)) {}
 
   void notify() noexcept;
-  // Fair mode: the server handed the lock to this slot's token ("grant:<seq>:<fence>:...").
+  // Fair mode: the server handed the lock to this slot's token ("grant:<seq>:<fence>:<sha1>").
   void grant(std::uint64_t seq, std::uint64_t fence) noexcept;
   // True if notified and not yet consumed by wait_until.
   bool pending() noexcept;
@@ -59,7 +60,8 @@ class WakeSlot {
   std::uint64_t grant_fence_{0};
 };
 
-// A hand-over message ("grant:<seq>:<fence>:<token>"), parsed. False if `payload` is not one.
+// A hand-over message ("grant:<seq>:<fence>:<sha1 of token>"), parsed. False if `payload` is
+// not one.
 bool parse_grant(std::string_view payload, std::uint64_t& seq, std::uint64_t& fence,
                  std::string_view& token) noexcept;
 

@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include <hiredis/hiredis.h>
+
 #include <redlock/redlock.hpp>
 
 #include "support/clock.hpp"
@@ -161,13 +163,57 @@ TEST_CASE("A hand-over reaches the waiter in another process without another com
   CHECK(command_calls(held.server, "pexpire") == 0);
 }
 
+TEST_CASE("A hand-over message names the waiter by a hash, never by its token", "[redis][fair]") {
+  HeldFairLock held("fair-hidden");
+  // A bystander subscribed to the release channel.
+  timeval tv{5, 0};
+  redisContext* spy = redisConnectWithTimeout("127.0.0.1", held.server.port(), tv);
+  REQUIRE(spy != nullptr);
+  REQUIRE(spy->err == 0);
+  redisSetTimeout(spy, tv);
+  const std::string channel = held.k + ":released";
+  const char* argv[] = {"SUBSCRIBE", channel.c_str()};
+  const std::size_t lens[] = {9, channel.size()};
+  void* raw = redisCommandArgv(spy, 2, argv, lens);
+  REQUIRE(raw != nullptr);
+  freeReplyObject(raw);
+  std::atomic<bool> got{false};
+  redlock::Lock waiter(held.client, held.k, fair());
+  std::thread t([&] {
+    got = waiter.try_lock_for(10s);  // stays held until the end of the test
+  });
+  REQUIRE(wait_for_queue(held.server, held.k, 1));
+  held.holder.unlock();
+  t.join();
+  REQUIRE(got.load());
+  const std::string token = held.server.raw({"GET", held.k}).str();
+  raw = nullptr;
+  REQUIRE(redisGetReply(spy, &raw) == REDIS_OK);
+  auto* message = static_cast<redisReply*>(raw);
+  REQUIRE(message->type == REDIS_REPLY_ARRAY);
+  REQUIRE(message->elements == 3);
+  const std::string payload(message->element[2]->str, message->element[2]->len);
+  freeReplyObject(raw);
+  redisFree(spy);
+  INFO("payload " << payload);
+  CHECK(payload.rfind("grant:", 0) == 0);
+  CHECK(payload.find(token) == std::string::npos);  // the live holder's token stays secret
+  CHECK(payload.substr(payload.size() - 40) == redlock::Script(token).sha1());
+  // Somebody who heard the message cannot release the lock with what it said.
+  CHECK(held.server
+            .raw({"EVAL", "if redis.call('get', KEYS[1]) == ARGV[1] then return 1 end return 0",
+                  "1", held.k, payload.substr(payload.size() - 40)})
+            .integer() == 0);
+  waiter.unlock();
+}
+
 TEST_CASE("Fair mode skips a waiter that died in the queue", "[redis][fair][fault]") {
   HeldFairLock held("fair-dead");
   int pipe_fds[2];
   REQUIRE(pipe(pipe_fds) == 0);
-  // A waiter with a 50 ms retry delay keeps its place for 250 ms without a refresh; if it were
+  // A waiter with a 200 ms retry delay keeps its place for 1 s without a refresh; if it were
   // handed the lock dead, its 60 s ttl would block everyone behind it.
-  const pid_t doomed = fork_waiter(held.server, held.k, 1, pipe_fds[1], 0ms, fair(50ms));
+  const pid_t doomed = fork_waiter(held.server, held.k, 1, pipe_fds[1], 0ms, fair(200ms));
   REQUIRE(doomed > 0);
   REQUIRE(wait_for_queue(held.server, held.k, 1));
   kill(doomed, SIGKILL);
@@ -182,7 +228,7 @@ TEST_CASE("Fair mode skips a waiter that died in the queue", "[redis][fair][faul
     if (got) lock.unlock();
   });
   REQUIRE(wait_for_queue(held.server, held.k, 2));  // queued behind the dead one
-  std::this_thread::sleep_for(600ms);               // the dead waiter's place has lapsed
+  std::this_thread::sleep_for(1200ms);              // the dead waiter's place has lapsed
   const auto released = Clock::now();
   held.holder.unlock();
   next.join();
@@ -209,7 +255,7 @@ TEST_CASE("try_lock in fair mode does not jump a live queue", "[redis][fair]") {
   HeldFairLock held("fair-nobarge");
   std::atomic<bool> got{false};
   std::thread queued([&] {
-    redlock::Lock lock(held.client, held.k, fair(500ms));
+    redlock::Lock lock(held.client, held.k, fair(2s));  // retries after 1-3 s
     got = lock.try_lock_for(10s);
     if (got) lock.unlock();
   });
