@@ -18,6 +18,7 @@
 
 #include "log_internal.hpp"
 #include "subscriber.hpp"
+#include "token.hpp"
 
 namespace redlock {
 namespace detail {
@@ -404,7 +405,8 @@ Reply to_reply(const redisReply* reply) {
   }
 }
 
-ClientImpl::ClientImpl(Endpoint endpoint) : endpoint_(std::move(endpoint)) {
+ClientImpl::ClientImpl(Endpoint endpoint)
+    : endpoint_(std::move(endpoint)), waiter_id_(make_token().substr(0, 16)) {
   address_ = endpoint_.address();
   // AUTH [user] pass, then SELECT db: pipelined in front of a new connection's first batch.
   std::vector<std::vector<std::string>> commands;

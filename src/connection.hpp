@@ -91,6 +91,9 @@ class ClientImpl {
   const std::string& address() const noexcept { return address_; }
   // Identity of the server for duplicate detection (address; not the database).
   std::string identity() const;
+  // 16 random hex characters naming this Client's waiters to the server: fair mode's hand-overs
+  // to them are published on "<key>:released:<waiter_id>", so other processes are not woken.
+  const std::string& waiter_id() const noexcept { return waiter_id_; }
 
   // An idle connection, or a new one (connect only; the handshake rides on the first batch).
   // Throws ConnectionError or TimeoutError.
@@ -134,6 +137,7 @@ class ClientImpl {
  private:
   Endpoint endpoint_;
   std::string address_;
+  std::string waiter_id_;
   // Storage behind handshake_ views.
   std::vector<std::string> handshake_args_;
   std::vector<std::vector<const char*>> handshake_argv_;

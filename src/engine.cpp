@@ -81,7 +81,7 @@ if not holder and (not head or head == ARGV[1]) then
 end
 if ARGV[3] == '1' then
   local alive = tonumber(ARGV[4])
-  local info = string.format('%.0f:%s:%s:%s', now + alive, ARGV[2], ARGV[5], ARGV[6])
+  local info = string.format('%.0f:%s:%s:%s:%s', now + alive, ARGV[2], ARGV[5], ARGV[6], ARGV[7])
   if redis.call('hset', KEYS[3], ARGV[1], info) == 1 then
     redis.call('lrem', KEYS[2], 0, ARGV[1])
     redis.call('rpush', KEYS[2], ARGV[1])
@@ -107,7 +107,7 @@ while true do
   local info = redis.call('hget', KEYS[3], waiter)
   redis.call('hdel', KEYS[3], waiter)
   if info then
-    local alive, ttl, seq, fenced = string.match(info, '^(%d+):(%d+):(%d+):([01])$')
+    local alive, ttl, seq, fenced, channel = string.match(info, '^(%d+):(%d+):(%d+):([01]):(.+)$')
     if alive and tonumber(alive) >= now then
       redis.call('set', KEYS[1], waiter, 'PX', ttl)
       local fence = '0'
@@ -115,7 +115,7 @@ while true do
         redis.call('incr', KEYS[4])
         fence = redis.call('get', KEYS[4])
       end
-      redis.call('publish', ARGV[2], 'grant:' .. seq .. ':' .. fence .. ':' .. redis.sha1hex(waiter))
+      redis.call('publish', channel, 'grant:' .. seq .. ':' .. fence .. ':' .. redis.sha1hex(waiter))
       return 1
     end
   end
@@ -273,6 +273,7 @@ LeaseEngine::LeaseEngine(std::vector<std::shared_ptr<ClientImpl>> nodes, std::st
   fence_key_ = key_ + ":fence";
   channel_ = key_ + ":released";
   ttl_ms_ = std::to_string(ttl_.count());
+  grant_channel_ = channel_ + ":" + nodes_[0]->waiter_id();
   queue_key_ = key_ + ":queue";
   queue_info_key_ = key_ + ":queue:info";
   // A waiter refreshes its place at least every 1.5 * retry_delay (the longest jittered wait).
@@ -297,7 +298,7 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl, boo
   const std::size_t n = nodes_.size();
   const bool scripted = fencing_ || fair_;
   std::vector<NodeBatch> batches(n);
-  std::vector<FixedCommand<13>> commands(n);
+  std::vector<FixedCommand<14>> commands(n);
   FixedCommand<2> pttl;
   pttl.arg("PTTL").arg(key_);
   // EVAL, not EVALSHA: nobody reads this reply, so a NOSCRIPT could not be retried. In fair mode
@@ -311,12 +312,12 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl, boo
   }
   const std::string seq_text = std::to_string(seq);
   for (std::size_t i = 0; i < n; ++i) {
-    FixedCommand<13>& c = commands[i];
+    FixedCommand<14>& c = commands[i];
     if (fair_) {
       c.script = &scripts.fair_acquire;
       c.arg("EVALSHA").arg(scripts.fair_acquire.sha1()).arg("4").arg(key_).arg(queue_key_);
       c.arg(queue_info_key_).arg(fence_key_).arg(token).arg(ttl_ms_).arg(enqueue ? "1" : "0");
-      c.arg(queue_alive_ms_).arg(seq_text).arg(fencing_ ? "1" : "0");
+      c.arg(queue_alive_ms_).arg(seq_text).arg(fencing_ ? "1" : "0").arg(grant_channel_);
     } else if (fencing_) {
       c.script = &scripts.acquire_fenced;
       c.arg("EVALSHA").arg(scripts.acquire_fenced.sha1()).arg("2").arg(key_).arg(fence_key_);

@@ -40,18 +40,20 @@ struct Scripts {
   // KEYS[1] lock key; ARGV[1] token. Compare-and-delete without publishing. Returns 1 or 0.
   Script undo;
   // Fair mode. KEYS[1] lock key, KEYS[2] queue (list of tokens), KEYS[3] queue info (hash:
-  // token -> "alive_until_ms:ttl_ms:seq:fenced"), KEYS[4] fence counter. ARGV[1] token, ARGV[2]
-  // ttl ms, ARGV[3] "1" to queue (or refresh the place in the queue) when refused, ARGV[4] how
-  // long the place stays without a refresh (ms), ARGV[5] attempt sequence number, ARGV[6] "1"
-  // with fencing. Takes the lock if it is free and nobody live is queued ahead; a key already
-  // holding the token (a hand-over whose message was missed) is re-armed to the full ttl.
-  // Returns {1, fence (0 without fencing)} or {0, pttl of the holder}.
+  // token -> "alive_until_ms:ttl_ms:seq:fenced:grant channel"), KEYS[4] fence counter. ARGV[1]
+  // token, ARGV[2] ttl ms, ARGV[3] "1" to queue (or refresh the place in the queue) when
+  // refused, ARGV[4] how long the place stays without a refresh (ms), ARGV[5] attempt sequence
+  // number, ARGV[6] "1" with fencing, ARGV[7] the channel to announce a hand-over on. Takes the
+  // lock if it is free and nobody live is queued ahead; a key already holding the token (a
+  // hand-over whose message was missed) is re-armed to the full ttl. Returns {1, fence (0 without
+  // fencing)} or {0, pttl of the holder}.
   Script fair_acquire;
   // Fair mode. KEYS as fair_acquire; ARGV[1] token, ARGV[2] release channel. Leaves the queue;
   // then, if the key holds the token, hands it to the first live queued waiter (SET PX its ttl,
-  // publish "grant:<seq>:<fence>:<sha1 of token>") or deletes it and publishes the token. Returns 0
-  // if it was not ours, 1 if handed over, 1 + the number of subscribers if deleted. The message
-  // names the waiter by SHA1(token): a live holder's token is never published.
+  // publish "grant:<seq>:<fence>:<sha1 of token>" on that waiter's grant channel) or deletes it
+  // and publishes the token on ARGV[2]. Returns 0 if it was not ours, 1 if handed over, 1 + the
+  // number of subscribers if deleted. The message names the waiter by SHA1(token): a live holder's
+  // token is never published.
   Script fair_release;
   static const Scripts& get();
 };
@@ -131,6 +133,9 @@ class LeaseEngine {
   const std::string& key() const noexcept { return key_; }
   // The pub/sub channel releases are announced on: key + ":released".
   const std::string& channel() const noexcept { return channel_; }
+  // Fair mode: where hand-overs to this process's waiters are published,
+  // channel() + ":" + the Client's waiter_id().
+  const std::string& grant_channel() const noexcept { return grant_channel_; }
   std::size_t quorum() const noexcept { return quorum_of(nodes_.size()); }
   std::chrono::milliseconds ttl() const noexcept { return ttl_; }
   double drift_factor() const noexcept { return drift_factor_; }
@@ -143,6 +148,7 @@ class LeaseEngine {
   std::string key_;
   std::string fence_key_;
   std::string channel_;
+  std::string grant_channel_;
   std::chrono::milliseconds ttl_;
   std::string ttl_ms_;
   double drift_factor_;

@@ -3,6 +3,7 @@
 #include <redlock/lock.hpp>
 
 #include <algorithm>
+#include <array>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -46,7 +47,10 @@ class ReleaseWatch {
     std::chrono::milliseconds limit{0};
     for (const auto& node : engine_.nodes()) {
       try {
-        node->subscriber().watch(engine_.channel(), &slot_);
+        Subscriber& subscriber = node->subscriber();
+        for (const std::string* channel : channels(engine_)) {
+          if (channel != nullptr) subscriber.watch(*channel, &slot_);
+        }
         watched_.push_back(node.get());
         limit =
             std::max(limit, node->endpoint().connect_timeout + node->endpoint().command_timeout);
@@ -57,10 +61,18 @@ class ReleaseWatch {
     const auto deadline = std::min(SteadyClock::now() + limit, caller_deadline);
     // The attempt that follows must come after the subscriptions are live (no lost wake-up); a
     // node that does not confirm in time leaves this waiter to its timer there.
-    for (ClientImpl* node : watched_) node->subscriber().confirmed(engine_.channel(), deadline);
+    for (ClientImpl* node : watched_) {
+      for (const std::string* channel : channels(engine_)) {
+        if (channel != nullptr) node->subscriber().confirmed(*channel, deadline);
+      }
+    }
   }
   ~ReleaseWatch() {
-    for (ClientImpl* node : watched_) node->subscriber().unwatch(engine_.channel(), &slot_);
+    for (ClientImpl* node : watched_) {
+      for (const std::string* channel : channels(engine_)) {
+        if (channel != nullptr) node->subscriber().unwatch(*channel, &slot_);
+      }
+    }
   }
   ReleaseWatch(const ReleaseWatch&) = delete;
   ReleaseWatch& operator=(const ReleaseWatch&) = delete;
@@ -71,7 +83,10 @@ class ReleaseWatch {
     try {
       for (const auto& node : engine.nodes()) {
         const Subscriber* s = node->started_subscriber();
-        if (s == nullptr || !s->subscribed(engine.channel())) return false;
+        if (s == nullptr) return false;
+        for (const std::string* channel : channels(engine)) {
+          if (channel != nullptr && !s->subscribed(*channel)) return false;
+        }
       }
       return true;
     } catch (...) {
@@ -88,6 +103,11 @@ class ReleaseWatch {
   }
 
  private:
+  // The release channel, and in fair mode this process's own hand-over channel.
+  static std::array<const std::string*, 2> channels(const LeaseEngine& engine) noexcept {
+    return {&engine.channel(), engine.fair() ? &engine.grant_channel() : nullptr};
+  }
+
   const LeaseEngine& engine_;
   WakeSlot slot_;
   std::vector<ClientImpl*> watched_;

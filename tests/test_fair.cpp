@@ -163,17 +163,18 @@ TEST_CASE("A hand-over reaches the waiter in another process without another com
   CHECK(command_calls(held.server, "pexpire") == 0);
 }
 
-TEST_CASE("A hand-over message names the waiter by a hash, never by its token", "[redis][fair]") {
+TEST_CASE("A hand-over goes to the waiter's process alone and names the waiter by a hash",
+          "[redis][fair]") {
   HeldFairLock held("fair-hidden");
-  // A bystander subscribed to the release channel.
+  // A bystander subscribed to every channel of the lock.
   timeval tv{5, 0};
   redisContext* spy = redisConnectWithTimeout("127.0.0.1", held.server.port(), tv);
   REQUIRE(spy != nullptr);
   REQUIRE(spy->err == 0);
   redisSetTimeout(spy, tv);
-  const std::string channel = held.k + ":released";
-  const char* argv[] = {"SUBSCRIBE", channel.c_str()};
-  const std::size_t lens[] = {9, channel.size()};
+  const std::string pattern = held.k + ":released*";
+  const char* argv[] = {"PSUBSCRIBE", pattern.c_str()};
+  const std::size_t lens[] = {10, pattern.size()};
   void* raw = redisCommandArgv(spy, 2, argv, lens);
   REQUIRE(raw != nullptr);
   freeReplyObject(raw);
@@ -191,12 +192,16 @@ TEST_CASE("A hand-over message names the waiter by a hash, never by its token", 
   REQUIRE(redisGetReply(spy, &raw) == REDIS_OK);
   auto* message = static_cast<redisReply*>(raw);
   REQUIRE(message->type == REDIS_REPLY_ARRAY);
-  REQUIRE(message->elements == 3);
-  const std::string payload(message->element[2]->str, message->element[2]->len);
+  REQUIRE(message->elements == 4);  // pmessage, pattern, channel, payload
+  const std::string channel(message->element[2]->str, message->element[2]->len);
+  const std::string payload(message->element[3]->str, message->element[3]->len);
   freeReplyObject(raw);
   redisFree(spy);
   INFO("payload " << payload);
   CHECK(payload.rfind("grant:", 0) == 0);
+  // Published on the waiting process's own channel: other processes are not woken.
+  CHECK(channel.rfind(held.k + ":released:", 0) == 0);
+  CHECK(channel.size() == held.k.size() + 10 + 16);
   CHECK(payload.find(token) == std::string::npos);  // the live holder's token stays secret
   CHECK(payload.substr(payload.size() - 40) == redlock::Script(token).sha1());
   // Somebody who heard the message cannot release the lock with what it said.
