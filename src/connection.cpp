@@ -257,7 +257,7 @@ void read_multiplexed(std::vector<Pending>& pending, Clock::time_point start,
           const bool handshake_ok = std::none_of(
               p.replies.begin(), p.replies.begin() + static_cast<std::ptrdiff_t>(p.handshake),
               [](const ReplyPtr& r) { return is_error(r.get()); });
-          if (handshake_ok && early->success(i, p.replies[p.handshake].get())) {
+          if (handshake_ok && early->succeeded(i, p.replies[p.handshake].get())) {
             ++succeeded;
           } else {
             ++failed;

@@ -13,7 +13,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -170,7 +169,24 @@ struct NodeBatch {
 // (on_timeout is sent behind their request, the connection closed, error = TimeoutError).
 struct EarlyFinish {
   std::size_t needed{0};
-  std::function<bool(std::size_t node, const redisReply* reply)> success;
+  // The test, as a function pointer and its context (no allocation); set with succeed_when().
+  bool (*success)(const void* context, std::size_t node, const redisReply* reply){nullptr};
+  const void* context{nullptr};
+
+  // Uses `test(node, reply)`, which the caller keeps alive until execute() returns.
+  template <class Test>
+  void succeed_when(const Test& test) noexcept {
+    context = &test;
+    success = [](const void* c, std::size_t node, const redisReply* reply) {
+      return (*static_cast<const Test*>(c))(node, reply);
+    };
+  }
+  template <class Test>
+  void succeed_when(const Test&& test) = delete;  // a temporary would be gone by then
+
+  bool succeeded(std::size_t node, const redisReply* reply) const {
+    return success(context, node, reply);
+  }
 };
 
 // Runs every batch: sends each node's commands in one write, then reads all replies, polling all

@@ -220,10 +220,11 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl) {
   // Done as soon as a quorum granted (or can no longer grant); stragglers get a short grace.
   EarlyFinish early;
   early.needed = quorum();
-  early.success = [&](std::size_t i, const redisReply* reply) {
+  const auto granted = [&](std::size_t i, const redisReply* reply) {
     const bool with_get = !fencing_ && batches[i].commands[0].argc == 7;
     return read_acquire_reply(reply, nullptr, fencing_, with_get, token).answer == Answer::granted;
   };
+  early.succeed_when(granted);
   const auto started = SteadyClock::now();
   execute(batches.data(), n, &early);
 
@@ -301,9 +302,10 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl) {
       }
       EarlyFinish confirmed_by;
       confirmed_by.needed = std::min(quorum(), raise.size());
-      confirmed_by.success = [](std::size_t, const redisReply* reply) {
+      const auto raised = [](std::size_t, const redisReply* reply) {
         return reply != nullptr && reply->type == REDIS_REPLY_INTEGER && reply->integer == 1;
       };
+      confirmed_by.succeed_when(raised);
       execute(raise.data(), raise.size(), &confirmed_by);
       std::size_t confirmed = 0;
       for (auto& b : raise) {
@@ -377,7 +379,10 @@ ExtendResult LeaseEngine::extend(const std::string& token, std::chrono::millisec
   }
   EarlyFinish early;
   early.needed = quorum();
-  early.success = [](std::size_t, const redisReply* reply) { return extend_confirmed(reply); };
+  const auto confirmed = [](std::size_t, const redisReply* reply) {
+    return extend_confirmed(reply);
+  };
+  early.succeed_when(confirmed);
   const auto started = SteadyClock::now();
   execute(batches.data(), n, &early);
   ExtendResult result;
@@ -428,9 +433,10 @@ ReleaseResult LeaseEngine::release(const std::string& token, const std::vector<b
   // given a short grace (it still runs the release if it ever reads it).
   EarlyFinish early;
   early.needed = std::min(quorum(), n);
-  early.success = [](std::size_t, const redisReply* reply) {
+  const auto released = [](std::size_t, const redisReply* reply) {
     return reply != nullptr && reply->type == REDIS_REPLY_INTEGER && reply->integer >= 1;
   };
+  early.succeed_when(released);
   execute(batches.data(), n, &early);
   ReleaseResult result;
   std::vector<std::exception_ptr> errors(n);
