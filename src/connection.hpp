@@ -23,6 +23,8 @@
 #include <redlock/endpoint.hpp>
 #include <redlock/reply.hpp>
 
+#include "small_vector.hpp"
+
 namespace redlock {
 namespace detail {
 
@@ -144,18 +146,24 @@ class ClientImpl {
   std::unique_ptr<Subscriber> subscriber_;
 };
 
+// Scratch arrays with one slot per node: inline for up to five nodes (a typical Redlock), so an
+// operation on them costs no allocation.
+constexpr std::size_t kInlineNodes = 5;
+template <class T>
+using PerNode = SmallVector<T, kInlineNodes>;
+
 // Commands for one node, and what came back.
 struct NodeBatch {
   ClientImpl* node{nullptr};
-  std::vector<CommandView> commands;
+  SmallVector<CommandView, 2> commands;
   // Sent on the same connection, behind `commands`, if this node times out; then the connection
   // is closed. Redis runs one connection's commands in order even after the client left, so a
   // rollback sent this way cannot overtake the request it undoes (a paused node that resumes
   // runs SET, then the release). When empty, script commands are re-sent as EVAL instead (in
   // case the server answers the EVALSHA with NOSCRIPT that nobody will read).
-  std::vector<CommandView> on_timeout;
+  SmallVector<CommandView, 1> on_timeout;
   // Out: one reply per command (all present when `error` is null). Error replies are replies.
-  std::vector<ReplyPtr> replies;
+  SmallVector<ReplyPtr, 2> replies;
   // Out: why this node could not answer (ConnectionError, TimeoutError, ProtocolError, or a
   // ServerError from the AUTH/SELECT handshake). Null on success.
   std::exception_ptr error;
