@@ -23,10 +23,11 @@ class SmallVector {
 
  public:
   SmallVector() noexcept = default;
-  explicit SmallVector(std::size_t count) { resize(count); }
-  SmallVector(std::size_t count, const T& value) {
+  // (Delegating to the default constructor: if an element throws, the destructor cleans up.)
+  explicit SmallVector(std::size_t count) : SmallVector() { resize(count); }
+  SmallVector(std::size_t count, const T& value) : SmallVector() {
     reserve(count);
-    while (size_ < count) push_back(value);
+    for (; size_ < count; ++size_) ::new (static_cast<void*>(data_ + size_)) T(value);
   }
   SmallVector(SmallVector&& other) noexcept { take(other); }
   SmallVector& operator=(SmallVector&& other) noexcept {
@@ -81,7 +82,7 @@ class SmallVector {
   // Value-initialises added elements (like std::vector::resize).
   void resize(std::size_t count) {
     reserve(count);
-    while (size_ < count) emplace_back();
+    for (; size_ < count; ++size_) ::new (static_cast<void*>(data_ + size_)) T();
     while (size_ > count) data_[--size_].~T();
   }
   void clear() noexcept { resize_down(); }
