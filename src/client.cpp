@@ -40,13 +40,17 @@ void validate(const Endpoint& ep) {
 
 // Runs one batch on one node and returns its replies, throwing the node's error if any.
 std::vector<detail::ReplyPtr> run(detail::ClientImpl& node,
-                                  std::vector<detail::CommandView> commands) {
+                                  const std::vector<detail::CommandView>& commands) {
   detail::NodeBatch batch;
   batch.node = &node;
-  batch.commands = std::move(commands);
+  batch.commands.reserve(commands.size());
+  for (const auto& command : commands) batch.commands.push_back(command);
   detail::execute(&batch, 1);
   if (batch.error) std::rethrow_exception(batch.error);
-  return std::move(batch.replies);
+  std::vector<detail::ReplyPtr> replies;
+  replies.reserve(batch.replies.size());
+  for (auto& reply : batch.replies) replies.push_back(std::move(reply));
+  return replies;
 }
 
 struct ArgvStorage {

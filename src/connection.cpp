@@ -84,7 +84,7 @@ struct Pending {
   std::unique_ptr<Connection> connection;
   std::size_t handshake{0};  // leading replies that belong to the handshake
   std::size_t expected{0};
-  std::vector<ReplyPtr> replies;
+  SmallVector<ReplyPtr, 4> replies;  // handshake (AUTH, SELECT) and the batch's commands
   Clock::time_point deadline{};
   bool done{false};
   bool connection_attempted{false};  // false when skipped by the circuit breaker
@@ -150,8 +150,12 @@ namespace {
 // the socket's send timeout bounds it).
 void append(redisContext* context, const CommandView& command, bool as_eval) {
   if (as_eval) {
-    std::vector<const char*> argv(command.argv, command.argv + command.argc);
-    std::vector<std::size_t> lens(command.lens, command.lens + command.argc);
+    SmallVector<const char*, 8> argv;
+    SmallVector<std::size_t, 8> lens;
+    for (int i = 0; i < command.argc; ++i) {
+      argv.push_back(command.argv[i]);
+      lens.push_back(command.lens[i]);
+    }
     argv[0] = "EVAL";
     lens[0] = 4;
     argv[1] = command.script->body().data();
@@ -234,10 +238,10 @@ void read_blocking(Pending& p) {
 
 // Reads the remaining replies of every pending node, all at once, each until its deadline (or
 // the grace deadline of an early finish).
-void read_multiplexed(std::vector<Pending>& pending, Clock::time_point start,
+void read_multiplexed(PerNode<Pending>& pending, Clock::time_point start,
                       const EarlyFinish* early) {
-  std::vector<pollfd> fds;
-  std::vector<Pending*> owners;
+  PerNode<pollfd> fds;
+  PerNode<Pending*> owners;
   auto grace = Clock::time_point::max();
   for (;;) {
     fds.clear();
@@ -258,7 +262,7 @@ void read_multiplexed(std::vector<Pending>& pending, Clock::time_point start,
           const bool handshake_ok = std::none_of(
               p.replies.begin(), p.replies.begin() + static_cast<std::ptrdiff_t>(p.handshake),
               [](const ReplyPtr& r) { return is_error(r.get()); });
-          if (handshake_ok && early->success(i, p.replies[p.handshake].get())) {
+          if (handshake_ok && early->succeeded(i, p.replies[p.handshake].get())) {
             ++succeeded;
           } else {
             ++failed;
@@ -567,9 +571,9 @@ Subscriber& ClientImpl::subscriber() {
 
 namespace {
 
-void execute_once(NodeBatch* batches, std::size_t count, std::vector<bool>& stale,
-                  const EarlyFinish* early) {
-  std::vector<Pending> pending(count);
+// stale[i] (in: false) is set when node i failed on a pooled connection that turned out closed.
+void execute_once(NodeBatch* batches, std::size_t count, bool* stale, const EarlyFinish* early) {
+  PerNode<Pending> pending(count);
   const auto start = Clock::now();
   std::size_t live = 0;
   for (std::size_t i = 0; i < count; ++i) {
@@ -650,11 +654,11 @@ void execute_once(NodeBatch* batches, std::size_t count, std::vector<bool>& stal
 }  // namespace
 
 void execute(NodeBatch* batches, std::size_t count, const EarlyFinish* early) {
-  std::vector<bool> stale(count, false);
-  execute_once(batches, count, stale, early);
+  PerNode<bool> stale(count, false);
+  execute_once(batches, count, stale.data(), early);
   if (std::find(stale.begin(), stale.end(), true) == stale.end()) return;
-  std::vector<NodeBatch> again;
-  std::vector<std::size_t> index;
+  PerNode<NodeBatch> again;
+  PerNode<std::size_t> index;
   for (std::size_t i = 0; i < count; ++i) {
     if (!stale[i]) continue;
     batches[i].node->clear_idle();
@@ -663,8 +667,8 @@ void execute(NodeBatch* batches, std::size_t count, const EarlyFinish* early) {
     again.push_back(std::move(batches[i]));
     index.push_back(i);
   }
-  std::vector<bool> unused(again.size(), false);
-  execute_once(again.data(), again.size(), unused, nullptr);
+  PerNode<bool> unused(again.size(), false);
+  execute_once(again.data(), again.size(), unused.data(), nullptr);
   for (std::size_t k = 0; k < again.size(); ++k) batches[index[k]] = std::move(again[k]);
 }
 

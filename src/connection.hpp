@@ -13,7 +13,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -23,6 +22,8 @@
 #include <redlock/client.hpp>
 #include <redlock/endpoint.hpp>
 #include <redlock/reply.hpp>
+
+#include "small_vector.hpp"
 
 namespace redlock {
 namespace detail {
@@ -154,18 +155,24 @@ class ClientImpl {
   std::atomic<Subscriber*> started_subscriber_{nullptr};
 };
 
+// Scratch arrays with one slot per node: inline for up to five nodes (a typical Redlock), so an
+// operation on them costs no allocation.
+constexpr std::size_t kInlineNodes = 5;
+template <class T>
+using PerNode = SmallVector<T, kInlineNodes>;
+
 // Commands for one node, and what came back.
 struct NodeBatch {
   ClientImpl* node{nullptr};
-  std::vector<CommandView> commands;
+  SmallVector<CommandView, 2> commands;
   // Sent on the same connection, behind `commands`, if this node times out; then the connection
   // is closed. Redis runs one connection's commands in order even after the client left, so a
   // rollback sent this way cannot overtake the request it undoes (a paused node that resumes
   // runs SET, then the release). When empty, script commands are re-sent as EVAL instead (in
   // case the server answers the EVALSHA with NOSCRIPT that nobody will read).
-  std::vector<CommandView> on_timeout;
+  SmallVector<CommandView, 1> on_timeout;
   // Out: one reply per command (all present when `error` is null). Error replies are replies.
-  std::vector<ReplyPtr> replies;
+  SmallVector<ReplyPtr, 2> replies;
   // Out: why this node could not answer (ConnectionError, TimeoutError, ProtocolError, or a
   // ServerError from the AUTH/SELECT handshake). Null on success.
   std::exception_ptr error;
@@ -179,7 +186,24 @@ struct NodeBatch {
 // (on_timeout is sent behind their request, the connection closed, error = TimeoutError).
 struct EarlyFinish {
   std::size_t needed{0};
-  std::function<bool(std::size_t node, const redisReply* reply)> success;
+  // The test, as a function pointer and its context (no allocation); set with succeed_when().
+  bool (*success)(const void* context, std::size_t node, const redisReply* reply){nullptr};
+  const void* context{nullptr};
+
+  // Uses `test(node, reply)`, which the caller keeps alive until execute() returns.
+  template <class Test>
+  void succeed_when(const Test& test) noexcept {
+    context = &test;
+    success = [](const void* c, std::size_t node, const redisReply* reply) {
+      return (*static_cast<const Test*>(c))(node, reply);
+    };
+  }
+  template <class Test>
+  void succeed_when(const Test&& test) = delete;  // a temporary would be gone by then
+
+  bool succeeded(std::size_t node, const redisReply* reply) const {
+    return success(context, node, reply);
+  }
 };
 
 // Runs every batch: sends each node's commands in one write, then reads all replies, polling all

@@ -125,8 +125,8 @@ return 1 + redis.call('publish', ARGV[2], ARGV[1]))";
 
 // Picks the exception to throw when no node gave a usable answer: a server error reply explains
 // more than a transport failure.
-std::exception_ptr pick_failure(const std::vector<std::exception_ptr>& errors,
-                                const std::vector<bool>& is_server) {
+std::exception_ptr pick_failure(const PerNode<std::exception_ptr>& errors,
+                                const PerNode<bool>& is_server) {
   std::exception_ptr first;
   for (std::size_t i = 0; i < errors.size(); ++i) {
     if (!errors[i]) continue;
@@ -297,8 +297,8 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl, boo
   const Scripts& scripts = Scripts::get();
   const std::size_t n = nodes_.size();
   const bool scripted = fencing_ || fair_;
-  std::vector<NodeBatch> batches(n);
-  std::vector<FixedCommand<14>> commands(n);
+  PerNode<NodeBatch> batches(n);
+  PerNode<FixedCommand<14>> commands(n);
   FixedCommand<2> pttl;
   pttl.arg("PTTL").arg(key_);
   // EVAL, not EVALSHA: nobody reads this reply, so a NOSCRIPT could not be retried. In fair mode
@@ -335,18 +335,19 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl, boo
   // Done as soon as a quorum granted (or can no longer grant); stragglers get a short grace.
   EarlyFinish early;
   early.needed = quorum();
-  early.success = [&](std::size_t i, const redisReply* reply) {
+  const auto granted = [&](std::size_t i, const redisReply* reply) {
     const bool with_get = !scripted && batches[i].commands[0].argc == 7;
     return read_acquire_reply(reply, nullptr, scripted, with_get, token).answer == Answer::granted;
   };
+  early.succeed_when(granted);
   const auto started = SteadyClock::now();
   execute(batches.data(), n, &early);
 
   AcquireResult result;
-  std::vector<Answer> answers(n, Answer::failed);
-  std::vector<std::exception_ptr> errors(n);
-  std::vector<bool> is_server(n, false);
-  std::vector<std::uint64_t> fences(n, 0);
+  PerNode<Answer> answers(n, Answer::failed);
+  PerNode<std::exception_ptr> errors(n);
+  PerNode<bool> is_server(n, false);
+  PerNode<std::uint64_t> fences(n, 0);
   bool old_server = false;
   auto note_pttl = [&](long long pttl) {
     if (pttl < 0) return;
@@ -402,9 +403,9 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl, boo
     }
     if (n > 1) {
       const std::string fence_text = std::to_string(fence);
-      std::vector<NodeBatch> raise;
-      std::vector<FixedCommand<8>> raise_commands(n);
-      std::vector<std::size_t> who;
+      PerNode<NodeBatch> raise;
+      PerNode<FixedCommand<8>> raise_commands(n);
+      PerNode<std::size_t> who;
       for (std::size_t i = 0; i < n; ++i) {
         if (answers[i] != Answer::granted) continue;
         FixedCommand<8>& c = raise_commands[i];
@@ -419,9 +420,10 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl, boo
       }
       EarlyFinish confirmed_by;
       confirmed_by.needed = std::min(quorum(), raise.size());
-      confirmed_by.success = [](std::size_t, const redisReply* reply) {
+      const auto raised = [](std::size_t, const redisReply* reply) {
         return reply != nullptr && reply->type == REDIS_REPLY_INTEGER && reply->integer == 1;
       };
+      confirmed_by.succeed_when(raised);
       execute(raise.data(), raise.size(), &confirmed_by);
       std::size_t confirmed = 0;
       for (auto& b : raise) {
@@ -442,7 +444,7 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl, boo
   // Not held: undo every grant, and also try nodes that did not answer (a late SET may still land
   // there); nodes that cleanly refused cannot hold our token.
   // Timed-out nodes already got the undo on their own connection (see on_timeout).
-  std::vector<bool> undo_on(n, false);
+  PerNode<bool> undo_on(n, false);
   bool rollback = false;
   for (std::size_t i = 0; i < n; ++i) {
     bool timed_out = false;
@@ -459,7 +461,7 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl, boo
   }
   if (rollback) {
     try {
-      release(token, &undo_on, /*announce=*/false);
+      release(token, undo_on.data(), /*announce=*/false);
     } catch (...) {  // best effort; the grants expire by ttl anyway
     }
   }
@@ -486,8 +488,8 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl, boo
 ExtendResult LeaseEngine::extend(const std::string& token, std::chrono::milliseconds ttl) {
   const std::size_t n = nodes_.size();
   const std::string ttl_ms = std::to_string(ttl.count());
-  std::vector<NodeBatch> batches(n);
-  std::vector<FixedCommand<6>> commands(n);
+  PerNode<NodeBatch> batches(n);
+  PerNode<FixedCommand<6>> commands(n);
   for (std::size_t i = 0; i < n; ++i) {
     commands[i] = extend_command(token, ttl_ms);
     batches[i].node = nodes_[i].get();
@@ -495,12 +497,15 @@ ExtendResult LeaseEngine::extend(const std::string& token, std::chrono::millisec
   }
   EarlyFinish early;
   early.needed = quorum();
-  early.success = [](std::size_t, const redisReply* reply) { return extend_confirmed(reply); };
+  const auto confirmed = [](std::size_t, const redisReply* reply) {
+    return extend_confirmed(reply);
+  };
+  early.succeed_when(confirmed);
   const auto started = SteadyClock::now();
   execute(batches.data(), n, &early);
   ExtendResult result;
-  std::vector<std::exception_ptr> errors(n);
-  std::vector<bool> is_server(n, false);
+  PerNode<std::exception_ptr> errors(n);
+  PerNode<bool> is_server(n, false);
   std::size_t answered = 0;
   for (std::size_t i = 0; i < n; ++i) {
     if (batches[i].error) {
@@ -523,10 +528,9 @@ ExtendResult LeaseEngine::extend(const std::string& token, std::chrono::millisec
   return result;
 }
 
-ReleaseResult LeaseEngine::release(const std::string& token, const std::vector<bool>* only,
-                                   bool announce) {
+ReleaseResult LeaseEngine::release(const std::string& token, const bool* only, bool announce) {
   const Scripts& scripts = Scripts::get();
-  std::vector<NodeBatch> batches;
+  PerNode<NodeBatch> batches;
   batches.reserve(nodes_.size());
   FixedCommand<9> command;
   if (fair_) {  // always announced: leaving the queue hands a late grant on
@@ -539,9 +543,9 @@ ReleaseResult LeaseEngine::release(const std::string& token, const std::vector<b
     command.arg("EVALSHA").arg(script.sha1()).arg("1").arg(key_).arg(token);
     if (announce) command.arg(channel_);
   }
-  std::vector<std::size_t> index;
+  PerNode<std::size_t> index;
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
-    if (only != nullptr && !(*only)[i]) continue;
+    if (only != nullptr && !only[i]) continue;
     batches.emplace_back();
     batches.back().node = nodes_[i].get();
     batches.back().commands.push_back(command.view());
@@ -552,13 +556,14 @@ ReleaseResult LeaseEngine::release(const std::string& token, const std::vector<b
   // given a short grace (it still runs the release if it ever reads it).
   EarlyFinish early;
   early.needed = std::min(quorum(), n);
-  early.success = [](std::size_t, const redisReply* reply) {
+  const auto released = [](std::size_t, const redisReply* reply) {
     return reply != nullptr && reply->type == REDIS_REPLY_INTEGER && reply->integer >= 1;
   };
+  early.succeed_when(released);
   execute(batches.data(), n, &early);
   ReleaseResult result;
-  std::vector<std::exception_ptr> errors(n);
-  std::vector<bool> is_server(n, false);
+  PerNode<std::exception_ptr> errors(n);
+  PerNode<bool> is_server(n, false);
   std::size_t answered = 0;
   for (std::size_t k = 0; k < n; ++k) {
     const std::size_t i = index[k];

@@ -118,11 +118,11 @@ class LeaseEngine {
   AcquireResult handed_over(std::uint64_t fence, SteadyClock::time_point sent) const;
   // Compare-and-pexpire on every node; held iff a quorum confirmed and validity stays positive.
   ExtendResult extend(const std::string& token, std::chrono::milliseconds ttl);
-  // Compare-and-delete on every node, or only where (*only)[i] is true. `announce`: publish the
-  // release to waiters (a real release); false for the quiet rollback of a failed attempt, so a
-  // split vote does not wake every waiter straight into the next split vote.
-  ReleaseResult release(const std::string& token, const std::vector<bool>* only = nullptr,
-                        bool announce = true);
+  // Compare-and-delete on every node, or only where only[i] (one flag per node) is true.
+  // `announce`: publish the release to waiters (a real release); false for the quiet rollback of
+  // a failed attempt, so a split vote does not wake every waiter straight into the next split
+  // vote.
+  ReleaseResult release(const std::string& token, const bool* only = nullptr, bool announce = true);
 
   // Building blocks for the watchdog, which batches extends of many leases per node.
   // The returned command points into `token`, `ttl_ms` and this engine: keep them alive.

@@ -144,7 +144,7 @@ class LockCore {
 
  private:
   bool attempts(SteadyClock::time_point deadline, bool wait_forever, bool single_attempt);
-  bool take(const AcquireResult& result, const std::string& token, SteadyClock::time_point start);
+  bool take(const AcquireResult& result, std::string token, SteadyClock::time_point start);
   void free_gate() {
     std::lock_guard<std::mutex> guard(mutex_);
     busy_ = false;
@@ -226,13 +226,13 @@ bool LockCore::attempts(SteadyClock::time_point deadline, bool wait_forever, boo
   constexpr std::uint64_t kKept = 32;
   SteadyClock::time_point sent[kKept];
   auto attempt = [&](bool contended, AcquireResult& out) {
-    const std::string token = fair ? fair_token : make_token();
+    std::string token = fair ? fair_token : make_token();
     const auto start = SteadyClock::now();
     sent[seq % kKept] = start;
     ++seq;
     out = engine_->acquire(token, contended, fair && contended, seq);
     if (out.failure) std::rethrow_exception(out.failure);
-    return out.held && take(out, token, start);
+    return out.held && take(out, std::move(token), start);
   };
   bool queued = false;  // fair mode: an attempt may have taken a place in the queue
   auto leave_queue = [&]() noexcept {
@@ -305,9 +305,9 @@ bool LockCore::attempts(SteadyClock::time_point deadline, bool wait_forever, boo
   }
 }
 
-bool LockCore::take(const AcquireResult& result, const std::string& token,
-                    SteadyClock::time_point start) {
-  auto hold = std::make_shared<HoldState>(token, result.fence, start, result.valid_until);
+bool LockCore::take(const AcquireResult& result, std::string token, SteadyClock::time_point start) {
+  auto hold =
+      std::make_shared<HoldState>(std::move(token), result.fence, start, result.valid_until);
   {
     std::lock_guard<std::mutex> guard(mutex_);
     owner_ = std::this_thread::get_id();
@@ -329,7 +329,7 @@ bool LockCore::take(const AcquireResult& result, const std::string& token,
       }
       hold->mark_released();
       try {
-        engine_->release(token);
+        engine_->release(hold->token());
       } catch (...) {
       }
       throw;
