@@ -1,6 +1,10 @@
 // Client: connections, errors, AUTH/SELECT, unix sockets, reconnects, NOSCRIPT, binary safety.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <string>
@@ -173,6 +177,40 @@ TEST_CASE("Client reconnects after CLIENT KILL", "[redis][client][fault]") {
   client.ping();
   server.raw({"CLIENT", "KILL", "TYPE", "normal"});
   CHECK_NOTHROW(client.ping());
+}
+
+TEST_CASE("Writing to a connection the server closed does not raise SIGPIPE",
+          "[redis][client][fault]") {
+  RedisServer server;
+  // In a child with SIGPIPE's default action (kill the process), like a program that never
+  // thought about it: the library must not die writing to a dead socket.
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    signal(SIGPIPE, SIG_DFL);
+    int rc = 1;
+    try {
+      redlock::Client client(server.endpoint());
+      const std::string big(4 << 20, 'x');  // several writes: the RST lands mid-way
+      for (int i = 0; i < 5; ++i) {
+        client.ping();  // a pooled connection
+        server.raw({"CLIENT", "KILL", "TYPE", "normal"});
+        std::this_thread::sleep_for(20ms);
+        try {
+          client.pipeline({{"SET", "rltest:sigpipe", big}, {"SET", "rltest:sigpipe", big}});
+        } catch (const redlock::Error&) {
+        }
+      }
+      rc = 0;
+    } catch (...) {
+    }
+    _exit(rc);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  CHECK_FALSE(WIFSIGNALED(status));
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
 
 TEST_CASE("Client falls back to EVAL after SCRIPT FLUSH", "[redis][client]") {
