@@ -1,4 +1,5 @@
-// src/token.cpp: tokens straight from getrandom(2); jitter from an OS-seeded per-thread PRNG.
+// src/token.cpp: tokens from getrandom(2) (buffered per thread, fork-safe); jitter from an
+// OS-seeded per-thread PRNG.
 #include "token.hpp"
 
 #include <pthread.h>
@@ -6,6 +7,7 @@
 
 #include <atomic>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdint>
@@ -30,11 +32,40 @@ void fill_random(unsigned char* out, std::size_t size) {
 
 std::atomic<std::uint64_t> g_fork_generation{0};
 
+// The fork generation: bumped in the child of every fork(), so per-thread state copied into a
+// child (a token buffer, a generator) is recognised as the parent's and thrown away.
+std::uint64_t fork_generation() noexcept {
+  static const bool registered = [] {
+    pthread_atfork(nullptr, nullptr, [] { g_fork_generation.fetch_add(1); });
+    return true;
+  }();
+  (void)registered;
+  return g_fork_generation.load(std::memory_order_relaxed);
+}
+
+// getrandom(2) output for 32 tokens per thread, so a token costs a system call only once in 32.
+// Bytes are zeroed as they are handed out (never given twice); the buffer is refilled after a
+// fork, so parent and child never share a token.
+struct TokenBuffer {
+  std::array<unsigned char, kTokenBytes * 32> bytes{};
+  std::size_t used{kTokenBytes * 32};
+  std::uint64_t generation{~std::uint64_t{0}};
+};
+
 }  // namespace
 
 std::string make_token() {
+  thread_local TokenBuffer buffer;
+  const std::uint64_t generation = fork_generation();
+  if (buffer.used == buffer.bytes.size() || buffer.generation != generation) {
+    fill_random(buffer.bytes.data(), buffer.bytes.size());
+    buffer.used = 0;
+    buffer.generation = generation;
+  }
   std::array<unsigned char, kTokenBytes> bytes{};
-  fill_random(bytes.data(), bytes.size());
+  std::copy_n(buffer.bytes.data() + buffer.used, kTokenBytes, bytes.data());
+  std::fill_n(buffer.bytes.data() + buffer.used, kTokenBytes, 0);
+  buffer.used += kTokenBytes;
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out(2 * kTokenBytes, '0');
   for (std::size_t i = 0; i < kTokenBytes; ++i) {
@@ -49,14 +80,9 @@ std::chrono::nanoseconds jittered(std::chrono::nanoseconds base) {
   // and threads (never std::rand(), never a fixed seed), hence the OS seed.
   // Reseeded after fork() (a pthread_atfork handler bumps the generation), so parent and child
   // do not retry in lock-step; no system call on the common path.
-  static const bool registered = [] {
-    pthread_atfork(nullptr, nullptr, [] { g_fork_generation.fetch_add(1); });
-    return true;
-  }();
-  (void)registered;
   thread_local std::mt19937_64 generator;
   thread_local std::uint64_t seeded_for = ~std::uint64_t{0};
-  const std::uint64_t generation = g_fork_generation.load(std::memory_order_relaxed);
+  const std::uint64_t generation = fork_generation();
   if (seeded_for != generation) {
     std::array<unsigned char, 8> seed{};
     fill_random(seed.data(), seed.size());

@@ -14,7 +14,8 @@ constexpr std::size_t kTokenBytes = 20;
 
 // A fresh token: kTokenBytes from getrandom(2), hex-encoded (40 characters, so it reads well in
 // redis-cli and logs). Throws std::system_error if the kernel cannot supply randomness.
-// Thread-safe; fork-safe (no buffered state).
+// Thread-safe; fork-safe (each thread buffers 32 tokens' worth of getrandom output, which a
+// child of fork() discards, and bytes are zeroed as they are used).
 std::string make_token();
 
 // A wait drawn uniformly from [base/2, base*3/2], from a per-thread generator seeded by the OS.

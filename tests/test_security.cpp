@@ -2,6 +2,9 @@
 // exception text or logs.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <bitset>
 #include <mutex>
 #include <string>
@@ -67,6 +70,43 @@ TEST_CASE("10^6 tokens: 160 bits each, no duplicates, none predictable from the 
     CHECK(count > kCount / 2 - 3000);
     CHECK(count < kCount / 2 + 3000);
   }
+}
+
+TEST_CASE("A forked child never makes the tokens its parent will make", "[unit][security]") {
+  // Tokens come from a per-thread buffer of getrandom output: the child must not reuse the
+  // parent's copy of it.
+  (void)redlock::detail::make_token();  // the buffer is filled, and mostly unused
+  constexpr int kCount = 100;           // more than a buffer holds: refills are covered too
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    close(fds[0]);
+    for (int i = 0; i < kCount; ++i) {
+      const std::string token = redlock::detail::make_token();
+      if (write(fds[1], token.data(), token.size()) != static_cast<ssize_t>(token.size())) {
+        _exit(2);
+      }
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  std::unordered_set<std::string> parent;
+  for (int i = 0; i < kCount; ++i) parent.insert(redlock::detail::make_token());
+  std::vector<std::string> from_child;
+  char buf[40];
+  while (read(fds[0], buf, sizeof buf) == static_cast<ssize_t>(sizeof buf)) {
+    from_child.emplace_back(buf, sizeof buf);
+  }
+  close(fds[0]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  CHECK(WEXITSTATUS(status) == 0);
+  REQUIRE(from_child.size() == static_cast<std::size_t>(kCount));
+  int shared = 0;
+  for (const auto& token : from_child) shared += parent.count(token) != 0 ? 1 : 0;
+  CHECK(shared == 0);
 }
 
 TEST_CASE("Passwords never appear in exception text or log messages", "[redis][security]") {
