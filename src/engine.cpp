@@ -34,11 +34,18 @@ const char kExtendLua[] = R"(if redis.call('get', KEYS[1]) == ARGV[1] then
 end
 return 0)";
 
+// A repeat of the very same attempt (a pooled connection that died after the server ran it is
+// retried once) finds the key already holding its token: that is the grant, re-armed, with the
+// counter's current value, which is this hold's fence (nothing else increments it meanwhile).
 const char kAcquireFencedLua[] = R"(if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {1, redis.call('incr', KEYS[2])}
 end
 if redis.call('type', KEYS[1]).ok ~= 'string' then
   return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
+end
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return {1, tonumber(redis.call('get', KEYS[2]) or '0')}
 end
 return {0, redis.call('pttl', KEYS[1])})";
 

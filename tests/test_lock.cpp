@@ -16,6 +16,7 @@
 
 #include <redlock/redlock.hpp>
 
+#include "engine.hpp"
 #include "support/clock.hpp"
 #include "support/redis_server.hpp"
 
@@ -257,6 +258,32 @@ TEST_CASE("Fencing tokens strictly increase across holders", "[redis][lock]") {
   REQUIRE(plain.try_lock());
   CHECK(plain.fence() == 0);
   plain.unlock();
+}
+
+TEST_CASE("An acquire sent twice (a retried stale connection) is one grant, in every mode",
+          "[redis][lock]") {
+  // The client retries a request once when a pooled connection turns out dead before any reply;
+  // if the server had run it anyway, the repeat must read as the grant it was.
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  for (const bool fencing : {false, true}) {
+    for (const bool fair : {false, true}) {
+      redlock::LockOptions options;
+      options.fencing = fencing;
+      options.fair = fair;
+      const auto k = key("repeat") + (fencing ? ":f" : "") + (fair ? ":q" : "");
+      redlock::detail::LeaseEngine engine({client.impl()}, k, options);
+      const std::string token = "0123456789abcdef0123456789abcdef01234567";
+      const auto first = engine.acquire(token, false);
+      REQUIRE(first.held);
+      const auto repeat = engine.acquire(token, false);
+      INFO("fencing " << fencing << ", fair " << fair);
+      CHECK(repeat.held);
+      CHECK(repeat.fence == first.fence);
+      CHECK_FALSE(engine.acquire("another-token", false).held);
+      CHECK(engine.release(token).released == 1);
+    }
+  }
 }
 
 TEST_CASE("Lock rejects bad arguments naming them", "[unit][lock]") {
