@@ -138,10 +138,13 @@ class SigpipeGuard {
 }  // namespace
 
 bool write_all(redisContext* context) {
-#if HIREDIS_MAJOR == 0
+#if HIREDIS_MAJOR == 0 && HIREDIS_MINOR >= 14
   // hiredis 0.14 keeps its output buffer in a public sds: send it ourselves with MSG_NOSIGNAL,
   // which needs no signal-mask dance (4 system calls per write when SIGPIPE is not ignored).
-  if ((context->flags & REDIS_BLOCK) != 0 && context->err == 0) {
+  // Only for buffers of up to 64 KiB: we can shorten an sds but not free it (sds.h gives its
+  // functions C++ linkage here), and hiredis's own write below frees a large one when done.
+  if ((context->flags & REDIS_BLOCK) != 0 && context->err == 0 &&
+      sdsalloc(context->obuf) <= 64u * 1024u) {
     while (sdslen(context->obuf) > 0) {
       const std::size_t chunk = std::min<std::size_t>(sdslen(context->obuf), 1u << 30);
       const ssize_t n = ::send(context->fd, context->obuf, chunk, MSG_NOSIGNAL);
@@ -693,7 +696,10 @@ void execute(NodeBatch* batches, std::size_t count, const EarlyFinish* early) {
   }
   PerNode<bool> unused(again.size(), false);
   execute_once(again.data(), again.size(), unused.data(), nullptr);
-  for (std::size_t k = 0; k < again.size(); ++k) batches[index[k]] = std::move(again[k]);
+  for (std::size_t k = 0; k < again.size(); ++k) {
+    batches[index[k]] = std::move(again[k]);
+    batches[index[k]].retried = true;
+  }
 }
 
 }  // namespace detail

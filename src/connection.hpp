@@ -176,6 +176,9 @@ struct NodeBatch {
   // Out: why this node could not answer (ConnectionError, TimeoutError, ProtocolError, or a
   // ServerError from the AUTH/SELECT handshake). Null on success.
   std::exception_ptr error;
+  // Out: the commands were sent twice (a pooled connection died before any reply, and they were
+  // retried on a fresh one); the server may have run the first send too.
+  bool retried{false};
 };
 
 // Lets a multi-node batch finish before its slowest node once the outcome is certain: when

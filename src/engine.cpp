@@ -463,7 +463,9 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl, boo
       } catch (...) {
       }
     }
-    undo_on[i] = answers[i] == Answer::granted || (errors[i] && !timed_out);
+    // A retried request may have run twice: a refusal then can be our own first grant.
+    undo_on[i] = answers[i] == Answer::granted || (errors[i] && !timed_out) ||
+                 (answers[i] == Answer::refused && batches[i].retried);
     rollback = rollback || undo_on[i];
   }
   if (rollback) {

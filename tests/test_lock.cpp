@@ -18,6 +18,7 @@
 
 #include "engine.hpp"
 #include "support/clock.hpp"
+#include "support/fault_proxy.hpp"
 #include "support/redis_server.hpp"
 
 using namespace std::chrono_literals;
@@ -284,6 +285,28 @@ TEST_CASE("An acquire sent twice (a retried stale connection) is one grant, in e
       CHECK(engine.release(token).released == 1);
     }
   }
+}
+
+TEST_CASE("A plain SET NX that ran before its connection died is undone, not left to expire",
+          "[redis][lock][fault]") {
+  // Redis < 7 has no SET ... GET, so a resent SET NX cannot tell our own first grant from
+  // someone else's: the engine must delete it (compare-and-delete) rather than leave it held.
+  RedisServer server;
+  redlock::test::FaultProxy proxy("127.0.0.1", server.port());
+  redlock::Endpoint endpoint = server.endpoint();
+  endpoint.port = proxy.port();
+  redlock::Client client(endpoint);
+  client.impl()->set_nx_get = false;  // as against Redis 6
+  const auto k = key("resent-set");
+  redlock::LockOptions options;
+  options.ttl = 60s;
+  redlock::Lock lock(client, k, options);
+  client.ping();                 // leaves a pooled connection, which the next request reuses
+  proxy.drop_next_request();     // the server runs it; the connection dies before the reply
+  CHECK_FALSE(lock.try_lock());  // the retry on a fresh connection was refused: our own key
+  CHECK(server.raw({"EXISTS", k}).integer() == 0);  // ... which was undone at once
+  CHECK(lock.try_lock());
+  lock.unlock();
 }
 
 TEST_CASE("Lock rejects bad arguments naming them", "[unit][lock]") {

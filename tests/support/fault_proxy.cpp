@@ -207,6 +207,11 @@ void FaultProxy::set_drop_after_request(bool on) {
   wake();
 }
 
+void FaultProxy::drop_next_request() {
+  drops_left_.store(1);
+  wake();
+}
+
 void FaultProxy::set_refuse(bool on) {
   refuse_.store(on);
   wake();
@@ -223,6 +228,7 @@ void FaultProxy::clear() {
   delay_ms_.store(0);
   blackhole_.store(false);
   drop_after_request_.store(false);
+  drops_left_.store(0);
   refuse_.store(false);
   wake();
 }
@@ -445,9 +451,11 @@ void FaultProxy::read_side(Pair& p, bool from_client, const Faults& faults) {
 void FaultProxy::pump(Pair& p, const Faults& faults) {
   if (p.dead) return;
   if (!faults.blackhole) {
-    if (!p.connecting && flush(p, true) && faults.drop_after_request && !p.draining &&
-        p.up.queue.empty()) {
-      begin_drain(p);
+    if (!p.connecting && flush(p, true) && !p.draining && p.up.queue.empty()) {
+      int left = drops_left_.load();
+      while (left > 0 && !drops_left_.compare_exchange_weak(left, left - 1)) {
+      }
+      if (faults.drop_after_request || left > 0) begin_drain(p);
     }
     if (p.dead) return;
     if (p.client_fd >= 0) flush(p, false);

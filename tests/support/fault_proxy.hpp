@@ -77,6 +77,8 @@ class FaultProxy {
   void set_blackhole(bool on);
   // Forward client->server data, then close the client side before any reply is forwarded.
   void set_drop_after_request(bool on);
+  // The same, once: the next request forwarded (on any connection) has its client side closed.
+  void drop_next_request();
   // Close new connections immediately after accept().
   void set_refuse(bool on);
   // Closes every current connection pair with RST. Returns once that is done.
@@ -124,6 +126,7 @@ class FaultProxy {
   std::atomic<std::int64_t> delay_ms_{0};
   std::atomic<bool> blackhole_{false};
   std::atomic<bool> drop_after_request_{false};
+  std::atomic<int> drops_left_{0};
   std::atomic<bool> refuse_{false};
   std::atomic<bool> stop_{false};
 
