@@ -46,15 +46,23 @@ class ReleaseWatch {
     if (!enabled) return;
     std::chrono::milliseconds limit{0};
     for (const auto& node : engine_.nodes()) {
+      Subscriber* subscriber = nullptr;
       try {
-        Subscriber& subscriber = node->subscriber();
+        subscriber = &node->subscriber();
+        watched_.reserve(engine_.nodes().size());
         for (const std::string* channel : channels(engine_)) {
-          if (channel != nullptr) subscriber.watch(*channel, &slot_);
+          if (channel != nullptr) subscriber->watch(*channel, &slot_);
         }
         watched_.push_back(node.get());
         limit =
             std::max(limit, node->endpoint().connect_timeout + node->endpoint().command_timeout);
       } catch (const std::exception& e) {
+        // Whatever was registered must not outlive this slot.
+        if (subscriber != nullptr) {
+          for (const std::string* channel : channels(engine_)) {
+            if (channel != nullptr) subscriber->unwatch(*channel, &slot_);
+          }
+        }
         logf(LogLevel::debug, "redlock: cannot subscribe for {}: {}", engine_.key(), e.what());
       }
     }

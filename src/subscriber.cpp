@@ -39,6 +39,7 @@ bool WakeSlot::take_grant(std::uint64_t& seq, std::uint64_t& fence) noexcept {
   std::lock_guard<std::mutex> guard(mutex_);
   if (!granted_) return false;
   granted_ = false;
+  notified_ = false;  // consumed: a grant is never passed on to another waiter
   seq = grant_seq_;
   fence = grant_fence_;
   return true;
@@ -119,7 +120,13 @@ void Subscriber::watch(const std::string& channel, WakeSlot* slot) {
     auto [it, inserted] = channels_.try_emplace(channel);
     it->second.waiters.push_back(slot);
     if (inserted && connected_) {
-      enqueue(true, channel);
+      try {
+        enqueue(true, channel);
+      } catch (...) {
+        it->second.waiters.pop_back();
+        if (it->second.waiters.empty()) channels_.erase(it);
+        throw;
+      }
       wake = true;
     }
   }

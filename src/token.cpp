@@ -46,10 +46,20 @@ std::uint64_t fork_generation() noexcept {
 // getrandom(2) output for 32 tokens per thread, so a token costs a system call only once in 32.
 // Bytes are zeroed as they are handed out (never given twice); the buffer is refilled after a
 // fork, so parent and child never share a token.
+// Process duplication that bypasses fork() (a raw clone(2) without CLONE_VM, a checkpoint and
+// restore of the process or VM) would duplicate the unused tokens too; so would it duplicate
+// any user-space CSPRNG state.
 struct TokenBuffer {
   std::array<unsigned char, kTokenBytes * 32> bytes{};
   std::size_t used{kTokenBytes * 32};
   std::uint64_t generation{~std::uint64_t{0}};
+  TokenBuffer() = default;
+  TokenBuffer(const TokenBuffer&) = delete;
+  TokenBuffer& operator=(const TokenBuffer&) = delete;
+  ~TokenBuffer() {  // unused tokens do not outlive the thread in freed memory
+    volatile unsigned char* p = bytes.data();
+    for (std::size_t i = 0; i < bytes.size(); ++i) p[i] = 0;
+  }
 };
 
 }  // namespace
