@@ -146,8 +146,7 @@ bool write_all(redisContext* context) {
   if ((context->flags & REDIS_BLOCK) != 0 && context->err == 0 &&
       sdsalloc(context->obuf) <= 64u * 1024u) {
     while (sdslen(context->obuf) > 0) {
-      const std::size_t chunk = std::min<std::size_t>(sdslen(context->obuf), 1u << 30);
-      const ssize_t n = ::send(context->fd, context->obuf, chunk, MSG_NOSIGNAL);
+      const ssize_t n = ::send(context->fd, context->obuf, sdslen(context->obuf), MSG_NOSIGNAL);
       if (n < 0) {
         if (errno == EINTR) continue;
         context->err = REDIS_ERR_IO;

@@ -312,8 +312,7 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl, boo
   // the undo also leaves the queue and hands a late grant on to the next waiter.
   FixedCommand<9> undo;
   if (fair_) {
-    undo.arg("EVAL").arg(kFairReleaseLua).arg("4").arg(key_).arg(queue_key_);
-    undo.arg(queue_info_key_).arg(fence_key_).arg(token).arg(channel_);
+    fair_keys(undo.arg("EVAL").arg(kFairReleaseLua)).arg(token).arg(channel_);
   } else {
     undo.arg("EVAL").arg(kUndoLua).arg("1").arg(key_).arg(token);
   }
@@ -322,8 +321,8 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl, boo
     FixedCommand<14>& c = commands[i];
     if (fair_) {
       c.script = &scripts.fair_acquire;
-      c.arg("EVALSHA").arg(scripts.fair_acquire.sha1()).arg("4").arg(key_).arg(queue_key_);
-      c.arg(queue_info_key_).arg(fence_key_).arg(token).arg(ttl_ms_).arg(enqueue ? "1" : "0");
+      fair_keys(c.arg("EVALSHA").arg(scripts.fair_acquire.sha1()));
+      c.arg(token).arg(ttl_ms_).arg(enqueue ? "1" : "0");
       c.arg(queue_alive_ms_).arg(seq_text).arg(fencing_ ? "1" : "0").arg(grant_channel_);
     } else if (fencing_) {
       c.script = &scripts.acquire_fenced;
@@ -544,8 +543,7 @@ ReleaseResult LeaseEngine::release(const std::string& token, const bool* only, b
   FixedCommand<9> command;
   if (fair_) {  // always announced: leaving the queue hands a late grant on
     command.script = &scripts.fair_release;
-    command.arg("EVALSHA").arg(scripts.fair_release.sha1()).arg("4").arg(key_).arg(queue_key_);
-    command.arg(queue_info_key_).arg(fence_key_).arg(token).arg(channel_);
+    fair_keys(command.arg("EVALSHA").arg(scripts.fair_release.sha1())).arg(token).arg(channel_);
   } else {
     const Script& script = announce ? scripts.release : scripts.undo;
     command.script = &script;

@@ -144,6 +144,12 @@ class LeaseEngine {
   std::chrono::milliseconds queue_alive() const noexcept { return queue_alive_; }
 
  private:
+  // Appends the fair scripts' numkeys and KEYS (lock, queue, queue info, fence counter).
+  template <int N>
+  FixedCommand<N>& fair_keys(FixedCommand<N>& c) const noexcept {
+    return c.arg("4").arg(key_).arg(queue_key_).arg(queue_info_key_).arg(fence_key_);
+  }
+
   std::vector<std::shared_ptr<ClientImpl>> nodes_;
   std::string key_;
   std::string fence_key_;

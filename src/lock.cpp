@@ -3,7 +3,6 @@
 #include <redlock/lock.hpp>
 
 #include <algorithm>
-#include <array>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -44,24 +43,20 @@ class ReleaseWatch {
                std::string token_sha1 = {})
       : engine_(engine), slot_(std::move(token_sha1)) {
     if (!enabled) return;
+    watched_.reserve(engine_.nodes().size());
     std::chrono::milliseconds limit{0};
     for (const auto& node : engine_.nodes()) {
       Subscriber* subscriber = nullptr;
       try {
         subscriber = &node->subscriber();
-        watched_.reserve(engine_.nodes().size());
-        for (const std::string* channel : channels(engine_)) {
-          if (channel != nullptr) subscriber->watch(*channel, &slot_);
-        }
+        each_channel(engine_, [&](const std::string& c) { subscriber->watch(c, &slot_); });
         watched_.push_back(node.get());
         limit =
             std::max(limit, node->endpoint().connect_timeout + node->endpoint().command_timeout);
       } catch (const std::exception& e) {
         // Whatever was registered must not outlive this slot.
         if (subscriber != nullptr) {
-          for (const std::string* channel : channels(engine_)) {
-            if (channel != nullptr) subscriber->unwatch(*channel, &slot_);
-          }
+          each_channel(engine_, [&](const std::string& c) { subscriber->unwatch(c, &slot_); });
         }
         logf(LogLevel::debug, "redlock: cannot subscribe for {}: {}", engine_.key(), e.what());
       }
@@ -70,16 +65,13 @@ class ReleaseWatch {
     // The attempt that follows must come after the subscriptions are live (no lost wake-up); a
     // node that does not confirm in time leaves this waiter to its timer there.
     for (ClientImpl* node : watched_) {
-      for (const std::string* channel : channels(engine_)) {
-        if (channel != nullptr) node->subscriber().confirmed(*channel, deadline);
-      }
+      each_channel(engine_,
+                   [&](const std::string& c) { node->subscriber().confirmed(c, deadline); });
     }
   }
   ~ReleaseWatch() {
     for (ClientImpl* node : watched_) {
-      for (const std::string* channel : channels(engine_)) {
-        if (channel != nullptr) node->subscriber().unwatch(*channel, &slot_);
-      }
+      each_channel(engine_, [&](const std::string& c) { node->subscriber().unwatch(c, &slot_); });
     }
   }
   ReleaseWatch(const ReleaseWatch&) = delete;
@@ -91,10 +83,9 @@ class ReleaseWatch {
     try {
       for (const auto& node : engine.nodes()) {
         const Subscriber* s = node->started_subscriber();
-        if (s == nullptr) return false;
-        for (const std::string* channel : channels(engine)) {
-          if (channel != nullptr && !s->subscribed(*channel)) return false;
-        }
+        bool all = s != nullptr;
+        each_channel(engine, [&](const std::string& c) { all = all && s->subscribed(c); });
+        if (!all) return false;
       }
       return true;
     } catch (...) {
@@ -111,9 +102,12 @@ class ReleaseWatch {
   }
 
  private:
-  // The release channel, and in fair mode this process's own hand-over channel.
-  static std::array<const std::string*, 2> channels(const LeaseEngine& engine) noexcept {
-    return {&engine.channel(), engine.fair() ? &engine.grant_channel() : nullptr};
+  // Calls f with the release channel, and in fair mode with this process's own hand-over
+  // channel too.
+  template <class F>
+  static void each_channel(const LeaseEngine& engine, F&& f) {
+    f(engine.channel());
+    if (engine.fair()) f(engine.grant_channel());
   }
 
   const LeaseEngine& engine_;
@@ -221,10 +215,11 @@ bool LockCore::acquire(SteadyClock::time_point deadline, bool wait_forever, bool
 
 // Fair mode differs in three ways. One token serves the whole wait: it is the waiter's place in
 // the server's queue, and each attempt refreshes it. A release hands the lock over by setting the
-// key to our token and publishing "grant:<seq>:<fence>:<token>", where seq numbers the last
-// attempt the server had seen; that attempt was sent before the key was set, so a lease counted
-// from its send time ends no later than the server's, and no round trip is needed. A waiter that
-// gives up leaves the queue (passing on a hand-over that raced with its deadline).
+// key to our token and publishing "grant:<seq>:<fence>:<SHA1 of the token>" on this process's
+// own channel, where seq numbers the last attempt the server had seen; that attempt was sent before
+// the key was set, so a lease counted from its send time ends no later than the server's, and no
+// round trip is needed. A waiter that gives up leaves the queue (passing on a hand-over that raced
+// with its deadline).
 bool LockCore::attempts(SteadyClock::time_point deadline, bool wait_forever, bool single_attempt) {
   const bool fair = engine_->fair();
   const std::string fair_token = fair ? make_token() : std::string();

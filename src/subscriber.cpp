@@ -62,14 +62,14 @@ bool parse_number(std::string_view& rest, std::uint64_t& out) noexcept {
 }  // namespace
 
 bool parse_grant(std::string_view payload, std::uint64_t& seq, std::uint64_t& fence,
-                 std::string_view& token) noexcept {
+                 std::string_view& token_sha1) noexcept {
   constexpr std::string_view kPrefix = "grant:";
   if (payload.substr(0, kPrefix.size()) != kPrefix) return false;
   payload.remove_prefix(kPrefix.size());
   if (!parse_number(payload, seq) || !parse_number(payload, fence) || payload.empty()) {
     return false;
   }
-  token = payload;
+  token_sha1 = payload;
   return true;
 }
 
@@ -309,12 +309,13 @@ void Subscriber::run() noexcept {
           if (it == channels_.end()) continue;
           std::uint64_t seq = 0;
           std::uint64_t fence = 0;
-          std::string_view token;
-          if (parse_grant(text(reply->element[2]), seq, fence, token)) {
+          std::string_view named;  // SHA1 of the waiter's token
+          if (parse_grant(text(reply->element[2]), seq, fence, named)) {
             // A hand-over is for one waiter only (possibly in another process): nobody else
             // here could take the lock, so nobody else is woken.
             for (WakeSlot* slot : it->second.waiters) {
-              if (!slot->token().empty() && slot->token() == token) slot->grant(seq, fence);
+              if (!slot->token_sha1().empty() && slot->token_sha1() == named)
+                slot->grant(seq, fence);
             }
           } else {
             wake_one(it->second);

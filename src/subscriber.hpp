@@ -37,7 +37,7 @@ class WakeSlot {
   WakeSlot() = default;
   // Fair mode: SHA1 (hex) of the token the waiter queued with; hand-overs naming it are
   // delivered to this slot.
-  explicit WakeSlot(std::string token_sha1) : token_(std::move(token_sha1)) {}
+  explicit WakeSlot(std::string token_sha1) : token_sha1_(std::move(token_sha1)) {}
 
   void notify() noexcept;
   // Fair mode: the server handed the lock to this slot's token ("grant:<seq>:<fence>:<sha1>").
@@ -48,10 +48,10 @@ class WakeSlot {
   bool wait_until(std::chrono::steady_clock::time_point deadline);
   // Consumes a hand-over, if one arrived: the attempt number it named and the fence it carried.
   bool take_grant(std::uint64_t& seq, std::uint64_t& fence) noexcept;
-  const std::string& token() const noexcept { return token_; }
+  const std::string& token_sha1() const noexcept { return token_sha1_; }
 
  private:
-  const std::string token_;
+  const std::string token_sha1_;
   std::mutex mutex_;
   std::condition_variable cv_;
   bool notified_{false};
@@ -63,7 +63,7 @@ class WakeSlot {
 // A hand-over message ("grant:<seq>:<fence>:<sha1 of token>"), parsed. False if `payload` is
 // not one.
 bool parse_grant(std::string_view payload, std::uint64_t& seq, std::uint64_t& fence,
-                 std::string_view& token) noexcept;
+                 std::string_view& token_sha1) noexcept;
 
 struct SubscriberStats {
   std::uint64_t messages{0};

@@ -72,16 +72,15 @@ std::string make_token() {
     buffer.used = 0;
     buffer.generation = generation;
   }
-  std::array<unsigned char, kTokenBytes> bytes{};
-  std::copy_n(buffer.bytes.data() + buffer.used, kTokenBytes, bytes.data());
-  std::fill_n(buffer.bytes.data() + buffer.used, kTokenBytes, 0);
-  buffer.used += kTokenBytes;
+  unsigned char* bytes = buffer.bytes.data() + buffer.used;
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out(2 * kTokenBytes, '0');
   for (std::size_t i = 0; i < kTokenBytes; ++i) {
     out[2 * i] = kHex[bytes[i] >> 4];
     out[2 * i + 1] = kHex[bytes[i] & 0xf];
   }
+  std::fill_n(bytes, kTokenBytes, 0);  // handed out: never again
+  buffer.used += kTokenBytes;
   return out;
 }
 
