@@ -488,3 +488,51 @@ TEST_CASE("A slot key holding another type is a ServerError, not contention",
   CHECK_THROWS_AS(b.try_acquire(), redlock::ServerError);
   CHECK_FALSE(a.owns_permit());
 }
+
+TEST_CASE("Without wake-on-release a waiter sleeps no longer than the earliest slot expiry",
+          "[redis][semaphore]") {
+  Setup setup("sem-poll");
+  auto& [server, client, k] = setup;
+  redlock::Semaphore a(client, k, 2, fast(700ms));
+  redlock::Semaphore b(client, k, 2, fast(30s));
+  auto o = fast(30s);
+  o.retry_delay = 10s;
+  o.wake_on_release = false;
+  redlock::Semaphore waiter(client, k, 2, o);
+  REQUIRE(a.try_acquire());
+  REQUIRE(b.try_acquire());
+  const std::size_t expiring = a.slot();
+  const auto start = Clock::now();
+  REQUIRE(waiter.try_acquire_for(8s));
+  CHECK(Clock::now() - start < 4s);  // a's 700 ms, not the 10 s retry delay
+  CHECK(waiter.slot() == expiring);
+  CHECK(b.owns_permit());
+}
+
+TEST_CASE("A permit capped by max_renewals is given back and reported", "[redis][semaphore]") {
+  Setup setup("sem-cap");
+  auto& [server, client, k] = setup;
+  std::promise<redlock::LostEvent> lost;
+  auto o = fast(3s);  // renewed at ~1 s, capped at ~2 s; the key would live until ~4 s
+  o.auto_renew = true;
+  o.max_renewals = 1;
+  o.on_lost = [&lost](const redlock::LostEvent& e) { lost.set_value(e); };
+  redlock::Semaphore sem(client, k, 1, o);
+  REQUIRE(sem.try_acquire());
+  auto event = lost.get_future();
+  REQUIRE(event.wait_for(5s) == std::future_status::ready);
+  const redlock::LostEvent e = event.get();
+  CHECK(e.key == k);
+  CHECK(e.reason == redlock::LostReason::cap_reached);
+  CHECK(e.renewals == 1);
+  CHECK_FALSE(sem.owns_permit());
+  // Released by the watchdog right after telling the holder, not left to expire.
+  const auto told = Clock::now();
+  while (server.raw({"EXISTS", k + ":permit:1"}).integer() == 1 && Clock::now() - told < 1500ms) {
+    std::this_thread::sleep_for(10ms);
+  }
+  CHECK(server.raw({"EXISTS", k + ":permit:1"}).integer() == 0);
+  redlock::Semaphore next(client, k, 1, fast());
+  CHECK(next.try_acquire());
+  CHECK_FALSE(sem.release());
+}
