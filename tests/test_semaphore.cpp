@@ -251,6 +251,8 @@ TEST_CASE("A permit of a holder killed with SIGKILL frees its slot when its ttl 
       redlock::Client client(server.endpoint());
       auto o = fast(1500ms);
       o.auto_renew = true;  // alive, it keeps the permit far past its ttl
+      // Its own watchdog: a Watchdog::shared() the parent already started has no threads here.
+      o.watchdog = std::make_shared<redlock::Watchdog>();
       redlock::Semaphore sem(client, k, 1, o);
       sem.acquire();
       const char ready = 'y';
