@@ -173,6 +173,15 @@ class HoldState {
   std::vector<std::function<void()>> callbacks_;  // guarded by mutex_
 };
 
+// What validity() reports for `hold` (may be null): the time left on the local steady clock,
+// milliseconds rounded down; zero if none or lost.
+inline std::chrono::milliseconds validity_of(const HoldState* hold) noexcept {
+  if (hold == nullptr) return std::chrono::milliseconds::zero();
+  const auto now = SteadyClock::now();
+  if (hold->lost(now)) return std::chrono::milliseconds::zero();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(hold->valid_until() - now);
+}
+
 }  // namespace detail
 }  // namespace redlock
 

@@ -8,15 +8,16 @@
 #ifndef REDLOCK_REDLOCK_HPP
 #define REDLOCK_REDLOCK_HPP
 
-#include <redlock/client.hpp>    // Client, Script
-#include <redlock/endpoint.hpp>  // Endpoint
-#include <redlock/errors.hpp>    // Error and its subclasses
-#include <redlock/lease.hpp>     // LeaseToken
-#include <redlock/lock.hpp>      // Lock, Redlock
-#include <redlock/log.hpp>       // set_log_handler
-#include <redlock/options.hpp>   // LockOptions, LostReason, LostEvent
-#include <redlock/reply.hpp>     // Reply
-#include <redlock/version.hpp>   // REDLOCK_VERSION_*
-#include <redlock/watchdog.hpp>  // Watchdog
+#include <redlock/client.hpp>     // Client, Script
+#include <redlock/endpoint.hpp>   // Endpoint
+#include <redlock/errors.hpp>     // Error and its subclasses
+#include <redlock/lease.hpp>      // LeaseToken
+#include <redlock/lock.hpp>       // Lock, Redlock
+#include <redlock/log.hpp>        // set_log_handler
+#include <redlock/options.hpp>    // LockOptions, LostReason, LostEvent
+#include <redlock/reply.hpp>      // Reply
+#include <redlock/semaphore.hpp>  // Semaphore
+#include <redlock/version.hpp>    // REDLOCK_VERSION_*
+#include <redlock/watchdog.hpp>   // Watchdog
 
 #endif  // REDLOCK_REDLOCK_HPP
