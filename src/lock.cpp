@@ -123,6 +123,53 @@ class ReleaseWatch {
 // How a caller waits: try_lock() once, try_lock_for/until() until a deadline, or lock().
 enum class Call { try_lock, try_lock_for, lock };
 
+namespace {
+
+// The unavailability rule of one wait: try_lock() throws a transport failure at once; a wait
+// logs one warning when attempts start failing that way, one info when the servers answer again,
+// and at its deadline throws the failure if the last attempt was one. Server error replies are
+// never unavailability: they always throw.
+class Unavailability {
+ public:
+  Unavailability(const std::string& key, Call call, bool forever)
+      : key_(key), call_(call), forever_(forever) {}
+
+  // The attempt failed with `failure`: rethrows it, or records it and returns.
+  void failed(const std::exception_ptr& failure) {
+    try {
+      std::rethrow_exception(failure);
+    } catch (const ServerError&) {
+      throw;
+    } catch (const Error& e) {
+      if (call_ == Call::try_lock) throw;
+      if (!last_) {
+        logf(LogLevel::warn, "redlock: {} cannot be acquired now ({}); retrying until {}", key_,
+             e.what(), forever_ ? "it can" : "the deadline");
+      }
+      last_ = failure;
+    }
+  }
+  // The servers answered the attempt (granted or refused).
+  void answered() {
+    if (!last_) return;
+    logf(LogLevel::info, "redlock: the servers for {} answer again", key_);
+    last_ = nullptr;
+  }
+  // The deadline passed: returns false (contention), or throws the last failure.
+  bool give_up() const {
+    if (last_) std::rethrow_exception(last_);
+    return false;
+  }
+
+ private:
+  const std::string& key_;
+  const Call call_;
+  const bool forever_;
+  std::exception_ptr last_;
+};
+
+}  // namespace
+
 class LockCore : public std::enable_shared_from_this<LockCore> {
  public:
   LockCore(std::vector<std::shared_ptr<ClientImpl>> nodes, std::string key, LockOptions options)
@@ -334,21 +381,7 @@ bool LockCore::attempts(Call call, SteadyClock::time_point deadline) {
   // Fair mode: send times of the recent attempts; attempt s was sent at sent[(s - 1) % kKept].
   constexpr std::uint64_t kKept = 32;
   SteadyClock::time_point sent[kKept];
-  std::exception_ptr unavailable;  // the last attempt's failure while the servers are unreachable
-  auto note_failure = [&](const std::exception_ptr& failure) {
-    try {
-      std::rethrow_exception(failure);
-    } catch (const ServerError&) {
-      throw;  // the server answered: an error reply is not unavailability
-    } catch (const Error& e) {
-      if (single_attempt) throw;
-      if (!unavailable) {
-        logf(LogLevel::warn, "redlock: {} cannot be acquired now ({}); retrying until {}",
-             engine_->key(), e.what(), wait_forever ? "it can" : "the deadline");
-      }
-      unavailable = failure;
-    }
-  };
+  Unavailability unavailable(engine_->key(), call, wait_forever);
   auto attempt = [&](bool contended, AcquireResult& out) {
     std::string token = fair ? fair_token : make_token();
     const auto start = SteadyClock::now();
@@ -357,13 +390,10 @@ bool LockCore::attempts(Call call, SteadyClock::time_point deadline) {
     out = engine_->acquire(token, contended, fair && contended, seq);
     if (out.left_queue) void_through = seq;
     if (out.failure) {
-      note_failure(out.failure);
+      unavailable.failed(out.failure);
       return false;
     }
-    if (unavailable) {
-      logf(LogLevel::info, "redlock: the servers for {} answer again", engine_->key());
-      unavailable = nullptr;
-    }
+    unavailable.answered();
     return out.held && take(out, std::move(token), start);
   };
   bool queued = false;  // fair mode: an attempt may have taken a place in the queue
@@ -413,10 +443,7 @@ bool LockCore::attempts(Call call, SteadyClock::time_point deadline) {
     if (watch ? contended_attempt(result) : attempt(false, result)) return true;
     if (single_attempt) return false;
     if (!watch) {
-      if (!wait_forever && SteadyClock::now() >= deadline) {
-        if (unavailable) std::rethrow_exception(unavailable);
-        return false;
-      }
+      if (!wait_forever && SteadyClock::now() >= deadline) return unavailable.give_up();
       start_watch(options_.wake_on_release);
       if (!cancelled() && contended_attempt(result)) return true;
     }
@@ -429,8 +456,7 @@ bool LockCore::attempts(Call call, SteadyClock::time_point deadline) {
       if (!wait_forever && now >= deadline) {
         if (take_hand_over()) return true;  // it came in time
         leave_queue();
-        if (unavailable) std::rethrow_exception(unavailable);
-        return false;
+        return unavailable.give_up();
       }
       auto wait = jittered(base);
       if (result.holder_pttl.count() >= 0) {
