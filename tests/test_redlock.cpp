@@ -50,7 +50,10 @@ void quorum_matrix(std::size_t n) {
   ServerGroup dead(n);
   std::vector<redlock::Endpoint> dead_endpoints = dead.endpoints();
   for (std::size_t i = 0; i < n; ++i) dead[i].kill9();
-  std::vector<redlock::Client> live_clients = clients_for(live.endpoints());
+  // Live nodes get a generous timeout: a busy machine must not make one look down.
+  std::vector<redlock::Endpoint> live_endpoints = live.endpoints();
+  for (auto& ep : live_endpoints) ep.command_timeout = 2s;
+  std::vector<redlock::Client> live_clients = clients_for(live_endpoints);
   std::vector<redlock::Client> dead_clients = clients_for(dead_endpoints);
 
   std::size_t combos = 1;
