@@ -521,7 +521,13 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl, boo
   if (answered == 0 && old_server) {
     return acquire(token, want_pttl, enqueue, seq);  // once more, with plain SET NX
   }
-  if (answered < quorum()) {
+  // Unreachable: a transport failure of the node's own; a node cut short once the outcome was
+  // certain (early finish), or one that answered with an error reply, was reachable.
+  std::size_t unreachable = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    unreachable += errors[i] && !is_server[i] && !batches[i].abandoned ? 1 : 0;
+  }
+  if (answered == 0 || n - unreachable < quorum()) {
     result.failure = unavailable(nodes_, errors, is_server);
   } else {
     for (std::size_t i = 0; i < n; ++i) {
