@@ -305,6 +305,7 @@ void read_multiplexed(PerNode<Pending>& pending, Clock::time_point start,
       if (p.done || p.replies.size() >= p.expected) continue;
       if (now >= p.deadline || now >= grace) {
         p.abandoned = now < p.deadline;
+        p.batch->abandoned = p.abandoned;
         send_on_timeout(p);
         // Reported as a timeout: the context saw no error, so describe it ourselves.
         p.connection->context->err = REDIS_ERR_IO;

@@ -179,6 +179,8 @@ struct NodeBatch {
   // Out: the commands were sent twice (a pooled connection died before any reply, and they were
   // retried on a fresh one); the server may have run the first send too.
   bool retried{false};
+  // Out: cut short by an early finish (its error is a TimeoutError), not by its own deadline.
+  bool abandoned{false};
 };
 
 // Lets a multi-node batch finish before its slowest node once the outcome is certain: when

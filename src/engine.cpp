@@ -88,7 +88,9 @@ if not holder and (not head or head == ARGV[1]) then
 end
 if ARGV[3] == '1' then
   local alive = tonumber(ARGV[4])
-  local info = string.format('%.0f:%s:%s:%s:%s', now + alive, ARGV[2], ARGV[5], ARGV[6], ARGV[7])
+  -- Concatenated, never %s: Lua 5.1's format cuts a string at its first NUL (keys are binary).
+  local info = string.format('%.0f', now + alive) .. ':' .. ARGV[2] .. ':' .. ARGV[5] .. ':' ..
+    ARGV[6] .. ':' .. ARGV[7]
   if redis.call('hset', KEYS[3], ARGV[1], info) == 1 then
     redis.call('lrem', KEYS[2], 0, ARGV[1])
     redis.call('rpush', KEYS[2], ARGV[1])
@@ -141,6 +143,31 @@ std::exception_ptr pick_failure(const PerNode<std::exception_ptr>& errors,
     if (!first) first = errors[i];
   }
   return first;
+}
+
+// The failure of an attempt that fewer than a quorum of nodes answered: a server error reply if
+// there was one; for one node its transport error; for several a QuorumUnavailableError naming
+// every node that failed and why.
+std::exception_ptr unavailable(const std::vector<std::shared_ptr<ClientImpl>>& nodes,
+                               const PerNode<std::exception_ptr>& errors,
+                               const PerNode<bool>& is_server) {
+  if (nodes.size() == 1 || std::find(is_server.begin(), is_server.end(), true) != is_server.end()) {
+    return pick_failure(errors, is_server);
+  }
+  std::string why;
+  std::size_t failed = 0;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (!errors[i]) continue;
+    ++failed;
+    try {
+      std::rethrow_exception(errors[i]);
+    } catch (const std::exception& e) {
+      why += fmt::format("; {}: {}", nodes[i]->address(), e.what());
+    }
+  }
+  return std::make_exception_ptr(QuorumUnavailableError(
+      fmt::format("redlock: only {} of {} servers answered, fewer than the quorum of {}{}",
+                  nodes.size() - failed, nodes.size(), quorum_of(nodes.size()), why)));
 }
 
 }  // namespace
@@ -308,6 +335,9 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl, boo
   PerNode<FixedCommand<14>> commands(n);
   FixedCommand<2> pttl;
   pttl.arg("PTTL").arg(key_);
+  // Plain SET NX (Redis < 7) refuses a key of another type silently; a GET after it says WRONGTYPE.
+  FixedCommand<2> get;
+  get.arg("GET").arg(key_);
   // EVAL, not EVALSHA: nobody reads this reply, so a NOSCRIPT could not be retried. In fair mode
   // the undo also leaves the queue and hands a late grant on to the next waiter.
   FixedCommand<9> undo;
@@ -334,6 +364,7 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl, boo
     }
     batches[i].node = nodes_[i].get();
     batches[i].commands.push_back(c.view());
+    if (!scripted && c.argc != 7) batches[i].commands.push_back(get.view());
     if (want_pttl && !scripted) batches[i].commands.push_back(pttl.view());
     // A node too slow to answer in time does not count; undo whatever it does later, in order.
     batches[i].on_timeout.push_back(undo.view());
@@ -367,9 +398,14 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl, boo
       continue;
     }
     const bool with_get = !scripted && b.commands[0].argc == 7;
-    AcquireReply a =
-        read_acquire_reply(b.replies[0].get(), b.replies.size() > 1 ? b.replies[1].get() : nullptr,
-                           scripted, with_get, token);
+    const redisReply* pttl_reply = want_pttl && !scripted ? b.replies.back().get() : nullptr;
+    AcquireReply a = read_acquire_reply(b.replies[0].get(), pttl_reply, scripted, with_get, token);
+    const redisReply* failed_reply = b.replies[0].get();
+    if (!scripted && !with_get && a.answer == Answer::refused && is_error(b.replies[1].get())) {
+      a = AcquireReply{};  // the GET after a refusing plain SET NX: WRONGTYPE (or another error)
+      a.problem = AcquireReply::Problem::server_error;
+      failed_reply = b.replies[1].get();
+    }
     if (fencing_ && a.answer == Answer::granted && a.fence == 0) {
       a.problem = AcquireReply::Problem::unexpected;  // a fenced grant always carries a fence
     }
@@ -380,14 +416,16 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl, boo
         if (a.answer == Answer::refused) note_pttl(a.holder_pttl);
         break;
       case AcquireReply::Problem::syntax_error:
-        if (nodes_[i]->set_nx_get.exchange(false)) {
-          old_server = true;  // Redis < 7.0: SET NX GET unsupported; plain SET NX from now on
+        // Redis < 7.0: SET NX GET unsupported; plain SET NX from now on. Every attempt that sent
+        // GET retries, not only the first to notice (others were in flight meanwhile).
+        if (with_get) {
+          nodes_[i]->set_nx_get.store(false);
+          old_server = true;
         }
         [[fallthrough]];
       case AcquireReply::Problem::server_error:
-        errors[i] =
-            server_error(nodes_[i]->address(), scripted ? "the acquire script" : "SET NX PX",
-                         text(b.replies[0].get()));
+        errors[i] = server_error(nodes_[i]->address(),
+                                 scripted ? "the acquire script" : "SET NX PX", text(failed_reply));
         is_server[i] = true;
         break;
       case AcquireReply::Problem::unexpected:
@@ -462,10 +500,15 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl, boo
       } catch (...) {
       }
     }
-    // A retried request may have run twice: a refusal then can be our own first grant.
+    // A retried plain SET NX may have run twice: its refusal then can be our own first grant.
+    // A script or SET ... GET recognises our own grant, so its refusal is a real one (and in
+    // fair mode a rollback would give up the waiter's place and a hand-over on its way).
+    const bool blind = !scripted && batches[i].commands[0].argc != 7;
     undo_on[i] = answers[i] == Answer::granted || (errors[i] && !timed_out) ||
-                 (answers[i] == Answer::refused && batches[i].retried);
+                 (answers[i] == Answer::refused && batches[i].retried && blind);
     rollback = rollback || undo_on[i];
+    // Fair mode: a timed-out node got fair_release on its abandoned connection (on_timeout).
+    result.left_queue = fair_ && (result.left_queue || undo_on[i] || timed_out);
   }
   if (rollback) {
     try {
@@ -475,9 +518,17 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl, boo
   }
   std::size_t answered = 0;
   for (Answer a : answers) answered += a != Answer::failed ? 1 : 0;
-  if (answered == 0) {
-    if (old_server) return acquire(token, want_pttl, enqueue, seq);  // once more, with plain SET NX
-    result.failure = pick_failure(errors, is_server);
+  if (answered == 0 && old_server) {
+    return acquire(token, want_pttl, enqueue, seq);  // once more, with plain SET NX
+  }
+  // Unreachable: a transport failure of the node's own; a node cut short once the outcome was
+  // certain (early finish), or one that answered with an error reply, was reachable.
+  std::size_t unreachable = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    unreachable += errors[i] && !is_server[i] && !batches[i].abandoned ? 1 : 0;
+  }
+  if (answered == 0 || n - unreachable < quorum()) {
+    result.failure = unavailable(nodes_, errors, is_server);
   } else {
     for (std::size_t i = 0; i < n; ++i) {
       if (!errors[i]) continue;
@@ -585,7 +636,8 @@ ReleaseResult LeaseEngine::release(const std::string& token, const bool* only, b
       continue;
     }
     ++answered;
-    if (r->type == REDIS_REPLY_INTEGER && r->integer == 0) ++result.refused;
+    // A resent release that says "not ours" may have followed our own first send: unknown.
+    if (r->type == REDIS_REPLY_INTEGER && r->integer == 0 && !batches[k].retried) ++result.refused;
     if (r->type == REDIS_REPLY_INTEGER && r->integer >= 1) {
       ++result.released;
       result.listeners = std::max(

@@ -83,8 +83,12 @@ struct AcquireResult {
   std::size_t granted{0};
   // Smallest remaining ttl reported by nodes that refused (-1: unknown or no expiry).
   std::chrono::milliseconds holder_pttl{-1};
-  // Set when no node gave a usable answer: the error to throw (server error preferred).
+  // Set when no node gave a usable answer: the error to throw (server error preferred); for
+  // N > 1, also when fewer than a quorum answered (QuorumUnavailableError).
   std::exception_ptr failure;
+  // Fair mode: fair_release ran (or may still run) with the token, so the queue place is gone
+  // and any hand-over named by this attempt or an earlier one is void.
+  bool left_queue{false};
 };
 
 struct ExtendResult {

@@ -3,6 +3,7 @@
 #include <redlock/lock.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -96,6 +97,8 @@ class ReleaseWatch {
   // Waits until a release is announced or `until`. Without a confirmed subscription the timer
   // does the work, but a wake-up that reaches the slot anyway is still taken.
   void wait_until(SteadyClock::time_point until) { slot_.wait_until(until); }
+  // What cancel_waits() wakes.
+  WakeSlot& slot() noexcept { return slot_; }
   // Fair mode: a hand-over that arrived (see WakeSlot::take_grant).
   bool take_grant(std::uint64_t& seq, std::uint64_t& fence) noexcept {
     return slot_.take_grant(seq, fence);
@@ -117,7 +120,57 @@ class ReleaseWatch {
 
 }  // namespace
 
-class LockCore {
+// How a caller waits: try_lock() once, try_lock_for/until() until a deadline, or lock().
+enum class Call { try_lock, try_lock_for, lock };
+
+namespace {
+
+// The unavailability rule of one wait: try_lock() throws a transport failure at once; a wait
+// logs one warning when attempts start failing that way, one info when the servers answer again,
+// and at its deadline throws the failure if the last attempt was one. Server error replies are
+// never unavailability: they always throw.
+class Unavailability {
+ public:
+  Unavailability(const std::string& key, Call call, bool forever)
+      : key_(key), call_(call), forever_(forever) {}
+
+  // The attempt failed with `failure`: rethrows it, or records it and returns.
+  void failed(const std::exception_ptr& failure) {
+    try {
+      std::rethrow_exception(failure);
+    } catch (const ServerError&) {
+      throw;
+    } catch (const Error& e) {
+      if (call_ == Call::try_lock) throw;
+      if (!last_) {
+        logf(LogLevel::warn, "redlock: {} cannot be acquired now ({}); retrying until {}", key_,
+             e.what(), forever_ ? "it can" : "the deadline");
+      }
+      last_ = failure;
+    }
+  }
+  // The servers answered the attempt (granted or refused).
+  void answered() {
+    if (!last_) return;
+    logf(LogLevel::info, "redlock: the servers for {} answer again", key_);
+    last_ = nullptr;
+  }
+  // The deadline passed: returns false (contention), or throws the last failure.
+  bool give_up() const {
+    if (last_) std::rethrow_exception(last_);
+    return false;
+  }
+
+ private:
+  const std::string& key_;
+  const Call call_;
+  const bool forever_;
+  std::exception_ptr last_;
+};
+
+}  // namespace
+
+class LockCore : public std::enable_shared_from_this<LockCore> {
  public:
   LockCore(std::vector<std::shared_ptr<ClientImpl>> nodes, std::string key, LockOptions options)
       : options_(std::move(options)),
@@ -127,11 +180,21 @@ class LockCore {
     }
   }
 
-  bool acquire(SteadyClock::time_point deadline, bool wait_forever, bool single_attempt);
+  // `deadline` max(): no deadline.
+  bool acquire(Call call, SteadyClock::time_point deadline);
   bool release();
   bool extend(std::chrono::milliseconds ttl);
   void destroy() noexcept;
+  void cancel_waits() noexcept;
+  // The thread that owns the hold is exiting: release the hold (best effort), so that no thread
+  // that gets the same std::thread::id later inherits it.
+  void orphaned() noexcept;
 
+  // The calling thread's hold, if it has one.
+  std::shared_ptr<HoldState> hold_of_caller() const noexcept {
+    std::lock_guard<std::mutex> guard(mutex_);
+    return owner_ == std::this_thread::get_id() ? hold_ : nullptr;
+  }
   bool owns() const noexcept {
     std::lock_guard<std::mutex> guard(mutex_);
     return owner_ == std::this_thread::get_id() && hold_ && !hold_->lost(SteadyClock::now());
@@ -145,7 +208,9 @@ class LockCore {
   const LeaseEngine& engine() const noexcept { return *engine_; }
 
  private:
-  bool attempts(SteadyClock::time_point deadline, bool wait_forever, bool single_attempt);
+  bool attempts(Call call, SteadyClock::time_point deadline);
+  bool give_up(Call call);
+  bool cancelled() const noexcept { return cancelled_.load(std::memory_order_acquire); }
   bool take(const AcquireResult& result, std::string token, SteadyClock::time_point start);
   void free_gate() {
     std::lock_guard<std::mutex> guard(mutex_);
@@ -168,9 +233,71 @@ class LockCore {
   std::size_t depth_{0};
   std::shared_ptr<HoldState> hold_;
   SteadyClock::time_point courtesy_until_{};  // no acquire attempt before this (anti-barging)
+  std::atomic<bool> cancelled_{false};        // cancel_waits() was called
+  std::vector<WakeSlot*> waiting_;            // slots of the waits in progress (cancel wakes them)
 };
 
-bool LockCore::acquire(SteadyClock::time_point deadline, bool wait_forever, bool single_attempt) {
+namespace {
+
+// One per thread that ever acquired: when the thread exits, the locks it still holds are
+// released (their owner id may be given to a new thread).
+class ThreadHolds {
+ public:
+  ThreadHolds() = default;
+  ThreadHolds(const ThreadHolds&) = delete;
+  ThreadHolds& operator=(const ThreadHolds&) = delete;
+  ~ThreadHolds() {
+    for (auto& weak : cores_) {
+      if (auto core = weak.lock()) core->orphaned();
+    }
+  }
+  void add(const std::shared_ptr<LockCore>& core) {
+    cores_.erase(std::remove_if(cores_.begin(), cores_.end(),
+                                [](const std::weak_ptr<LockCore>& w) { return w.expired(); }),
+                 cores_.end());
+    for (const auto& weak : cores_) {
+      if (weak.lock() == core) return;
+    }
+    cores_.push_back(core);
+  }
+
+ private:
+  std::vector<std::weak_ptr<LockCore>> cores_;
+};
+
+ThreadHolds& thread_holds() {
+  thread_local ThreadHolds holds;
+  return holds;
+}
+
+// Registers a wait's wake slot with its lock for the wait's duration (cancel_waits wakes it).
+class WaitingSlot {
+ public:
+  WaitingSlot(std::mutex& mutex, std::vector<WakeSlot*>& waiting)
+      : mutex_(mutex), waiting_(waiting) {}
+  ~WaitingSlot() {
+    if (slot_ == nullptr) return;
+    std::lock_guard<std::mutex> guard(mutex_);
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), slot_));
+  }
+  WaitingSlot(const WaitingSlot&) = delete;
+  WaitingSlot& operator=(const WaitingSlot&) = delete;
+  void set(WakeSlot& slot) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    slot_ = &slot;
+    waiting_.push_back(slot_);
+  }
+
+ private:
+  std::mutex& mutex_;
+  std::vector<WakeSlot*>& waiting_;
+  WakeSlot* slot_{nullptr};
+};
+
+}  // namespace
+
+bool LockCore::acquire(Call call, SteadyClock::time_point deadline) {
+  const bool wait_forever = deadline == SteadyClock::time_point::max();
   std::unique_lock<std::mutex> lock(mutex_);
   if (owner_ == std::this_thread::get_id()) {
     // Re-entrant: a lost hold is not silently re-acquired; lock() still counts so that unlocks
@@ -179,7 +306,7 @@ bool LockCore::acquire(SteadyClock::time_point deadline, bool wait_forever, bool
       ++depth_;
       return true;
     }
-    if (wait_forever) {
+    if (call == Call::lock) {
       // lock() must not return without the lock, and this thread cannot wait for itself.
       throw Error("redlock: lock() of " + engine_->key() +
                   " by the thread that owns it, but its hold was lost; unlock() it first");
@@ -187,24 +314,29 @@ bool LockCore::acquire(SteadyClock::time_point deadline, bool wait_forever, bool
     return false;
   }
   // Queue behind other threads of this process: only one of them talks to Redis at a time.
-  if (single_attempt) {
+  const auto free_or_cancelled = [this] { return !busy_ || cancelled(); };
+  if (call == Call::try_lock) {
     if (busy_) return false;
   } else if (wait_forever) {
-    local_.wait(lock, [this] { return !busy_; });
-  } else if (!local_.wait_until(lock, deadline, [this] { return !busy_; })) {
+    local_.wait(lock, free_or_cancelled);
+  } else if (!local_.wait_until(lock, deadline, free_or_cancelled)) {
     return false;
+  }
+  if (call != Call::try_lock && cancelled()) {
+    lock.unlock();
+    return give_up(call);
   }
   busy_ = true;
   const auto courtesy = courtesy_until_;
   lock.unlock();
   // This object just released a lock others were waiting for: give the woken waiter the few
   // round trips it needs before competing again (no barging; see release()).
-  if (!single_attempt && SteadyClock::now() < courtesy) {
-    std::this_thread::sleep_until(wait_forever ? courtesy : std::min(courtesy, deadline));
+  if (call != Call::try_lock && SteadyClock::now() < courtesy) {
+    std::this_thread::sleep_until(std::min(courtesy, deadline));
   }
   bool held = false;
   try {
-    held = attempts(deadline, wait_forever, single_attempt);
+    held = attempts(call, deadline);
   } catch (...) {
     free_gate();
     throw;
@@ -213,28 +345,55 @@ bool LockCore::acquire(SteadyClock::time_point deadline, bool wait_forever, bool
   return held;
 }
 
+bool LockCore::give_up(Call call) {
+  if (call == Call::lock) {
+    throw CancelledError("redlock: lock() of " + engine_->key() +
+                         " was cancelled by cancel_waits()");
+  }
+  return false;
+}
+
+void LockCore::cancel_waits() noexcept {
+  cancelled_.store(true, std::memory_order_release);
+  std::lock_guard<std::mutex> guard(mutex_);
+  for (WakeSlot* slot : waiting_) slot->notify();
+  local_.notify_all();
+}
+
 // Fair mode differs in three ways. One token serves the whole wait: it is the waiter's place in
 // the server's queue, and each attempt refreshes it. A release hands the lock over by setting the
 // key to our token and publishing "grant:<seq>:<fence>:<SHA1 of the token>" on this process's
 // own channel, where seq numbers the last attempt the server had seen; that attempt was sent before
 // the key was set, so a lease counted from its send time ends no later than the server's, and no
 // round trip is needed. A waiter that gives up leaves the queue (passing on a hand-over that raced
-// with its deadline).
-bool LockCore::attempts(SteadyClock::time_point deadline, bool wait_forever, bool single_attempt) {
+// with its deadline). An attempt after which the engine ran fair_release with the token (a
+// rollback) voids every hand-over naming it or an earlier attempt.
+// Unavailability (the servers cannot be reached) ends try_lock() with the error; a wait rides it
+// out until its deadline, and throws it if the last attempt failed that way.
+bool LockCore::attempts(Call call, SteadyClock::time_point deadline) {
+  const bool wait_forever = deadline == SteadyClock::time_point::max();
+  const bool single_attempt = call == Call::try_lock;
   const bool fair = engine_->fair();
   const std::string fair_token = fair ? make_token() : std::string();
   const std::string fair_token_sha1 = fair ? sha1_hex(fair_token) : std::string();
   std::uint64_t seq = 0;
+  std::uint64_t void_through = 0;  // fair mode: hand-overs naming attempts up to this are void
   // Fair mode: send times of the recent attempts; attempt s was sent at sent[(s - 1) % kKept].
   constexpr std::uint64_t kKept = 32;
   SteadyClock::time_point sent[kKept];
+  Unavailability unavailable(engine_->key(), call, wait_forever);
   auto attempt = [&](bool contended, AcquireResult& out) {
     std::string token = fair ? fair_token : make_token();
     const auto start = SteadyClock::now();
     sent[seq % kKept] = start;
     ++seq;
     out = engine_->acquire(token, contended, fair && contended, seq);
-    if (out.failure) std::rethrow_exception(out.failure);
+    if (out.left_queue) void_through = seq;
+    if (out.failure) {
+      unavailable.failed(out.failure);
+      return false;
+    }
+    unavailable.answered();
     return out.held && take(out, std::move(token), start);
   };
   bool queued = false;  // fair mode: an attempt may have taken a place in the queue
@@ -256,16 +415,20 @@ bool LockCore::attempts(SteadyClock::time_point deadline, bool wait_forever, boo
   // attempt (in fair mode the key then holds our token, and the attempt re-arms it). When this
   // process is subscribed already (another waiter, or a lingering subscription), the watch
   // costs no round trip and the very first attempt is the one that counts.
-  const auto watch_deadline = wait_forever ? SteadyClock::time_point::max() : deadline;
   std::optional<ReleaseWatch> watch;
+  WaitingSlot waiting(mutex_, waiting_);  // destroyed before the watch
+  auto start_watch = [&](bool enabled) {
+    watch.emplace(*engine_, enabled, deadline, fair_token_sha1);
+    waiting.set(watch->slot());
+  };
   if (!single_attempt && options_.wake_on_release && ReleaseWatch::live(*engine_)) {
-    watch.emplace(*engine_, true, watch_deadline, fair_token_sha1);
+    start_watch(true);
   }
   // Fair mode: takes a hand-over that arrived, if its validity can still be trusted.
   auto take_hand_over = [&] {
     std::uint64_t granted = 0;
     std::uint64_t fence = 0;
-    if (!fair || !watch->take_grant(granted, fence) || granted < 1 || granted > seq ||
+    if (!fair || !watch->take_grant(granted, fence) || granted <= void_through || granted > seq ||
         seq - granted >= kKept) {
       return false;
     }
@@ -280,16 +443,20 @@ bool LockCore::attempts(SteadyClock::time_point deadline, bool wait_forever, boo
     if (watch ? contended_attempt(result) : attempt(false, result)) return true;
     if (single_attempt) return false;
     if (!watch) {
-      if (!wait_forever && SteadyClock::now() >= deadline) return false;
-      watch.emplace(*engine_, options_.wake_on_release, watch_deadline, fair_token_sha1);
-      if (contended_attempt(result)) return true;
+      if (!wait_forever && SteadyClock::now() >= deadline) return unavailable.give_up();
+      start_watch(options_.wake_on_release);
+      if (!cancelled() && contended_attempt(result)) return true;
     }
     for (;;) {
+      if (cancelled()) {
+        leave_queue();  // passes on a hand-over that came meanwhile
+        return give_up(call);
+      }
       const auto now = SteadyClock::now();
       if (!wait_forever && now >= deadline) {
         if (take_hand_over()) return true;  // it came in time
         leave_queue();
-        return false;
+        return unavailable.give_up();
       }
       auto wait = jittered(base);
       if (result.holder_pttl.count() >= 0) {
@@ -300,6 +467,7 @@ bool LockCore::attempts(SteadyClock::time_point deadline, bool wait_forever, boo
       auto until = now + wait;
       if (!wait_forever) until = std::min(until, deadline);
       watch->wait_until(until);
+      if (cancelled()) continue;
       if (take_hand_over() || contended_attempt(result)) return true;
     }
   } catch (...) {
@@ -317,6 +485,7 @@ bool LockCore::take(const AcquireResult& result, std::string token, SteadyClock:
     depth_ = 1;
     hold_ = hold;
   }
+  thread_holds().add(shared_from_this());
   if (options_.auto_renew) {
     try {
       options_.watchdog->impl().watch(
@@ -426,6 +595,29 @@ bool LockCore::extend(std::chrono::milliseconds ttl) {
   return false;
 }
 
+void LockCore::orphaned() noexcept {
+  std::shared_ptr<HoldState> hold;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (owner_ != std::this_thread::get_id() || !hold_) return;
+    hold = std::move(hold_);
+    owner_ = {};
+    depth_ = 0;
+  }
+  logf(LogLevel::warn, "redlock: a thread exited holding {}; releasing it", engine_->key());
+  try {
+    hold->begin_end();
+    const bool capped = hold->marked_lost() && hold->reason() == LostReason::cap_reached;
+    if (!capped) engine_->release(hold->token());
+  } catch (const std::exception& e) {
+    logf(LogLevel::warn, "redlock: could not release {} ({}); it expires by its ttl",
+         engine_->key(), e.what());
+  } catch (...) {
+  }
+  hold->mark_released();
+  free_gate();
+}
+
 void LockCore::destroy() noexcept {
   std::shared_ptr<HoldState> hold;
   {
@@ -462,22 +654,21 @@ LockBase::LockBase(std::vector<Client> instances, std::string key, LockOptions o
 LockBase::~LockBase() { core_->destroy(); }
 
 void LockBase::lock() {
-  core_->acquire(detail::SteadyClock::time_point::max(), /*wait_forever=*/true,
-                 /*single_attempt=*/false);
+  core_->acquire(detail::Call::lock, detail::SteadyClock::time_point::max());
 }
 
 bool LockBase::try_lock() {
-  return core_->acquire(detail::SteadyClock::now(), false, /*single_attempt=*/true);
+  return core_->acquire(detail::Call::try_lock, detail::SteadyClock::now());
 }
+
+void LockBase::cancel_waits() noexcept { core_->cancel_waits(); }
 
 bool LockBase::try_lock_for_ns(std::chrono::nanoseconds timeout) {
   if (timeout <= std::chrono::nanoseconds::zero()) return try_lock();
   const auto now = detail::SteadyClock::now();
   const auto room = detail::SteadyClock::time_point::max() - now;
-  if (timeout >= room) {
-    return core_->acquire(detail::SteadyClock::time_point::max(), true, false);
-  }
-  return core_->acquire(now + timeout, false, false);
+  const auto deadline = timeout >= room ? detail::SteadyClock::time_point::max() : now + timeout;
+  return core_->acquire(detail::Call::try_lock_for, deadline);
 }
 
 void LockBase::unlock() noexcept {
@@ -499,7 +690,7 @@ bool LockBase::extend(std::chrono::milliseconds ttl) { return core_->extend(ttl)
 bool LockBase::owns_lock() const noexcept { return core_->owns(); }
 
 std::chrono::milliseconds LockBase::validity() const noexcept {
-  auto hold = core_->hold();
+  auto hold = core_->hold_of_caller();
   if (!hold) return std::chrono::milliseconds::zero();
   const auto now = detail::SteadyClock::now();
   if (hold->lost(now)) return std::chrono::milliseconds::zero();
@@ -507,8 +698,8 @@ std::chrono::milliseconds LockBase::validity() const noexcept {
 }
 
 std::uint64_t LockBase::fence() const noexcept {
-  auto hold = core_->hold();
-  return hold ? hold->fence() : 0;
+  auto hold = core_->hold_of_caller();
+  return hold && !hold->lost(detail::SteadyClock::now()) ? hold->fence() : 0;
 }
 
 LeaseToken LockBase::lease() const noexcept { return LeaseToken(core_->hold()); }

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -20,6 +21,7 @@
 #include <redlock/redlock.hpp>
 
 #include "support/clock.hpp"
+#include "support/fault_proxy.hpp"
 #include "support/redis_server.hpp"
 
 using namespace std::chrono_literals;
@@ -179,13 +181,26 @@ TEST_CASE("A hand-over goes to the waiter's process alone and names the waiter b
   REQUIRE(raw != nullptr);
   freeReplyObject(raw);
   std::atomic<bool> got{false};
+  std::atomic<bool> checked{false};
   redlock::Lock waiter(held.client, held.k, fair());
+  std::atomic<bool> acquired{false};
   std::thread t([&] {
-    got = waiter.try_lock_for(10s);  // stays held until the end of the test
+    got = waiter.try_lock_for(10s);  // stays held until the checks are done (a thread that
+    acquired = true;                 // exits holding releases its holds)
+    while (!checked) std::this_thread::sleep_for(1ms);
+    if (got) waiter.unlock();
   });
   REQUIRE(wait_for_queue(held.server, held.k, 1));
   held.holder.unlock();
-  t.join();
+  struct Finish {  // lets the waiter's thread unlock and end, also when a REQUIRE fails
+    std::atomic<bool>& checked;
+    std::thread& t;
+    ~Finish() {
+      checked = true;
+      t.join();
+    }
+  } finish{checked, t};
+  while (!acquired) std::this_thread::sleep_for(1ms);
   REQUIRE(got.load());
   const std::string token = held.server.raw({"GET", held.k}).str();
   raw = nullptr;
@@ -209,7 +224,6 @@ TEST_CASE("A hand-over goes to the waiter's process alone and names the waiter b
             .raw({"EVAL", "if redis.call('get', KEYS[1]) == ARGV[1] then return 1 end return 0",
                   "1", held.k, payload.substr(payload.size() - 40)})
             .integer() == 0);
-  waiter.unlock();
 }
 
 TEST_CASE("Fair mode skips a waiter that died in the queue", "[redis][fair][fault]") {
@@ -369,4 +383,134 @@ TEST_CASE("Fair mode is refused for a Redlock", "[fair][bad_input]") {
       redlock::Client(redlock::Endpoint::parse("redis://127.0.0.1:3"))};
   CHECK_THROWS_AS(redlock::Redlock(clients, "k", fair()), std::invalid_argument);
   CHECK_NOTHROW(redlock::Lock(clients[0], "k", fair()));
+}
+
+TEST_CASE("Fair mode hands over on keys with NUL and non-UTF-8 bytes", "[redis][fair][bad-input]") {
+  // The hand-over names the waiter's channel, which contains the key: built with Lua's %s it
+  // was cut at the first NUL (published on the wrong channel, or the waiter looked dead).
+  std::vector<std::string> keys = {key(std::string("fair\0mid", 8)),
+                                   key("fair-\xff\xfe\x80-bytes")};
+  // A NUL first (the waiter looked dead), unless logged in with the minimal ACL, whose key
+  // pattern ("rltest:*") such a key cannot match.
+  if (std::getenv("REDLOCK_TEST_RESTRICTED_USER") == nullptr) {
+    keys.push_back(std::string("\0fair-first", 11));
+  }
+  for (const std::string& k : keys) {
+    INFO("key of " << k.size() << " bytes, first byte " << static_cast<int>(k[0]));
+    RedisServer server;
+    redlock::Client client(server.endpoint());
+    redlock::Lock holder(client, k, fair(2s));
+    holder.lock();
+    holder.unlock();  // once around, so the scripts are cached
+    holder.lock();
+    std::atomic<bool> got{false};
+    redlock::Lock waiter(client, k, fair(2s));
+    std::thread t([&] {
+      got = waiter.try_lock_for(5s);
+      if (got) waiter.unlock();
+    });
+    REQUIRE(wait_for_queue(server, k, 1));
+    std::this_thread::sleep_for(50ms);
+    server.raw({"CONFIG", "RESETSTAT"});
+    const auto released = Clock::now();
+    holder.unlock();
+    t.join();
+    CHECK(got.load());
+    CHECK(Clock::now() - released < 1500ms);
+    // The holder's release and the waiter's own: the waiter never had to ask again.
+    CHECK(command_calls(server, "evalsha") == 2);
+    CHECK(server.raw({"EXISTS", k, k + ":queue", k + ":queue:info"}).integer() == 0);
+  }
+}
+
+TEST_CASE("Fair mode: a refused retry on a stale connection keeps the waiter's place and grant",
+          "[redis][fair][fault]") {
+  // The waiter's pooled connection dies; its next attempt is resent on a fresh one and refused.
+  // That refusal cannot be the waiter's own grant (a script), so nothing may be rolled back: a
+  // rollback (fair_release) after the holder handed the lock over would pass it on or delete it,
+  // while the hand-over message still told the waiter it held the lock.
+  RedisServer server;
+  redlock::test::FaultProxy proxy("127.0.0.1", server.port());
+  redlock::Endpoint endpoint = server.endpoint();
+  endpoint.port = proxy.port();
+  endpoint.command_timeout = 2s;
+  endpoint.connect_timeout = 2s;
+  redlock::Client direct(server.endpoint());
+  redlock::Client via_proxy(endpoint);
+  const auto k = key("fair-stale-retry");
+  redlock::Lock holder(direct, k, fair());
+  holder.lock();
+  redlock::Lock waiter(via_proxy, k, fair(300ms));
+  std::atomic<bool> got{false};
+  std::thread t([&] {
+    got = waiter.try_lock_for(20s);
+    if (got) {
+      // Still ours on the server: nobody else can take it.
+      redlock::Client third_client(server.endpoint());
+      redlock::Lock third(third_client, k, fair());
+      CHECK_FALSE(third.try_lock());
+      CHECK(server.raw({"GET", k}).str().size() == 40);
+      CHECK(waiter.release());
+    }
+  });
+  REQUIRE(wait_for_queue(server, k, 1));
+  proxy.set_delay(150ms);
+  // Kills the waiter's pooled connection (and the holder's), not the subscriber.
+  server.raw({"CLIENT", "KILL", "TYPE", "normal"});
+  const long long before = command_calls(server, "evalsha");
+  const auto end = Clock::now() + 5s;
+  while (command_calls(server, "evalsha") == before && Clock::now() < end) {
+    std::this_thread::sleep_for(1ms);
+  }
+  holder.unlock();  // hands over while the refusal is on its way back
+  t.join();
+  CHECK(got.load());
+}
+
+TEST_CASE("A fair waiter cancelled from another thread leaves the queue", "[redis][fair][cancel]") {
+  HeldFairLock held("fair-cancel");
+  redlock::Lock waiter(held.client, held.k, fair());
+  std::atomic<bool> got{true};
+  std::thread t([&] { got = waiter.try_lock_for(30s); });
+  REQUIRE(wait_for_queue(held.server, held.k, 1));
+  const auto start = Clock::now();
+  waiter.cancel_waits();
+  t.join();
+  CHECK_FALSE(got.load());
+  CHECK(Clock::now() - start < 2s);
+  CHECK(queue_length(held.server, held.k) == 0);
+  CHECK(held.server.raw({"HLEN", held.k + ":queue:info"}).integer() == 0);
+  // Nobody to hand over to: the release deletes the key.
+  CHECK(held.holder.release());
+  CHECK(held.server.raw({"EXISTS", held.k}).integer() == 0);
+}
+
+TEST_CASE("A fair wait keeps one place and one token for its whole wait", "[redis][fair]") {
+  HeldFairLock held("fair-one-place");
+  // Refreshes its place ~10 times a second; a generous timeout, so that a busy machine does not
+  // turn a slow refresh into a transport failure (after which the waiter rejoins).
+  redlock::Endpoint patient = held.server.endpoint();
+  patient.command_timeout = 2s;
+  redlock::Client client(patient);
+  redlock::Lock waiter(client, held.k, fair(100ms));
+  std::atomic<bool> got{false};
+  std::string holding;  // the key's value while the waiter holds (its thread still runs)
+  std::thread t([&] {
+    got = waiter.try_lock_for(20s);
+    if (!got) return;
+    holding = held.server.raw({"GET", held.k}).str();
+    waiter.unlock();
+  });
+  REQUIRE(wait_for_queue(held.server, held.k, 1));
+  const std::string place = held.server.raw({"LINDEX", held.k + ":queue", "0"}).str();
+  REQUIRE(place.size() == 40);
+  for (int i = 0; i < 40; ++i) {  // two seconds of refreshes
+    std::this_thread::sleep_for(50ms);
+    CHECK(queue_length(held.server, held.k) == 1);
+    CHECK(held.server.raw({"LINDEX", held.k + ":queue", "0"}).str() == place);
+  }
+  held.holder.unlock();
+  t.join();
+  REQUIRE(got.load());
+  CHECK(holding == place);  // the hold is the queued token
 }

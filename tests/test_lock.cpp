@@ -11,6 +11,7 @@
 #include <limits>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -367,18 +368,6 @@ TEST_CASE("Lock on a key of another type throws ServerError and leaves it alone"
   CHECK_THROWS_AS(lock2.try_lock(), redlock::ServerError);
 }
 
-TEST_CASE("Lock on an unreachable server throws ConnectionError", "[redis][lock][fault]") {
-  RedisServer server;
-  auto ep = server.endpoint();
-  server.kill9();
-  redlock::Client client(ep);
-  redlock::Lock lock(client, key("down"), fast());
-  CHECK_THROWS_AS(lock.try_lock(), redlock::ConnectionError);
-  CHECK_THROWS_AS(lock.lock(), redlock::ConnectionError);
-  CHECK_THROWS_AS(lock.try_lock_for(200ms), redlock::ConnectionError);
-  CHECK_FALSE(lock.owns_lock());
-}
-
 TEST_CASE("Destroying a held Lock releases it", "[redis][lock]") {
   RedisServer server;
   redlock::Client client(server.endpoint());
@@ -526,4 +515,237 @@ TEST_CASE("Mutual exclusion: 2 processes x 8 threads, read-sleep-write, no lost 
   int overlaps = 0;
   for (std::size_t i = 1; i < holds.size(); ++i) overlaps += holds[i].first < holds[i - 1].second;
   CHECK(overlaps == 0);
+}
+
+TEST_CASE("A thread that exits holding a lock does not pass it to a thread with its id",
+          "[redis][lock]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("recycled-id");
+  redlock::Lock lock(client, k, fast(60s));
+  std::thread::id gone;
+  std::thread([&] {
+    REQUIRE(lock.try_lock());
+    gone = std::this_thread::get_id();
+  }).join();  // exits holding it
+  // The orphaned hold is released (best effort) once its thread is gone.
+  CHECK(server.raw({"EXISTS", k}).integer() == 0);
+  server.raw({"SET", k, "someone-else", "PX", "60000"});
+  bool recycled = false;
+  for (int i = 0; i < 500 && !recycled; ++i) {
+    std::thread([&] {
+      if (std::this_thread::get_id() != gone) return;
+      recycled = true;
+      CHECK_FALSE(lock.owns_lock());
+      CHECK(lock.fence() == 0);
+      CHECK_FALSE(lock.try_lock());  // asks Redis, which says someone else holds it
+    }).join();
+  }
+  if (!recycled) WARN("no thread got the exited thread's id; the reuse part did not run");
+  CHECK(server.raw({"GET", k}).str() == "someone-else");
+}
+
+TEST_CASE("fence() and validity() answer for the calling thread and a live hold only",
+          "[redis][lock]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("fence-thread");
+  auto options = fast(60s);
+  options.fencing = true;
+  redlock::Lock lock(client, k, options);
+  REQUIRE(lock.try_lock());
+  CHECK(lock.fence() > 0);
+  CHECK(lock.validity() > 0ms);
+  std::thread([&] {
+    CHECK(lock.fence() == 0);  // another thread does not hold it
+    CHECK(lock.validity() == 0ms);
+  }).join();
+  server.raw({"DEL", k});
+  CHECK_FALSE(lock.extend());  // lost
+  CHECK(lock.fence() == 0);
+  CHECK(lock.validity() == 0ms);
+  lock.unlock();
+}
+
+TEST_CASE("A release resent on a fresh connection after its first send ran reports kept",
+          "[redis][lock][fault]") {
+  RedisServer server;
+  redlock::test::FaultProxy proxy("127.0.0.1", server.port());
+  redlock::Endpoint endpoint = server.endpoint();
+  endpoint.port = proxy.port();
+  redlock::Client client(endpoint);
+  const auto k = key("resent-release");
+  std::atomic<int> lost{0};
+  auto options = fast(60s);
+  options.on_lost = [&](const redlock::LostEvent&) { ++lost; };
+  redlock::Lock lock(client, k, options);
+  REQUIRE(lock.try_lock());
+  lock.unlock();  // once around, so that the release script is cached (no NOSCRIPT below)
+  REQUIRE(lock.try_lock());
+  proxy.drop_next_request();  // the server runs the release; its connection dies before the reply
+  CHECK(lock.release());      // the resend says "not ours": that was our own first send
+  CHECK(server.raw({"EXISTS", k}).integer() == 0);
+  std::this_thread::sleep_for(100ms);
+  CHECK(lost.load() == 0);
+}
+
+TEST_CASE("Against Redis before 7 (plain SET NX) a key of another type throws WRONGTYPE",
+          "[redis][lock]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  client.impl()->set_nx_get = false;  // as against Redis 6
+  const auto k = key("wrongtype-old");
+  server.raw({"HSET", k, "field", "value"});
+  redlock::Lock lock(client, k, fast());
+  CHECK_THROWS_AS(lock.try_lock(), redlock::ServerError);
+  CHECK_THROWS_AS(lock.try_lock_for(300ms), redlock::ServerError);
+  CHECK(server.raw({"HGET", k, "field"}).str() == "value");
+}
+
+namespace {
+
+// Counts the library's log messages that contain `needle`, by level, while it lives.
+struct LogCounter {
+  explicit LogCounter(std::string needle) : needle_(std::move(needle)) {
+    redlock::set_log_handler([this](redlock::LogLevel level, std::string_view message) {
+      if (message.find(needle_) == std::string_view::npos) return;
+      if (level == redlock::LogLevel::warn) ++warnings;
+      if (level == redlock::LogLevel::info) ++infos;
+    });
+  }
+  ~LogCounter() { redlock::set_log_handler(nullptr); }
+  std::string needle_;
+  std::atomic<int> warnings{0};
+  std::atomic<int> infos{0};
+};
+
+}  // namespace
+
+TEST_CASE("cancel_waits ends waits in progress and later ones, not try_lock or a hold",
+          "[redis][lock][cancel]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("cancel");
+  redlock::Lock holder(client, k, fast(60s));
+  REQUIRE(holder.try_lock());
+  redlock::Lock waiter(client, k, fast(60s));
+  std::atomic<int> returned_false{0};
+  std::atomic<int> cancelled{0};
+  std::thread a([&] { returned_false += waiter.try_lock_for(30s) ? 0 : 1; });
+  std::thread b([&] {  // queues locally behind a
+    try {
+      waiter.lock();
+    } catch (const redlock::CancelledError&) {
+      ++cancelled;
+    }
+  });
+  std::this_thread::sleep_for(200ms);
+  const auto start = Clock::now();
+  waiter.cancel_waits();
+  a.join();
+  b.join();
+  CHECK(Clock::now() - start < 2s);
+  CHECK(returned_false.load() == 1);
+  CHECK(cancelled.load() == 1);
+  // Sticky: later waits give up at once; try_lock() still asks.
+  const auto later = Clock::now();
+  CHECK_FALSE(waiter.try_lock_for(30s));
+  CHECK_THROWS_AS(waiter.lock(), redlock::CancelledError);
+  CHECK(Clock::now() - later < 1s);
+  CHECK_FALSE(waiter.try_lock());
+  holder.unlock();
+  CHECK(waiter.try_lock());
+  // A hold already held is not affected.
+  waiter.cancel_waits();
+  CHECK(waiter.owns_lock());
+  CHECK(waiter.release());
+}
+
+TEST_CASE("Unavailability: try_lock throws at once, a wait throws at its deadline, warning once",
+          "[redis][lock][fault]") {
+  RedisServer server;
+  auto ep = server.endpoint();
+  server.kill9();
+  redlock::Client client(ep);
+  const auto k = key("down");
+  redlock::Lock lock(client, k, fast());
+  CHECK_THROWS_AS(lock.try_lock(), redlock::ConnectionError);
+  {
+    LogCounter log(k);
+    const auto start = Clock::now();
+    CHECK_THROWS_AS(lock.try_lock_for(300ms), redlock::ConnectionError);
+    CHECK(Clock::now() - start >= 250ms);  // rode it out until the deadline
+    CHECK(log.warnings.load() == 1);
+  }
+  CHECK_FALSE(lock.owns_lock());
+  // lock() waits through it; cancel_waits() ends that.
+  std::atomic<bool> cancelled{false};
+  std::thread t([&] {
+    try {
+      lock.lock();
+    } catch (const redlock::CancelledError&) {
+      cancelled = true;
+    }
+  });
+  std::this_thread::sleep_for(300ms);
+  CHECK_FALSE(cancelled.load());
+  lock.cancel_waits();
+  t.join();
+  CHECK(cancelled.load());
+}
+
+TEST_CASE("A wait rides out a server restart and acquires, with one warning and one info",
+          "[redis][lock][fault]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("ride-out");
+  redlock::Lock lock(client, k, fast());
+  LogCounter log(k);
+  server.kill9();
+  std::atomic<bool> got{false};
+  std::thread t([&] {
+    got = lock.try_lock_for(10s);
+    if (got) lock.unlock();
+  });
+  std::this_thread::sleep_for(500ms);
+  server.restart();
+  t.join();
+  CHECK(got.load());
+  CHECK(log.warnings.load() == 1);
+  CHECK(log.infos.load() >= 1);
+}
+
+TEST_CASE("Against a Redis without SET NX GET, every attempt in flight falls back to plain SET NX",
+          "[redis][lock][fault]") {
+  // The proxy plays Redis < 7: "GET" after "PX 10000" becomes "GXT", which the server answers
+  // with -ERR syntax error, as an old server does for SET ... NX ... GET.
+  RedisServer server;
+  redlock::test::FaultProxy proxy("127.0.0.1", server.port());
+  proxy.set_rewrite("10000\r\n$3\r\nGET\r\n", "10000\r\n$3\r\nGXT\r\n");
+  proxy.set_delay(150ms);  // all attempts are in flight when the first syntax error comes back
+  redlock::Endpoint endpoint = server.endpoint();
+  endpoint.port = proxy.port();
+  endpoint.command_timeout = 3s;
+  endpoint.connect_timeout = 3s;
+  redlock::Client client(endpoint);
+  constexpr int kThreads = 6;
+  std::atomic<int> held{0};
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      redlock::Lock lock(client, key("old-server-" + std::to_string(i)), fast(10s));
+      try {
+        if (lock.try_lock()) {
+          ++held;
+          lock.unlock();
+        }
+      } catch (const redlock::Error&) {
+        ++errors;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(errors.load() == 0);
+  CHECK(held.load() == kThreads);
 }

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -49,7 +50,10 @@ void quorum_matrix(std::size_t n) {
   ServerGroup dead(n);
   std::vector<redlock::Endpoint> dead_endpoints = dead.endpoints();
   for (std::size_t i = 0; i < n; ++i) dead[i].kill9();
-  std::vector<redlock::Client> live_clients = clients_for(live.endpoints());
+  // Live nodes get a generous timeout: a busy machine must not make one look down.
+  std::vector<redlock::Endpoint> live_endpoints = live.endpoints();
+  for (auto& ep : live_endpoints) ep.command_timeout = 2s;
+  std::vector<redlock::Client> live_clients = clients_for(live_endpoints);
   std::vector<redlock::Client> dead_clients = clients_for(dead_endpoints);
 
   std::size_t combos = 1;
@@ -79,8 +83,9 @@ void quorum_matrix(std::size_t n) {
     redlock::Redlock lock(nodes, k, fast());
     INFO("n=" << n << " combo=" << combo << " up=" << up << " down=" << down);
     bool held = false;
-    if (down == n) {
-      CHECK_THROWS_AS(lock.try_lock(), redlock::ConnectionError);  // nothing reachable at all
+    if (n - down < lock.quorum()) {
+      // Fewer than a quorum reachable: unavailable, not contention.
+      CHECK_THROWS_AS(lock.try_lock(), redlock::QuorumUnavailableError);
     } else {
       held = lock.try_lock();
       CHECK(held == (up >= lock.quorum()));
@@ -203,7 +208,7 @@ TEST_CASE("Redlock whose majority is stopped costs about one command timeout",
   redlock::Redlock lock(clients, key("slow-majority"), fast());
   for (std::size_t i = 0; i < 3; ++i) group[i].pause();
   const auto start = Clock::now();
-  CHECK_FALSE(lock.try_lock());
+  CHECK_THROWS_AS(lock.try_lock(), redlock::QuorumUnavailableError);
   const auto elapsed = Clock::now() - start;
   CHECK(elapsed >= 150ms);
   CHECK(elapsed < 700ms);  // one timeout in parallel, not three in a row
@@ -221,9 +226,11 @@ TEST_CASE("Redlock with a majority stopped fails within its deadline and leaves 
   redlock::Redlock lock(clients, k, fast());
   for (std::size_t i = 0; i < 3; ++i) group[i].pause();
   const auto start = Clock::now();
-  CHECK_FALSE(lock.try_lock_for(500ms));
+  // Unavailable (3 of 5 silent) until the deadline: that error, not contention.
+  CHECK_THROWS_AS(lock.try_lock_for(500ms), redlock::QuorumUnavailableError);
   const auto elapsed = Clock::now() - start;
-  CHECK(elapsed < 2000ms);
+  CHECK(elapsed >= 450ms);
+  CHECK(elapsed < 3000ms);
   CHECK_FALSE(lock.owns_lock());
   for (std::size_t i = 0; i < 3; ++i) group[i].resume();
   std::this_thread::sleep_for(200ms);
@@ -332,4 +339,46 @@ TEST_CASE("A split vote is rolled back quietly: no release is announced",
   CHECK_FALSE(lock.try_lock());  // granted by node 0 only: rolled back there
   CHECK(group[0].raw({"EXISTS", k}).integer() == 0);
   CHECK(publishes() == before);
+}
+
+TEST_CASE("Redlock with 2 of 3 servers down is unavailable, not contended",
+          "[redis][redlock][fault]") {
+  ServerGroup group(3);
+  const auto k = key("quorum-down");
+  auto clients = clients_for(group.endpoints());
+  redlock::Redlock lock(clients, k, fast());
+  group[1].kill9();
+  group[2].kill9();
+  try {
+    lock.try_lock();
+    FAIL("expected QuorumUnavailableError");
+  } catch (const redlock::QuorumUnavailableError& e) {
+    const std::string what = e.what();
+    CHECK(what.find(std::to_string(group[1].port())) != std::string::npos);
+    CHECK(what.find(std::to_string(group[2].port())) != std::string::npos);
+  }
+  int warnings = 0;
+  redlock::set_log_handler([&](redlock::LogLevel level, std::string_view message) {
+    if (level == redlock::LogLevel::warn && message.find(k) != std::string_view::npos) ++warnings;
+  });
+  const auto start = Clock::now();
+  CHECK_THROWS_AS(lock.try_lock_for(300ms), redlock::QuorumUnavailableError);
+  const auto elapsed = Clock::now() - start;
+  redlock::set_log_handler(nullptr);
+  CHECK(elapsed >= 250ms);  // waited for its deadline, not thrown at once
+  CHECK(elapsed < 3s);
+  CHECK(warnings == 1);
+  CHECK_FALSE(lock.owns_lock());
+  CHECK(holders(group, k) == 0);
+}
+
+TEST_CASE("Redlock with 1 of 3 servers down still acquires", "[redis][redlock][fault]") {
+  ServerGroup group(3);
+  const auto k = key("one-down");
+  auto clients = clients_for(group.endpoints());
+  redlock::Redlock lock(clients, k, fast());
+  group[2].kill9();
+  REQUIRE(lock.try_lock());
+  CHECK(lock.owns_lock());
+  CHECK(lock.release());
 }

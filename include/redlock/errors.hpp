@@ -33,6 +33,13 @@ class ConnectionError : public Error {
   using Error::Error;
 };
 
+// Redlock: fewer than quorum() nodes answered at all (the others were down, slow or refused the
+// connection), so the attempt could not decide anything. what() names each failed node and why.
+class QuorumUnavailableError : public ConnectionError {
+ public:
+  using ConnectionError::ConnectionError;
+};
+
 // A connect or command deadline (Endpoint::connect_timeout / command_timeout) passed before the
 // server answered. The connection involved has been discarded.
 class TimeoutError : public Error {
@@ -53,6 +60,12 @@ class ServerError : public Error {
 
  private:
   std::string server_message_;
+};
+
+// lock() gave up because cancel_waits() was called on the lock object (see LockBase).
+class CancelledError : public Error {
+ public:
+  using Error::Error;
 };
 
 // The server sent something that is not valid RESP, or a reply of a type the operation cannot

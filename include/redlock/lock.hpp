@@ -19,7 +19,9 @@
 // acquired owns the hold; it may lock() again (re-entrant: each lock() needs one unlock(), the
 // last one releases). Threads of one process waiting on the same object queue locally, so only
 // one of them talks to Redis at a time. unlock() by a thread that does not own the hold does
-// nothing but log a warning.
+// nothing but log a warning. A thread that exits while it holds releases the hold as it exits
+// (best effort, logged as a warning), so a new thread with a recycled std::thread::id never
+// inherits it.
 //
 // What a lease can promise, and what it cannot, is in the README ("Safety model"): in short, a
 // holder paused for longer than validity() may still believe it holds the lock. Use fence()
@@ -57,20 +59,27 @@ class LockBase {
   virtual ~LockBase();
 
   // Waits until the lock is held by the calling thread. Returns when held.
-  // Throws Error when no node can be reached at all (every node failed; for Lock, its one node),
-  // ServerError for error replies such as WRONGTYPE (state unchanged), and Error when the
-  // calling thread already owns a hold that has been lost (it cannot wait for itself; unlock()
-  // first). Thread-safe.
+  // Rides out unavailability: while the servers cannot be reached (Lock: its server; Redlock:
+  // fewer than quorum() nodes answer) it keeps retrying at the retry_delay pace, logging one
+  // warning when that starts and one info when it recovers.
+  // Throws ServerError for error replies such as WRONGTYPE (at once; state unchanged),
+  // CancelledError after cancel_waits(), and Error when the calling thread already owns a hold
+  // that has been lost (it cannot wait for itself; unlock() first). Thread-safe.
   void lock();
 
   // One attempt, no waiting. Returns true if now held by the calling thread (also when the
-  // calling thread already held it: the re-entrancy count grows), false on contention.
-  // Throws like lock(). Thread-safe.
+  // calling thread already held it: the re-entrancy count grows), false on contention (the
+  // servers answered; someone else holds it). Throws ConnectionError / TimeoutError when the
+  // server could not be reached (Redlock: QuorumUnavailableError when fewer than quorum() nodes
+  // answered), ServerError for error replies. Not affected by cancel_waits(). Thread-safe.
   bool try_lock();
 
   // Tries until held or `timeout` has passed (on the steady clock). A zero or negative timeout
-  // makes one attempt. Returns true if held. Throws like lock(). Never leaves a grant behind when
-  // it gives up. Thread-safe.
+  // makes one attempt (try_lock()). Returns true if held, false on contention at the deadline or
+  // after cancel_waits(). Rides out unavailability like lock(); if the deadline passes and the
+  // last attempt failed because the servers could not be reached, throws that error
+  // (ConnectionError, TimeoutError or QuorumUnavailableError). ServerError at once, as lock().
+  // Never leaves a grant behind when it gives up. Thread-safe.
   template <class Rep, class Period>
   bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout) {
     return try_lock_for_ns(detail::saturating_ns(timeout));
@@ -81,6 +90,14 @@ class LockBase {
   bool try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline) {
     return try_lock_for_ns(detail::remaining_ns(deadline));
   }
+
+  // Cancels every wait on this object, now and later (sticky, like std::stop_source): lock(),
+  // try_lock_for() and try_lock_until() in progress on any thread give up promptly, and so does
+  // every wait started afterwards. try_lock_for()/try_lock_until() then return false (a fair
+  // waiter first leaves the server's queue); lock() throws CancelledError. try_lock() and a hold
+  // already held are not affected. Never throws. Thread-safe, but not async-signal-safe: call it
+  // from a signal-handling thread or after a self-pipe wake-up, not from a signal handler.
+  void cancel_waits() noexcept;
 
   // Drops one level of the calling thread's hold; the last level releases the lease (release
   // script: compare token, delete, notify waiters). Never throws: failures are logged and the
@@ -108,12 +125,14 @@ class LockBase {
   // Never throws. Thread-safe.
   bool owns_lock() const noexcept;
 
-  // Time left on the current hold by the local steady clock, already reduced by the drift
-  // allowance; zero if not held. Milliseconds, rounded down. Never throws. Thread-safe.
+  // Time left on the calling thread's hold by the local steady clock, already reduced by the
+  // drift allowance; zero if the calling thread does not hold it or the hold was lost.
+  // Milliseconds, rounded down. Never throws. Thread-safe.
   std::chrono::milliseconds validity() const noexcept;
 
-  // The fencing token of the current hold (LockOptions::fencing), 0 if none or not held.
-  // Never throws. Thread-safe.
+  // The fencing token of the calling thread's hold (LockOptions::fencing); 0 without fencing,
+  // when the calling thread does not hold it, or when the hold was lost. Never throws.
+  // Thread-safe.
   std::uint64_t fence() const noexcept;
 
   // The cancellation signal of the current hold; an already-lost token if not held.

@@ -1,7 +1,8 @@
 // libFuzzer target: the reply handling behind every lock operation. Arbitrary bytes go through
 // hiredis's RESP reader (garbage, wrong types, deep arrays, huge bulk strings); every reply it
 // produces is interpreted as an acquire reply (plain, with GET, fenced), an extend/release
-// confirmation and a public Reply. Nothing may crash, leak or read out of bounds, and the
+// confirmation, a hand-over message (pub/sub payload) and a public Reply; tokens include NUL and
+// non-UTF-8 bytes. Nothing may crash, leak or read out of bounds, and the
 // interpretation must stay consistent (a grant never comes with a problem, a fence only with a
 // fenced grant).
 #include <hiredis/hiredis.h>
@@ -13,6 +14,7 @@
 
 #include "connection.hpp"
 #include "engine.hpp"
+#include "subscriber.hpp"
 
 using redlock::detail::AcquireReply;
 using redlock::detail::Answer;
@@ -49,6 +51,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (reader == nullptr) return 0;
   redisReaderFeed(reader, reinterpret_cast<const char*>(data), size);
   const std::string_view token("0123456789abcdef0123456789abcdef01234567");
+  // Binary data where keys and tokens may carry it: a NUL first, non-UTF-8 bytes.
+  const std::string_view binary_token("\0to\0k\xff\xfe\x80", 8);
   redisReply* previous = nullptr;
   for (int i = 0; i < 64; ++i) {
     void* raw = nullptr;
@@ -57,6 +61,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check(redlock::detail::read_acquire_reply(reply, previous, false, false, token), false);
     check(redlock::detail::read_acquire_reply(reply, previous, false, true, token), false);
     check(redlock::detail::read_acquire_reply(reply, nullptr, true, false, token), true);
+    const AcquireReply own = redlock::detail::read_acquire_reply(reply, previous, false, true,
+                                                                 binary_token);
+    check(own, false);
+    // SET ... GET answering exactly the (binary) token is our own grant, byte for byte.
+    const bool exact = reply->type == REDIS_REPLY_STRING &&
+                       std::string_view(reply->str, reply->len) == binary_token;
+    if (exact != (own.answer == Answer::granted && reply->type == REDIS_REPLY_STRING)) std::abort();
+    if (reply->type == REDIS_REPLY_STRING) {  // a pub/sub payload: maybe a hand-over message
+      std::uint64_t seq = 0;
+      std::uint64_t fence = 0;
+      std::string_view sha1;
+      (void)redlock::detail::parse_grant(std::string_view(reply->str, reply->len), seq, fence,
+                                         sha1);
+    }
     (void)redlock::detail::LeaseEngine::extend_confirmed(reply);
     (void)redlock::detail::to_reply(reply);
     if (previous != nullptr) freeReplyObject(previous);

@@ -212,6 +212,15 @@ void FaultProxy::drop_next_request() {
   wake();
 }
 
+void FaultProxy::set_rewrite(std::string from, std::string to) {
+  if (from.size() != to.size()) {
+    throw std::invalid_argument("FaultProxy::set_rewrite: from and to must have the same length");
+  }
+  std::lock_guard<std::mutex> guard(mutex_);
+  rewrite_from_ = std::move(from);
+  rewrite_to_ = std::move(to);
+}
+
 void FaultProxy::set_refuse(bool on) {
   refuse_.store(on);
   wake();
@@ -438,8 +447,15 @@ void FaultProxy::read_side(Pair& p, bool from_client, const Faults& faults) {
     if (discard) return;
     Clock::time_point due = Clock::now() + faults.delay;
     if (!flow.queue.empty()) due = std::max(due, flow.queue.back().due);  // keep order
-    flow.queue.push_back(
-        Pair::Chunk{due, std::string(buffer_.data(), static_cast<std::size_t>(n))});
+    std::string data(buffer_.data(), static_cast<std::size_t>(n));
+    if (from_client) {
+      std::lock_guard<std::mutex> guard(mutex_);
+      for (std::size_t at = rewrite_from_.empty() ? std::string::npos : data.find(rewrite_from_);
+           at != std::string::npos; at = data.find(rewrite_from_, at + rewrite_to_.size())) {
+        data.replace(at, rewrite_to_.size(), rewrite_to_);
+      }
+    }
+    flow.queue.push_back(Pair::Chunk{due, std::move(data)});
     flow.queued_bytes += static_cast<std::size_t>(n);
   } else if (n == 0) {
     flow.eof = true;  // pump() closes the pair once what this side sent is flushed

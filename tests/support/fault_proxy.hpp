@@ -23,6 +23,9 @@
 //   drop_after_request client->server data is forwarded, then the client side is closed (FIN)
 //                      before any reply is forwarded. The server side is half-closed and its
 //                      replies are read and discarded, so the server does execute the request.
+//   rewrite            client->server bytes: every occurrence of `from` inside one chunk read is
+//                      replaced by `to` (same length), e.g. to make a server refuse an argument
+//                      it would accept ("GET" -> "GXT" plays a Redis that lacks SET ... GET).
 //   refuse             new connections are closed right after accept(): the client's TCP connect
 //                      succeeds but its first read sees EOF (or a write sees a reset).
 //   reset_all()        one-shot: every live connection pair (and any connection still waiting in
@@ -79,6 +82,9 @@ class FaultProxy {
   void set_drop_after_request(bool on);
   // The same, once: the next request forwarded (on any connection) has its client side closed.
   void drop_next_request();
+  // Rewrites client->server data: each `from` found within one chunk becomes `to`. Both must
+  // have the same length (throws std::invalid_argument otherwise); an empty `from` turns it off.
+  void set_rewrite(std::string from, std::string to);
   // Close new connections immediately after accept().
   void set_refuse(bool on);
   // Closes every current connection pair with RST. Returns once that is done.
@@ -129,6 +135,8 @@ class FaultProxy {
   std::atomic<int> drops_left_{0};
   std::atomic<bool> refuse_{false};
   std::atomic<bool> stop_{false};
+  std::string rewrite_from_;  // guarded by mutex_
+  std::string rewrite_to_;    // guarded by mutex_
 
   std::atomic<std::size_t> connections_{0};
   std::atomic<std::uint64_t> bytes_forwarded_{0};
