@@ -2,16 +2,20 @@
 #include "connection.hpp"
 
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 #include <utility>
 
 #include <fmt/format.h>
@@ -208,6 +212,123 @@ void append(redisContext* context, const CommandView& command, bool as_eval) {
 // Without on_timeout commands, each script command is sent again as EVAL: the server may
 // answer the EVALSHA with NOSCRIPT (a fresh server) to a connection nobody reads any more, and
 // the scripts this is used for (release, extend) are harmless to run twice.
+// Finishes the writes of given-up connections, then closes them: what a timed-out connection was
+// sent, and the rollback queued behind it, must reach the server whole and in order even when
+// its socket buffers are full (a paused server, a request of a few MiB). Once written, the
+// connection is shut down for writing and its replies are read until the server closes it:
+// closing with unread replies would reset the connection and could drop what the server has
+// not read yet. One thread per process, started on first use; each connection gets at most
+// kFinishFor.
+class Finisher {
+ public:
+  // Never destroyed: its detached thread may still run while static destructors do.
+  static Finisher& get() {
+    static Finisher* finisher = new Finisher();
+    return *finisher;
+  }
+
+  // Writes what is left in `context`'s output buffer, then closes it. Never blocks.
+  void finish(ContextPtr context) noexcept {
+    Item item{std::move(context), 0, Clock::now() + kFinishFor};
+    if (settled(item)) return;  // the common case: written at once, nothing in flight
+    try {
+      std::lock_guard<std::mutex> guard(mutex_);
+      if (!started_) {
+        std::thread([this] { run(); }).detach();
+        started_ = true;
+      }
+      queue_.push_back(std::move(item));
+    } catch (...) {  // no thread or no memory: the connection is closed unfinished
+      return;
+    }
+    wake_.notify_one();
+  }
+
+ private:
+  static constexpr std::chrono::minutes kFinishFor{10};
+  struct Item {
+    ContextPtr context;
+    std::size_t sent{0};  // bytes of the output buffer written so far
+    Clock::time_point until;
+  };
+
+  // Reads and drops replies without blocking; true once the server has closed (or failed).
+  static bool drain(Item& item) noexcept {
+    char scrap[4096];
+    for (;;) {
+      const ssize_t n = ::recv(item.context->fd, scrap, sizeof scrap, MSG_DONTWAIT);
+      if (n > 0) continue;
+      return n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    }
+  }
+
+  // Sends without blocking; true when all is written (then shuts writing down) or the socket
+  // failed.
+  static bool write_some(Item& item) noexcept {
+    const char* out = item.context->obuf;
+    const std::size_t length = sdslen(item.context->obuf);
+    while (item.sent < length) {
+      const ssize_t n = ::send(item.context->fd, out + item.sent, length - item.sent,
+                               MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return false;
+        item.sent = length + 1;  // failed: nothing more to write
+        return true;
+      }
+      item.sent += static_cast<std::size_t>(n);
+    }
+    if (item.sent == length) {
+      ::shutdown(item.context->fd, SHUT_WR);
+      ++item.sent;  // past the end: shut down
+    }
+    return true;
+  }
+
+  static bool written(const Item& item) { return item.sent > sdslen(item.context->obuf); }
+
+  // True when the item may be closed: all written, no reply left unread, and no byte of ours
+  // still waiting in our send queue (which a reset would discard); or the connection is over.
+  static bool settled(Item& item) noexcept {
+    if (!written(item) && !write_some(item)) return false;
+    if (drain(item)) return true;
+    int queued = 0;
+    return ::ioctl(item.context->fd, SIOCOUTQ, &queued) == 0 && queued == 0;
+  }
+
+  void run() {
+    std::vector<Item> items;
+    std::vector<pollfd> fds;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        if (items.empty()) wake_.wait(lock, [this] { return !queue_.empty(); });
+        for (auto& item : queue_) items.push_back(std::move(item));
+        queue_.clear();
+      }
+      fds.clear();
+      for (const auto& item : items) {
+        fds.push_back(
+            pollfd{item.context->fd, static_cast<short>(written(item) ? POLLIN : POLLOUT), 0});
+      }
+      // Short: new items join on the next pass, and a send queue empties without an event.
+      ::poll(fds.data(), fds.size(), 50);
+      const auto now = Clock::now();
+      std::size_t kept = 0;
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        if (now < items[i].until && !settled(items[i])) items[kept++] = std::move(items[i]);
+      }
+      items.resize(kept);
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<Item> queue_;  // guarded by mutex_
+  bool started_{false};      // guarded by mutex_
+};
+
+// Queues the batch's on_timeout commands behind its request and hands the connection to the
+// Finisher (which writes everything, then closes it). Leaves p.connection without a context.
 void send_on_timeout(Pending& p) noexcept {
   if (!p.connection) return;
   redisContext* context = p.connection->context.get();
@@ -225,7 +346,7 @@ void send_on_timeout(Pending& p) noexcept {
     redisAppendCommandArgv(context, command.argc, const_cast<const char**>(command.argv),
                            command.lens);
   }
-  write_all(context);
+  Finisher::get().finish(std::move(p.connection->context));
 }
 
 void fail(Pending& p, std::exception_ptr error) {
@@ -234,9 +355,14 @@ void fail(Pending& p, std::exception_ptr error) {
   p.done = true;
 }
 
+// A send that timed out may have written part of the request, even whole commands of it: it is
+// treated like a request that timed out (the rest and the rollback follow it, in order).
 bool flush(Pending& p) {
-  if (!write_all(p.connection->context.get())) {
-    fail(p, transport_error(p.connection->context.get(), *p.batch->node, "send to"));
+  redisContext* context = p.connection->context.get();
+  if (!write_all(context)) {
+    auto error = transport_error(context, *p.batch->node, "send to");
+    if (looks_like_timeout(*context)) send_on_timeout(p);
+    fail(p, std::move(error));
     return false;
   }
   return true;
@@ -263,12 +389,9 @@ void read_blocking(Pending& p) {
   while (p.replies.size() < p.expected) {
     void* raw = nullptr;
     if (redisGetReply(context, &raw) == REDIS_ERR) {
-      if (looks_like_timeout(*context)) {
-        context->err = 0;  // the context itself is fine; only the reply is late
-        send_on_timeout(p);
-        context->err = REDIS_ERR_IO;
-      }
-      fail(p, transport_error(context, *p.batch->node, "read from"));
+      auto error = transport_error(context, *p.batch->node, "read from");
+      if (looks_like_timeout(*context)) send_on_timeout(p);  // only the reply is late
+      fail(p, std::move(error));
       return;
     }
     p.replies.emplace_back(static_cast<redisReply*>(raw));
@@ -340,12 +463,13 @@ void expire(Pending& p, Cut cut) {
     fail(p, accept_timeout(*p.batch->node));
     return;
   }
-  send_on_timeout(p);
   // Reported as a timeout: the context saw no error, so describe it ourselves.
-  p.connection->context->err = REDIS_ERR_IO;
-  std::snprintf(p.connection->context->errstr, sizeof(p.connection->context->errstr), "%s",
-                "Resource temporarily unavailable");
-  fail(p, transport_error(p.connection->context.get(), *p.batch->node, "read from"));
+  redisContext* context = p.connection->context.get();
+  context->err = REDIS_ERR_IO;
+  std::snprintf(context->errstr, sizeof(context->errstr), "%s", "Resource temporarily unavailable");
+  auto error = transport_error(context, *p.batch->node, "read from");
+  send_on_timeout(p);
+  fail(p, std::move(error));
 }
 
 // When an early finish's outcome is certain: the end of the grace the stragglers get.

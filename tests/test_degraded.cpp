@@ -13,6 +13,7 @@
 
 #include <redlock/redlock.hpp>
 
+#include "connection.hpp"
 #include "support/redis_server.hpp"
 
 using namespace std::chrono_literals;
@@ -175,4 +176,34 @@ TEST_CASE("Client::eval never runs a user's script twice after a timeout",
   CHECK_THROWS_AS(client.eval(slow, {counter}, {}), redlock::TimeoutError);
   std::this_thread::sleep_for(1s);
   CHECK(server.raw({"GET", counter}).str() == "2");
+}
+
+TEST_CASE("A request cut off in the middle of its write still gets its rollback",
+          "[redis][fault]") {
+  RedisServer server;
+  auto ep = server.endpoint();
+  ep.command_timeout = 300ms;
+  redlock::Client client(ep);
+  client.ping();  // a pooled connection
+  const auto k = key("partial-write");
+  // SET fits into the socket buffers of a paused server; the 16 MiB behind it cannot: the send
+  // times out after SET went out whole.
+  const std::string big(std::size_t{16} << 20, 'x');
+  redlock::detail::FixedCommand<3> set;
+  set.arg("SET").arg(k).arg("v");
+  redlock::detail::FixedCommand<2> echo;
+  echo.arg("ECHO").arg(big);
+  redlock::detail::FixedCommand<2> undo;
+  undo.arg("DEL").arg(k);
+  redlock::detail::NodeBatch batch;
+  batch.node = client.impl().get();
+  batch.commands.push_back(set.view());
+  batch.commands.push_back(echo.view());
+  batch.on_timeout.push_back(undo.view());
+  server.pause();
+  redlock::detail::execute(&batch, 1);
+  CHECK(batch.error != nullptr);
+  server.resume();
+  std::this_thread::sleep_for(500ms);  // the server reads what it was sent
+  CHECK(server.raw({"EXISTS", k}).integer() == 0);
 }
