@@ -1,6 +1,8 @@
 // src/connection.hpp: the I/O half of redlock. Owns hiredis contexts and replies, maps hiredis
 // failures to redlock exceptions, and runs batches: several commands on each of several nodes,
-// one round trip per node, all nodes at once, each bounded by its own command timeout.
+// one round trip per node, all nodes at once, each bounded by its own command timeout. A request
+// given up on (timed out, or cut after an early finish) is finished in the background with its
+// rollback behind it, by one "finisher" thread per process (see connection.cpp).
 //
 // The algorithm half (quorum, validity, tokens) is in engine.hpp and never touches hiredis.
 #ifndef REDLOCK_SRC_CONNECTION_HPP
@@ -202,7 +204,8 @@ struct NodeBatch {
   // ServerError from the AUTH/SELECT handshake). Null on success.
   std::exception_ptr error;
   // Out: the commands were sent twice (a pooled connection died before any reply, and they were
-  // retried on a fresh one); the server may have run the first send too.
+  // retried on a fresh one, which only commands with Resend::allowed are); the server may have
+  // run the first send too.
   bool retried{false};
 };
 
