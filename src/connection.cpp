@@ -1,4 +1,5 @@
-// src/connection.cpp: hiredis contexts, the connection pool, and the multiplexed batch executor.
+// src/connection.cpp: hiredis contexts, the connection pool, the multiplexed batch executor, and
+// the finisher that completes the writes of given-up connections.
 #include "connection.hpp"
 
 #include <fcntl.h>
