@@ -1,6 +1,8 @@
 // src/connection.hpp: the I/O half of redlock. Owns hiredis contexts and replies, maps hiredis
 // failures to redlock exceptions, and runs batches: several commands on each of several nodes,
-// one round trip per node, all nodes at once, each bounded by its own command timeout.
+// one round trip per node, all nodes at once, each bounded by its own command timeout. A request
+// given up on (timed out, or cut after an early finish) is finished in the background with its
+// rollback behind it, by one "finisher" thread per process (see connection.cpp).
 //
 // The algorithm half (quorum, validity, tokens) is in engine.hpp and never touches hiredis.
 #ifndef REDLOCK_SRC_CONNECTION_HPP
@@ -23,6 +25,7 @@
 #include <redlock/endpoint.hpp>
 #include <redlock/reply.hpp>
 
+#include "io/dial.hpp"
 #include "small_vector.hpp"
 
 namespace redlock {
@@ -41,14 +44,21 @@ struct ReplyDeleter {
 using ContextPtr = std::unique_ptr<redisContext, ContextDeleter>;
 using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
 
+// Whether the executor may send a command a second time after the first send may have run: to
+// retry it on a fresh connection when a pooled one turns out dead, or (scripts) to re-send it as
+// EVAL behind a timed-out EVALSHA. Only for commands whose caller copes with a second run (the
+// library's own idempotent scripts, SET NX with `NodeBatch::retried`); never for a user's.
+enum class Resend : unsigned char { never, allowed };
+
 // One command, as argv views the caller keeps alive until the batch returns. When `script` is set,
 // argv[0] must be "EVALSHA" and argv[1] the script's SHA1; on NOSCRIPT the same command is re-sent
-// as EVAL with the body.
+// as EVAL with the body (NOSCRIPT means it did not run).
 struct CommandView {
   int argc{0};
   const char* const* argv{nullptr};
   const std::size_t* lens{nullptr};
   const Script* script{nullptr};
+  Resend resend{Resend::never};
 };
 
 // A small owning command builder for fixed-size commands on the hot path (no allocation).
@@ -65,7 +75,10 @@ struct FixedCommand {
     ++argc;
     return *this;
   }
-  CommandView view() const noexcept { return CommandView{argc, argv, lens, script}; }
+  // The library's own commands: safe to send again (see Resend).
+  CommandView view() const noexcept {
+    return CommandView{argc, argv, lens, script, Resend::allowed};
+  }
 };
 
 // A live hiredis connection. Any transport error retires it (a context that reported an error is
@@ -97,8 +110,15 @@ class ClientImpl {
   const std::string& waiter_id() const noexcept { return waiter_id_; }
 
   // An idle connection, or a new one (connect only; the handshake rides on the first batch).
-  // Throws ConnectionError or TimeoutError.
+  // Blocks for at most connect_timeout. Throws ConnectionError or TimeoutError.
   std::unique_ptr<Connection> checkout();
+  // An idle connection that the server has not closed meanwhile (checked without blocking; a
+  // closed one is dropped, so nothing is sent on it), or null if none is left.
+  std::unique_ptr<Connection> take_idle() noexcept;
+  // Starts a non-blocking connect (see io/dial.hpp). Throws ConnectionError.
+  Dial dial() const;
+  // Completes a connect that poll() reported writable. Throws ConnectionError.
+  std::unique_ptr<Connection> adopt(Dial& dial) const;
   // Returns a healthy connection to the pool (closes it if the pool is full).
   void checkin(std::unique_ptr<Connection> connection) noexcept;
   std::size_t idle() const;
@@ -125,15 +145,20 @@ class ClientImpl {
   // a dead node costs one log line, not one per operation. Never throws.
   void note_health(bool reachable, std::string_view why = {}) noexcept;
 
-  // Circuit breaker for multi-node batches. After a timeout the node is skipped by Redlock
-  // operations (it simply does not grant) for a back-off that starts at 250 ms and doubles up to
-  // 5 s; the first operation after it probes the node again. A paused server would otherwise
-  // cost every operation a connect or command timeout (its accept queue fills up with the
-  // connections abandoned so far). Single-node operations and the watchdog never skip.
+  // Circuit breaker for multi-node batches. After a timeout, or after being abandoned (cut after
+  // an early finish's grace) three times in a row, the node is skipped by Redlock acquires (it
+  // simply does not grant) for a back-off that starts at 250 ms and doubles up to 5 s; then one
+  // acquire probes it (the others keep skipping until that probe is done). A paused server would
+  // otherwise cost every acquire a wait and a new connection. Releases, extends and rollbacks
+  // never skip (see SkipPolicy); single-node operations and the watchdog never skip.
   void note_timeout() noexcept;
+  void note_abandoned() noexcept;
   void note_answer() noexcept;
-  // True (and the time left) if a multi-node batch should skip this node now.
-  bool skipping(std::chrono::steady_clock::time_point now) const noexcept;
+  // True if an acquire should skip this node now; when the back-off has just ended, false for
+  // exactly one caller (the probe). Thread-safe.
+  bool skip(std::chrono::steady_clock::time_point now) noexcept;
+  // True while the node has timed out and not answered since. Thread-safe.
+  bool suspect() const noexcept { return backoff_ms_.load(std::memory_order_relaxed) != 0; }
 
  private:
   Endpoint endpoint_;
@@ -150,6 +175,7 @@ class ClientImpl {
   std::atomic<bool> down_{false};
   std::atomic<std::int64_t> skip_until_ns_{0};  // steady_clock, 0: not skipping
   std::atomic<std::int64_t> backoff_ms_{0};
+  std::atomic<int> abandoned_in_a_row_{0};
   std::once_flag subscriber_once_;
   std::unique_ptr<Subscriber> subscriber_;
   std::atomic<Subscriber*> started_subscriber_{nullptr};
@@ -168,8 +194,9 @@ struct NodeBatch {
   // Sent on the same connection, behind `commands`, if this node times out; then the connection
   // is closed. Redis runs one connection's commands in order even after the client left, so a
   // rollback sent this way cannot overtake the request it undoes (a paused node that resumes
-  // runs SET, then the release). When empty, script commands are re-sent as EVAL instead (in
-  // case the server answers the EVALSHA with NOSCRIPT that nobody will read).
+  // runs SET, then the release). When empty, script commands with Resend::allowed are re-sent
+  // as EVAL instead (in case the server answers the EVALSHA with NOSCRIPT that nobody will
+  // read); a user's command is never sent twice.
   SmallVector<CommandView, 1> on_timeout;
   // Out: one reply per command (all present when `error` is null). Error replies are replies.
   SmallVector<ReplyPtr, 2> replies;
@@ -177,7 +204,8 @@ struct NodeBatch {
   // ServerError from the AUTH/SELECT handshake). Null on success.
   std::exception_ptr error;
   // Out: the commands were sent twice (a pooled connection died before any reply, and they were
-  // retried on a fresh one); the server may have run the first send too.
+  // retried on a fresh one, which only commands with Resend::allowed are); the server may have
+  // run the first send too.
   bool retried{false};
   // Out: cut short by an early finish (its error is a TimeoutError), not by its own deadline.
   bool abandoned{false};
@@ -211,11 +239,21 @@ struct EarlyFinish {
   }
 };
 
-// Runs every batch: sends each node's commands in one write, then reads all replies, polling all
-// nodes at once. A node that does not answer within its command_timeout gets a TimeoutError and
-// costs the others nothing. NOSCRIPT replies are retried with EVAL on the same connection.
-// Never throws for per-node failures (they land in NodeBatch::error); throws std::bad_alloc only.
-void execute(NodeBatch* batches, std::size_t count, const EarlyFinish* early = nullptr);
+// Which nodes a multi-node batch with an EarlyFinish may leave out. An acquire may skip a node in
+// back-off (it then does not grant). Anything that may find our key on a node (release, extend,
+// the rollback of a partial grant, raising a fence) goes to every node; a node in back-off then
+// gets the request but is not waited for once the other nodes are done.
+enum class SkipPolicy : unsigned char { every_node, skip_backed_off };
+
+// Runs every batch: connects where no pooled connection is idle and sends each node's commands
+// in one write, then reads all replies; connects and reads of all nodes share one poll loop, so
+// a node slow to accept or to answer costs the others nothing. A node that does not answer
+// within its command_timeout (or accept within connect_timeout) gets a TimeoutError; a reply
+// that has arrived by then is always taken. NOSCRIPT replies are retried with EVAL on the same
+// connection. Never throws for per-node failures (they land in NodeBatch::error); throws
+// std::bad_alloc only.
+void execute(NodeBatch* batches, std::size_t count, const EarlyFinish* early = nullptr,
+             SkipPolicy policy = SkipPolicy::every_node);
 
 // Writes everything buffered in `context` (blocking, bounded by its send timeout) without letting
 // a closed connection raise SIGPIPE in the caller. Returns false on a write error.

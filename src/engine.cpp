@@ -378,7 +378,7 @@ AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl, boo
   };
   early.succeed_when(granted);
   const auto started = SteadyClock::now();
-  execute(batches.data(), n, &early);
+  execute(batches.data(), n, &early, SkipPolicy::skip_backed_off);
 
   AcquireResult result;
   PerNode<Answer> answers(n, Answer::failed);

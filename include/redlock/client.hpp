@@ -66,16 +66,20 @@ class Client {
   // transport failures, std::invalid_argument if argv is empty or is a command that changes the
   // state of the pooled connection the locks share (SELECT, AUTH, HELLO, MULTI, WATCH,
   // SUBSCRIBE, MONITOR, CLIENT REPLY, ...). Thread-safe.
+  // A TimeoutError or ConnectionError after the command was sent means it may or may not have
+  // run on the server. It is never sent a second time (a pooled connection the server has
+  // closed is detected and dropped before sending); retry yourself only if that is safe.
   Reply command(const std::vector<std::string_view>& argv) const;
 
   // Sends all commands in one write and reads all replies: one round trip. Returns the replies in
   // order; an error reply is returned as a Reply of Type::error (not thrown) so that one bad
   // command does not hide the others. Throws on transport failures, like command().
-  // Thread-safe.
+  // After a transport error any prefix of the commands may have run; none is re-sent. Thread-safe.
   std::vector<Reply> pipeline(const std::vector<std::vector<std::string_view>>& commands) const;
 
   // Runs `script` with EVALSHA; if the server answers NOSCRIPT, runs it with EVAL (which also
-  // caches it) on the same connection. Returns the script's reply. Throws like command().
+  // caches it) on the same connection. Returns the script's reply. Throws like command(); after
+  // a timeout the script may or may not have run, and it is never re-sent.
   // Thread-safe.
   Reply eval(const Script& script, const std::vector<std::string_view>& keys,
              const std::vector<std::string_view>& args) const;

@@ -1,0 +1,209 @@
+// Degraded nodes: a paused Redlock node must cost the others nothing (wherever it is listed), a
+// release must reach a node in timeout back-off, and a user's script must never be re-sent.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <redlock/redlock.hpp>
+
+#include "connection.hpp"
+#include "support/redis_server.hpp"
+
+using namespace std::chrono_literals;
+using redlock::test::key;
+using redlock::test::RedisServer;
+using redlock::test::ServerGroup;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Collects every "unreachable" warning for the lifetime of the object.
+class UnreachableLog {
+ public:
+  UnreachableLog() {
+    redlock::set_log_handler([this](redlock::LogLevel level, std::string_view message) {
+      if (level < redlock::LogLevel::warn) return;
+      if (message.find("unreachable") == std::string_view::npos) return;
+      std::lock_guard<std::mutex> guard(mutex_);
+      messages_.emplace_back(message);
+    });
+  }
+  ~UnreachableLog() { redlock::set_log_handler({}); }
+  UnreachableLog(const UnreachableLog&) = delete;
+  UnreachableLog& operator=(const UnreachableLog&) = delete;
+
+  // Messages that name `address` ("127.0.0.1:port").
+  std::vector<std::string> naming(const std::string& address) const {
+    std::lock_guard<std::mutex> guard(mutex_);
+    std::vector<std::string> out;
+    for (const auto& m : messages_) {
+      if (m.find(address + " ") != std::string::npos) out.push_back(m);
+    }
+    return out;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<std::string> messages_;
+};
+
+struct Run {
+  long total{0};
+  long errors{0};
+  std::vector<long> per_second;  // successful cycles in each whole second of the run
+};
+
+// `threads` threads, each on its own key, doing try_lock_for(2s) + unlock for `seconds` seconds.
+Run cycles(const std::vector<redlock::Endpoint>& order, const std::string& tag, int threads,
+           int seconds) {
+  std::vector<redlock::Client> clients;
+  for (const auto& ep : order) clients.emplace_back(ep);  // fresh pools and back-off state
+  std::vector<std::atomic<long>> counts(static_cast<std::size_t>(seconds));
+  std::atomic<long> errors{0};
+  const auto start = Clock::now();
+  const auto end = start + std::chrono::seconds(seconds);
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      redlock::LockOptions options;
+      options.ttl = 10s;
+      options.retry_delay = 5ms;
+      redlock::Redlock lock(clients, key(tag + "-" + std::to_string(t)), options);
+      while (Clock::now() < end) {
+        try {
+          if (lock.try_lock_for(2s)) {
+            lock.unlock();
+            const auto second = (Clock::now() - start) / 1s;
+            if (second < seconds) ++counts[static_cast<std::size_t>(second)];
+          }
+        } catch (const redlock::Error&) {
+          ++errors;
+        }
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  Run run;
+  run.errors = errors;
+  for (auto& c : counts) {
+    run.per_second.push_back(c);
+    run.total += c;
+  }
+  return run;
+}
+
+std::string address(const redlock::Endpoint& ep) { return ep.host + ":" + std::to_string(ep.port); }
+
+}  // namespace
+
+TEST_CASE("A paused Redlock node costs no outage wherever it is listed",
+          "[redis][redlock][fault][slow]") {
+  ServerGroup group(5);
+  const auto endpoints = group.endpoints();
+  const Run healthy = cycles(endpoints, "degraded-healthy", 4, 2);
+  const double healthy_rate = static_cast<double>(healthy.total) / 2.0;
+  INFO("all healthy: " << healthy_rate << " cycles/s");
+  REQUIRE(healthy.total > 0);
+
+  group[4].pause();
+  UnreachableLog log;
+  constexpr int kSeconds = 4;
+  for (std::size_t position : {std::size_t{0}, std::size_t{2}, std::size_t{4}}) {
+    std::vector<redlock::Endpoint> order(endpoints.begin(), endpoints.end() - 1);
+    order.insert(order.begin() + static_cast<std::ptrdiff_t>(position), endpoints[4]);
+    const Run run = cycles(order, "degraded-" + std::to_string(position), 4, kSeconds);
+    INFO("paused node at position "
+         << position << ": " << run.total << " cycles, " << run.errors
+         << " errors, per second: " << Catch::Detail::stringify(run.per_second));
+    for (long in_second : run.per_second) CHECK(in_second > 0);
+    CHECK(static_cast<double>(run.total) >= 0.3 * healthy_rate * kSeconds);
+  }
+  for (std::size_t i = 0; i < 4; ++i) {
+    INFO("healthy node " << address(endpoints[i]));
+    CHECK(log.naming(address(endpoints[i])).empty());
+  }
+  group[4].resume();
+}
+
+TEST_CASE("A Redlock release reaches a node that is in timeout back-off",
+          "[redis][redlock][fault]") {
+  ServerGroup group(3);
+  const auto k = key("release-backoff");
+  std::vector<redlock::Client> clients;
+  for (const auto& ep : group.endpoints()) clients.emplace_back(ep);
+  redlock::Redlock lock(clients, k, redlock::LockOptions{});
+  REQUIRE(lock.try_lock());
+  REQUIRE(group[1].raw({"EXISTS", k}).integer() == 1);
+
+  // Two timeouts on node 1 put it in back-off (250 ms, then 500 ms); it then resumes, healthy.
+  group[1].pause();
+  CHECK_THROWS_AS(clients[1].command({"PING"}), redlock::TimeoutError);
+  CHECK_THROWS_AS(clients[1].command({"PING"}), redlock::TimeoutError);
+  group[1].resume();
+
+  CHECK(lock.release());
+  std::this_thread::sleep_for(200ms);  // let the node run whatever it was sent
+  INFO("PTTL on node 1 after release: " << group[1].raw({"PTTL", k}).integer());
+  CHECK(group[1].raw({"EXISTS", k}).integer() == 0);
+  CHECK(group[0].raw({"EXISTS", k}).integer() == 0);
+  CHECK(group[2].raw({"EXISTS", k}).integer() == 0);
+}
+
+TEST_CASE("Client::eval never runs a user's script twice after a timeout",
+          "[redis][client][fault]") {
+  RedisServer server;
+  auto ep = server.endpoint();
+  ep.command_timeout = 200ms;
+  redlock::Client client(ep);
+  const auto counter = key("eval-once");
+  // Busy for 300 ms (longer than the command timeout), then counts one run.
+  const redlock::Script slow(
+      "local t = redis.call('TIME') "
+      "local start = t[1] * 1000000 + t[2] "
+      "repeat local n = redis.call('TIME') until n[1] * 1000000 + n[2] - start > 300000 "
+      "return redis.call('INCR', KEYS[1])");
+  CHECK_THROWS_AS(client.eval(slow, {counter}, {}), redlock::TimeoutError);
+  std::this_thread::sleep_for(1s);  // anything re-sent has run by now
+  CHECK(server.raw({"GET", counter}).str() == "1");
+  // Once cached (EVALSHA runs it directly), a timeout still means exactly one run.
+  CHECK_THROWS_AS(client.eval(slow, {counter}, {}), redlock::TimeoutError);
+  std::this_thread::sleep_for(1s);
+  CHECK(server.raw({"GET", counter}).str() == "2");
+}
+
+TEST_CASE("A request cut off in the middle of its write still gets its rollback",
+          "[redis][fault]") {
+  RedisServer server;
+  auto ep = server.endpoint();
+  ep.command_timeout = 300ms;
+  redlock::Client client(ep);
+  client.ping();  // a pooled connection
+  const auto k = key("partial-write");
+  // SET fits into the socket buffers of a paused server; the 16 MiB behind it cannot: the send
+  // times out after SET went out whole.
+  const std::string big(std::size_t{16} << 20, 'x');
+  redlock::detail::FixedCommand<3> set;
+  set.arg("SET").arg(k).arg("v");
+  redlock::detail::FixedCommand<2> echo;
+  echo.arg("ECHO").arg(big);
+  redlock::detail::FixedCommand<2> undo;
+  undo.arg("DEL").arg(k);
+  redlock::detail::NodeBatch batch;
+  batch.node = client.impl().get();
+  batch.commands.push_back(set.view());
+  batch.commands.push_back(echo.view());
+  batch.on_timeout.push_back(undo.view());
+  server.pause();
+  redlock::detail::execute(&batch, 1);
+  CHECK(batch.error != nullptr);
+  server.resume();
+  std::this_thread::sleep_for(500ms);  // the server reads what it was sent
+  CHECK(server.raw({"EXISTS", k}).integer() == 0);
+}
