@@ -476,7 +476,7 @@ std::optional<int> parse_command_line(int argc, char** argv, Config& config) {
       arg.resize(eq);
     }
     if (const auto name = value_option(arg)) {
-      if (!inline_value && i + 1 >= argc) throw UsageError(arg + " needs a value; see --help");
+      if (!inline_value && i + 1 >= argc) throw UsageError(arg + " needs a value");
       take_value(*name, arg, inline_value ? *inline_value : argv[++i], raw, config);
     } else if (inline_value || !take_flag(arg, config)) {
       throw UsageError("unknown option " + scrub_credentials(arg) +
