@@ -943,3 +943,32 @@ TEST_CASE("redlock-run --fair serves five staggered waiters in arrival order",
   for (auto& w : waiters) CHECK(w->wait(20s) == 0);
   CHECK(slurp(order) == "1\n2\n3\n4\n5\n");
 }
+
+// Needs API_CONTRACT rule 1 (Lock::cancel_waits, h2-lock): with the TEMP SHIM in
+// redlock_run.cpp a signal ends the wait by _exit, which leaves the fair waiter's queue entry.
+TEST_CASE("redlock-run --fair: SIGTERM while waiting leaves the queue cleanly",
+          "[redis][cli][fair][needs-h2-lock]") {
+  RedisServer server;
+  const auto k = key("run-fair-cancel");
+  REQUIRE(server.raw({"SET", k, "someone-else", "PX", "20000"}).str() == "OK");
+  Tool tool({"--redis", uri(server), "--key", k, "--fair", "--", "true"});
+  REQUIRE(eventually([&] { return server.raw({"EXISTS", k + ":queue"}).integer() == 1; }));
+  REQUIRE(::kill(tool.pid(), SIGTERM) == 0);
+  CHECK(tool.wait(5s) == 128 + SIGTERM);
+  CHECK(server.raw({"EXISTS", k + ":queue"}).integer() == 0);
+  CHECK(server.raw({"GET", k}).str() == "someone-else");
+}
+
+// Needs API_CONTRACT rule 2 (h2-lock): a wait rides out a server that does not answer.
+TEST_CASE("redlock-run: a wait rides out a paused server, then takes the lock",
+          "[redis][cli][needs-h2-lock]") {
+  RedisServer server;
+  const auto k = key("run-ride-out");
+  REQUIRE(server.raw({"SET", k, "someone-else", "PX", "1500"}).str() == "OK");
+  Tool tool({"--redis", uri(server) + "?command_timeout=200", "--key", k, "--", "true"});
+  std::this_thread::sleep_for(200ms);
+  server.pause();
+  std::this_thread::sleep_for(600ms);
+  server.resume();
+  CHECK(tool.wait(10s) == 0);  // the holder's lease ran out; ours came after
+}
