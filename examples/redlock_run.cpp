@@ -726,7 +726,11 @@ Acquire acquire(Locks& locks, const Config& config, const Runtime& rt, int& sign
   redlock::LockBase& lock = locks.base();
   if (config.no_wait) return lock.try_lock() ? Acquire::held : Acquire::busy;
   if (config.verbose) {
-    if (lock.try_lock()) return Acquire::held;
+    try {
+      if (lock.try_lock()) return Acquire::held;
+    } catch (const redlock::Error& e) {  // unreachable now: the wait below rides it out
+      say("waiting: " + in_our_words(e.what()));
+    }
     say("waiting for " + config.key +
         (config.wait ? " (at most " + format_duration(*config.wait) + ")" : std::string()));
   }

@@ -972,3 +972,18 @@ TEST_CASE("redlock-run: a wait rides out a paused server, then takes the lock",
   server.resume();
   CHECK(tool.wait(10s) == 0);  // the holder's lease ran out; ours came after
 }
+
+TEST_CASE("redlock-run: what the command leaves running in its group is stopped before release",
+          "[redis][cli]") {
+  RedisServer server;
+  const auto k = key("run-leftover");
+  const std::string marker = unique_sleep();
+  Tool tool(
+      {"--redis", uri(server), "--key", k, "--", "sh", "-c", "sleep " + marker + " & exit 5"});
+  CHECK(tool.wait(5s) == 5);  // the command's own status
+  const auto left = processes_with("sleep " + marker);
+  for (const pid_t p : left) ::kill(p, SIGKILL);
+  CHECK(left.empty());
+  CHECK_THAT(tool.err(), Catch::Contains("left running"));
+  CHECK_FALSE(held(server, k));
+}
