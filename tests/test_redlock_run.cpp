@@ -947,7 +947,7 @@ TEST_CASE("redlock-run --fair serves five staggered waiters in arrival order",
 // Needs API_CONTRACT rule 1 (Lock::cancel_waits, h2-lock): with the TEMP SHIM in
 // redlock_run.cpp a signal ends the wait by _exit, which leaves the fair waiter's queue entry.
 TEST_CASE("redlock-run --fair: SIGTERM while waiting leaves the queue cleanly",
-          "[redis][cli][fair][needs-h2-lock]") {
+          "[redis][cli][needs-h2-lock]") {
   RedisServer server;
   const auto k = key("run-fair-cancel");
   REQUIRE(server.raw({"SET", k, "someone-else", "PX", "20000"}).str() == "OK");
