@@ -18,6 +18,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -76,19 +77,33 @@ bool eventually(const std::function<bool()>& condition, Clock::duration timeout 
 // One redlock-run process: stdin /dev/null, stdout and stderr captured in files. Dies with the
 // test process (PR_SET_PDEATHSIG), and is killed by the destructor if still running (its
 // command then gets SIGTERM through redlock-run's own PR_SET_PDEATHSIG).
+// What a Tool's stdin is: /dev/null, or a pipe the test closes with close_stdin().
+enum class Input { null, pipe };
+
 class Tool {
  public:
-  explicit Tool(std::vector<std::string> args) {
+  explicit Tool(std::vector<std::string> args, std::vector<std::string> extra_env = {},
+                Input input = Input::null) {
     args.insert(args.begin(), REDLOCK_RUN_PATH);
     std::vector<char*> argv;
     argv.reserve(args.size() + 1);
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+    env.insert(env.end(), extra_env.begin(), extra_env.end());
+    std::vector<char*> envp;
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    int stdin_pipe[2] = {-1, -1};
+    if (input == Input::pipe) REQUIRE(::pipe2(stdin_pipe, O_CLOEXEC) == 0);
     const std::string out = files_ / "stdout";
     const std::string err = files_ / "stderr";
     const int out_fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     const int err_fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    const int null_fd =
+        input == Input::pipe ? stdin_pipe[0] : ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    stdin_write_ = stdin_pipe[1];
     REQUIRE(out_fd >= 0);
     REQUIRE(err_fd >= 0);
     REQUIRE(null_fd >= 0);
@@ -107,7 +122,7 @@ class Tool {
       ::sigprocmask(SIG_SETMASK, &none, nullptr);
       if (::dup2(null_fd, 0) < 0 || ::dup2(out_fd, 1) < 0 || ::dup2(err_fd, 2) < 0) ::_exit(126);
       ::close_range(3, ~0U, 0);  // no test sockets in redlock-run (nor in its command)
-      ::execv(argv[0], argv.data());
+      ::execve(argv[0], argv.data(), envp.data());
       ::_exit(126);
     }
     ::close(out_fd);
@@ -116,6 +131,7 @@ class Tool {
     REQUIRE(pid_ > 0);
   }
   ~Tool() {
+    close_stdin();
     if (pid_ > 0 && !done_) {
       ::kill(pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
@@ -125,6 +141,11 @@ class Tool {
   Tool& operator=(const Tool&) = delete;
 
   pid_t pid() const { return pid_; }
+
+  void close_stdin() {
+    if (stdin_write_ >= 0) ::close(stdin_write_);
+    stdin_write_ = -1;
+  }
 
   bool running() {
     if (done_) return false;
@@ -163,6 +184,7 @@ class Tool {
   }
 
   TempDir files_;
+  int stdin_write_ = -1;
   pid_t pid_ = -1;
   bool done_ = false;
   int status_ = -1;
@@ -447,13 +469,13 @@ TEST_CASE("redlock-run usage errors exit 64", "[redis][cli]") {
   const std::string r = uri(server);
   std::string err;
   SECTION("bad durations") {
-    for (const char* bad : {"5x", "abc", "10", "1.5s", "-1s", "", "99999999999999h"}) {
+    for (const char* bad : {"5x", "abc", "1.5.5s", "s", "-1s", "", "99999999999999h"}) {
       CHECK(run({"--redis", r, "--key", k, "--ttl", bad, "--", "true"}, &err) == 64);
       CHECK_THAT(err, Catch::Contains("--ttl"));
     }
     CHECK(run({"--redis", r, "--key", k, "--ttl", "0s", "--", "true"}, &err) == 64);
     CHECK(run({"--redis", r, "--key", k, "--wait", "soon", "--", "true"}, &err) == 64);
-    CHECK_THAT(err, Catch::Contains("500ms, 30s, 2m or 1h"));
+    CHECK_THAT(err, Catch::Contains("1m30s"));
     CHECK(run({"--redis", r, "--key", k, "--grace", "2 s", "--", "true"}, &err) == 64);
     // Accepted by the parser but too short for the lease (the library's check).
     CHECK(run({"--redis", r, "--key", k, "--ttl", "1ms", "--", "true"}, &err) == 64);
@@ -548,10 +570,420 @@ TEST_CASE("redlock-run never prints a password from a --redis URI", "[redis][cli
   }
 
   REQUIRE(stderrs.size() == 9);
-  CHECK(stderrs[0].empty());
-  for (std::size_t i = 1; i < stderrs.size(); ++i) {
+  // The password works; it was given inline, which shows in ps: one warning, no password.
+  CHECK_THAT(stderrs[0], Catch::Contains("REDLOCK_REDIS"));
+  for (std::size_t i = 0; i < stderrs.size(); ++i) {
     INFO("stderr #" << i << ": " << stderrs[i]);
     CHECK_FALSE(stderrs[i].empty());
     CHECK_THAT(stderrs[i], !Catch::Contains(password));
   }
+}
+
+// ---- issue 20 --------------------------------------------------------------------------------
+
+namespace {
+
+// PIDs of live processes whose command line starts with `marker` (scans /proc/*/cmdline; a
+// zombie's command line is empty, so a dead but unreaped process does not count).
+std::vector<pid_t> processes_with(const std::string& marker) {
+  std::vector<pid_t> found;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = slurp(entry.path().string() + "/cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.rfind(marker, 0) == 0) found.push_back(std::stoi(name));
+  }
+  return found;
+}
+
+// A sleep that no other test or process runs: "sleep 100.<pid><n>" (sleep takes fractions).
+std::string unique_sleep() {
+  static int counter = 0;
+  return "100." + std::to_string(::getpid()) + std::to_string(++counter);
+}
+
+// `sh -c 'sleep MARKER & touch started; wait'`: dash does not exec, so the sleep is a grandchild.
+std::vector<std::string> grandchild_command(const TempDir& dir, const std::string& marker) {
+  return {"sh", "-c", "sleep " + marker + " & touch " + dir / "started" + "; wait"};
+}
+
+}  // namespace
+
+TEST_CASE("redlock-run: a lost lease stops the command's whole process group", "[redis][cli]") {
+  RedisServer server;
+  TempDir dir;
+  const auto k = key("run-group-lost");
+  const std::string marker = unique_sleep();
+  Tool tool(std::vector<std::string>{"--redis", uri(server), "--key", k, "--ttl", "300ms", "--"} +
+            grandchild_command(dir, marker));
+  REQUIRE(eventually([&] { return exists(dir / "started"); }));
+  REQUIRE(processes_with("sleep " + marker).size() == 1);
+  server.raw({"DEL", k});
+  CHECK(tool.wait(5s) == 70);
+  // Nothing of the job may outlive redlock-run: the lock is free for the next holder now.
+  const auto left = processes_with("sleep " + marker);
+  for (const pid_t p : left) ::kill(p, SIGKILL);
+  CHECK(left.empty());
+}
+
+TEST_CASE("redlock-run: a forwarded SIGTERM stops the whole process group before the release",
+          "[redis][cli]") {
+  RedisServer server;
+  TempDir dir;
+  const auto k = key("run-group-term");
+  const std::string marker = unique_sleep();
+  Tool tool(std::vector<std::string>{"--redis", uri(server), "--key", k, "--"} +
+            grandchild_command(dir, marker));
+  REQUIRE(eventually([&] { return exists(dir / "started"); }));
+  REQUIRE(::kill(tool.pid(), SIGTERM) == 0);
+  CHECK(tool.wait(5s) == 128 + SIGTERM);
+  const auto left = processes_with("sleep " + marker);
+  for (const pid_t p : left) ::kill(p, SIGKILL);
+  CHECK(left.empty());
+  CHECK_FALSE(held(server, k));
+}
+
+TEST_CASE(
+    "redlock-run: SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM and SIGHUP stop the command, then "
+    "release",
+    "[redis][cli]") {
+  RedisServer server;
+  for (const int signo : {SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGHUP}) {
+    INFO("signal " << signo);
+    TempDir dir;
+    const auto k = key("run-sig" + std::to_string(signo));
+    Tool tool(std::vector<std::string>{"--redis", uri(server), "--key", k, "--"} +
+              looping_command(dir));
+    REQUIRE(eventually([&] { return exists(dir / "started"); }));
+    REQUIRE(::kill(tool.pid(), signo) == 0);
+    CHECK(tool.wait(5s) == 128 + signo);  // the command died of the forwarded signal
+    CHECK_FALSE(held(server, k));
+  }
+}
+
+TEST_CASE("redlock-run: --grace then SIGKILL applies after a forwarded SIGTERM too",
+          "[redis][cli]") {
+  RedisServer server;
+  TempDir dir;
+  const auto k = key("run-grace-term");
+  const std::string started = dir / "started";
+  Tool tool({"--redis", uri(server), "--key", k, "--grace", "400ms", "--", "sh", "-c",
+             "trap '' TERM; touch " + started + "; while :; do sleep 0.05; done"});
+  REQUIRE(eventually([&] { return exists(started); }));
+  REQUIRE(::kill(tool.pid(), SIGTERM) == 0);
+  const auto sent = Clock::now();
+  CHECK(tool.wait(6s) == 128 + SIGKILL);
+  CHECK(Clock::now() - sent >= 400ms);
+  CHECK_THAT(tool.err(), Catch::Contains("SIGKILL"));
+  CHECK_FALSE(held(server, k));
+}
+
+TEST_CASE("redlock-run: 126 for a file that is not executable, 127 for one not found",
+          "[redis][cli]") {
+  RedisServer server;
+  TempDir dir;
+  const auto k = key("run-126");
+  const std::string file = dir / "script";
+  std::ofstream(file) << "#!/bin/sh\nexit 0\n";
+  std::string err;
+  CHECK(run({"--redis", uri(server), "--key", k, "--", file}, &err) == 126);
+  CHECK_THAT(err, Catch::Contains(file));
+  CHECK(run({"--redis", uri(server), "--key", k, "--", dir / "missing"}, &err) == 127);
+  CHECK_FALSE(held(server, k));
+}
+
+TEST_CASE("redlock-run: --redis never takes the command's first word", "[redis][cli]") {
+  RedisServer server;
+  TempDir dir;
+  const auto k = key("run-words");
+  std::string err;
+  CHECK(run({"--key", k, "--redis", uri(server), "ls", "-l", "/dev/null"}, &err) == 0);
+  CHECK(err.empty());
+  CHECK(run({"--key", k, "--redis", uri(server), "touch", dir / "ran"}, &err) == 0);
+  CHECK(exists(dir / "ran"));
+}
+
+TEST_CASE("redlock-run: a ttl the drift allowance makes unusable is a usage error",
+          "[redis][cli]") {
+  RedisServer server;
+  const auto k = key("run-short-ttl");
+  std::string err;
+  for (const char* ttl : {"3ms", "20ms"}) {
+    CHECK(run({"--redis", uri(server), "--key", k, "--ttl", ttl, "--", "true"}, &err) == 64);
+    CHECK_THAT(err, Catch::Contains("--ttl"));
+  }
+}
+
+TEST_CASE("redlock-run: messages name the flag the user typed, never the library's internals",
+          "[redis][cli]") {
+  RedisServer server;
+  const auto k = key("run-messages");
+  const std::string r = uri(server);
+  std::string err;
+  const std::vector<std::string> internals = {"Endpoint::",          "options.",      "instances[",
+                                              "following arguments", "RequiredError", "TEXT"};
+  auto check_clean = [&](const std::string& flag) {
+    INFO("stderr: " << err);
+    CHECK_THAT(err, Catch::Contains(flag));
+    CHECK_THAT(err, Catch::Contains("--help"));
+    for (const auto& word : internals) CHECK_THAT(err, !Catch::Contains(word));
+  };
+  CHECK(run({"--redis", r, "--key", k, "--bogus", "--", "true"}, &err) == 64);
+  check_clean("--bogus");
+  CHECK(run({"--redis", r, "--", "true"}, &err) == 64);
+  check_clean("--key");
+  CHECK(run({"--redis", r, "--redis", "redis://127.0.0.1:1", "--key", k, "--fair", "--", "true"},
+            &err) == 64);
+  check_clean("--fair");
+  CHECK(run({"--redis", "redis://127.0.0.1:99999", "--key", k, "--", "true"}, &err) == 64);
+  check_clean("--redis");
+  CHECK(run({"--redis", r, "--key", k, "--ttl", "soon", "--", "true"}, &err) == 64);
+  check_clean("--ttl");
+  CHECK(run({"--redis", r, "--key", k}, &err) == 64);
+  check_clean("command");
+}
+
+TEST_CASE("redlock-run: durations take fractions, compounds and bare seconds", "[redis][cli]") {
+  RedisServer server;
+  const auto k = key("run-durations");
+  REQUIRE(server.raw({"SET", k, "someone-else", "PX", "20000"}).str() == "OK");
+  for (const char* wait : {"0.3s", "0.3", "300ms", "0m0.3s"}) {
+    INFO("--wait " << wait);
+    Tool tool({"--redis", uri(server), "--key", k, "--wait", wait, "--", "true"});
+    CHECK(tool.wait() == 75);
+    CHECK(tool.elapsed() >= 290ms);
+  }
+  // Accepted (the run then ends at once: the command is `true`).
+  server.raw({"DEL", k});
+  for (const char* ttl : {"1m30s", "2", "1.5s", "1h"}) {
+    CHECK(run({"--redis", uri(server), "--key", k, "--ttl", ttl, "--", "true"}) == 0);
+  }
+}
+
+TEST_CASE("redlock-run: -n, -w, --timeout and -E as flock spells them", "[redis][cli]") {
+  RedisServer server;
+  const auto k = key("run-short");
+  REQUIRE(server.raw({"SET", k, "someone-else", "PX", "20000"}).str() == "OK");
+  const std::string r = uri(server);
+  CHECK(run({"--redis", r, "--key", k, "-n", "--", "true"}) == 75);
+  CHECK(run({"--redis", r, "--key", k, "-n", "-E", "3", "--", "true"}) == 3);
+  CHECK(run({"--redis", r, "--key", k, "--conflict-exit-code", "9", "-w", "0.2", "--", "true"}) ==
+        9);
+  CHECK(run({"--redis", r, "--key", k, "--timeout", "200ms", "--", "true"}) == 75);
+  CHECK(run({"--redis", r, "--key", k, "-E", "300", "-n", "--", "true"}) == 64);
+}
+
+TEST_CASE("redlock-run: the command gets REDLOCK_VALIDITY_MS and REDLOCK_TTL_MS", "[redis][cli]") {
+  RedisServer server;
+  TempDir dir;
+  const std::string env_file = dir / "env";
+  CHECK(run({"--redis", uri(server), "--key", key("run-env"), "--ttl", "10s", "--", "sh", "-c",
+             "echo \"$REDLOCK_TTL_MS $REDLOCK_VALIDITY_MS\" > " + env_file}) == 0);
+  const std::string env = slurp(env_file);
+  REQUIRE(env.size() > 7);
+  CHECK(env.rfind("10000 ", 0) == 0);
+  const long validity = std::stol(env.substr(6));
+  CHECK(validity > 5'000);
+  CHECK(validity <= 10'000);
+}
+
+TEST_CASE("redlock-run: servers from REDLOCK_REDIS and --redis-file; an inline password warns",
+          "[redis][cli]") {
+  RedisServer server;
+  TempDir dir;
+  const auto k = key("run-envservers");
+  std::string err;
+  {
+    Tool tool({"--key", k, "--", "true"}, {"REDLOCK_REDIS=" + uri(server)});
+    CHECK(tool.wait() == 0);
+    CHECK(tool.err().empty());
+  }
+  {
+    ServerGroup group(3);
+    const std::string list = uri(group[0]) + ", " + uri(group[1]) + " " + uri(group[2]);
+    const std::string started = dir / "started";
+    Tool tool({"--key", k, "--", "sh", "-c", "touch " + started + "; sleep 0.3"},
+              {"REDLOCK_REDIS=" + list});
+    REQUIRE(eventually([&] { return exists(started); }));
+    for (std::size_t i = 0; i < group.size(); ++i) CHECK(held(group[i], k));
+    CHECK(tool.wait() == 0);
+  }
+  const std::string file = dir / "servers";
+  std::ofstream(file) << "# our lock server\n" << uri(server) << "\n\n";
+  CHECK(run({"--redis-file", file, "--key", k, "--", "true"}, &err) == 0);
+  CHECK(err.empty());
+  CHECK(run({"--redis-file", dir / "nope", "--key", k, "--", "true"}, &err) == 64);
+  CHECK_THAT(err, Catch::Contains("--redis-file"));
+  // A password on the command line shows in ps: warn (and still run).
+  CHECK(run({"--redis", "redis://:pw@127.0.0.1:" + std::to_string(server.port()), "--key", k, "--",
+             "true"},
+            &err) != 64);
+  CHECK_THAT(err, Catch::Contains("REDLOCK_REDIS"));
+  CHECK_THAT(err, !Catch::Contains(":pw@"));
+}
+
+TEST_CASE("redlock-run -v reports waiting, acquired with fence and validity, and lost",
+          "[redis][cli]") {
+  RedisServer server;
+  TempDir dir;
+  const auto k = key("run-verbose");
+  REQUIRE(server.raw({"SET", k, "someone-else", "PX", "300"}).str() == "OK");
+  Tool tool(std::vector<std::string>{"--redis", uri(server), "--key", k, "-v", "--fencing", "--ttl",
+                                     "300ms", "--"} +
+            looping_command(dir));
+  REQUIRE(eventually([&] { return exists(dir / "started"); }));
+  server.raw({"DEL", k});
+  CHECK(tool.wait(5s) == 70);
+  const std::string err = tool.err();
+  CHECK_THAT(err, Catch::Contains("waiting"));
+  CHECK_THAT(err, Catch::Contains("acquired"));
+  CHECK_THAT(err, Catch::Contains("fence 1"));
+  CHECK_THAT(err, Catch::Contains("validity"));
+  CHECK_THAT(err, Catch::Contains("lost"));
+}
+
+TEST_CASE("redlock-run --status shows the holder, its remaining ttl and identity", "[redis][cli]") {
+  RedisServer server;
+  TempDir dir;
+  const auto k = key("run-status-q");
+  Tool status_free({"--redis", uri(server), "--key", k, "--status"});
+  CHECK(status_free.wait() == 1);
+  CHECK_THAT(status_free.out(), Catch::Contains("not held"));
+  Tool holder(std::vector<std::string>{"--redis", uri(server), "--key", k, "--ttl", "20s", "--"} +
+              looping_command(dir));
+  REQUIRE(eventually([&] { return exists(dir / "started"); }));
+  CHECK(server.raw({"PTTL", k + ":holder"}).integer() > 0);
+  Tool status_held({"--redis", uri(server), "--key", k, "--status"});
+  CHECK(status_held.wait() == 0);
+  const std::string out = status_held.out();
+  CHECK_THAT(out, Catch::Contains("held"));
+  CHECK_THAT(out, Catch::Contains("pid=" + std::to_string(holder.pid())));
+  CHECK_THAT(out, Catch::Contains("sh -c"));
+  CHECK_THAT(out, Catch::Contains("ttl"));
+  ::kill(holder.pid(), SIGTERM);
+  CHECK(holder.wait() == 0);
+  CHECK(server.raw({"EXISTS", k, k + ":holder"}).integer() == 0);
+}
+
+TEST_CASE("redlock-run --hold keeps the lock until stdin closes", "[redis][cli]") {
+  RedisServer server;
+  const auto k = key("run-hold");
+  Tool tool({"--redis", uri(server), "--key", k, "--hold"}, {}, Input::pipe);
+  // A script waits for the "held" line (the key exists a moment before the wait returns).
+  REQUIRE(eventually([&] { return !tool.out().empty(); }));
+  CHECK(held(server, k));
+  std::this_thread::sleep_for(200ms);
+  CHECK(tool.running());
+  tool.close_stdin();
+  CHECK(tool.wait() == 0);
+  CHECK(tool.out() == "held " + k + " fence 0\n");  // what a script waits for
+  CHECK_FALSE(held(server, k));
+  // And until a signal.
+  Tool signalled({"--redis", uri(server), "--key", k, "--hold"}, {}, Input::pipe);
+  REQUIRE(eventually([&] { return !signalled.out().empty(); }));
+  ::kill(signalled.pid(), SIGTERM);
+  CHECK(signalled.wait() == 128 + SIGTERM);
+  CHECK_FALSE(held(server, k));
+}
+
+TEST_CASE("redlock-run: a Redlock without a quorum of live servers is unavailable (69)",
+          "[redis][cli]") {
+  ServerGroup group(3);
+  const auto k = key("run-noquorum");
+  std::vector<std::string> args;
+  for (std::size_t i = 0; i < group.size(); ++i) {
+    args.emplace_back("--redis");
+    args.push_back(uri(group[i]));
+  }
+  args.emplace_back("--key");
+  args.push_back(k);
+  {
+    // One of three down: works, and warns once.
+    group[2].pause();
+    Tool tool(args + std::vector<std::string>{"--", "true"});
+    const int status = tool.wait();
+    group[2].resume();
+    CHECK(status == 0);
+    CHECK_THAT(tool.err(), Catch::Contains("1 of 3"));
+  }
+  group[1].pause();
+  group[2].pause();
+  Tool no_wait(args + std::vector<std::string>{"--no-wait", "--", "true"});
+  Tool waiting(args + std::vector<std::string>{"--wait", "1s", "--", "true"});
+  const int no_wait_status = no_wait.wait();
+  const int waiting_status = waiting.wait();
+  group[1].resume();
+  group[2].resume();
+  CHECK(no_wait_status == 69);
+  CHECK(waiting_status == 69);
+  CHECK_THAT(no_wait.err(), Catch::Contains("unavailable"));
+}
+
+// Issue 20 item 4: redlock-run used to cut each wait into 250 ms try_lock_for slices, so a fair
+// waiter left the queue and rejoined at the back every slice. Now one try_lock_until per wait.
+TEST_CASE("redlock-run --fair serves five staggered waiters in arrival order",
+          "[redis][cli][fair][fifo]") {
+  RedisServer server;
+  TempDir dir;
+  const auto k = key("run-fifo");
+  const std::string order = dir / "order";
+  const std::string started = dir / "started";
+  Tool first({"--redis", uri(server), "--key", k, "--fair", "--", "sh", "-c",
+              "touch " + started + "; sleep 1"});
+  REQUIRE(eventually([&] { return exists(started); }));
+  std::vector<std::unique_ptr<Tool>> waiters;
+  for (int i = 1; i <= 5; ++i) {
+    waiters.push_back(std::make_unique<Tool>(
+        std::vector<std::string>{"--redis", uri(server), "--key", k, "--fair", "--", "sh", "-c",
+                                 "echo " + std::to_string(i) + " >> " + order + "; sleep 0.1"}));
+    std::this_thread::sleep_for(150ms);
+  }
+  CHECK(first.wait() == 0);
+  for (auto& w : waiters) CHECK(w->wait(20s) == 0);
+  CHECK(slurp(order) == "1\n2\n3\n4\n5\n");
+}
+
+// Needs API_CONTRACT rule 1 (Lock::cancel_waits, h2-lock): with the TEMP SHIM in
+// redlock_run.cpp a signal ends the wait by _exit, which leaves the fair waiter's queue entry.
+TEST_CASE("redlock-run --fair: SIGTERM while waiting leaves the queue cleanly",
+          "[redis][cli][needs-h2-lock]") {
+  RedisServer server;
+  const auto k = key("run-fair-cancel");
+  REQUIRE(server.raw({"SET", k, "someone-else", "PX", "20000"}).str() == "OK");
+  Tool tool({"--redis", uri(server), "--key", k, "--fair", "--", "true"});
+  REQUIRE(eventually([&] { return server.raw({"EXISTS", k + ":queue"}).integer() == 1; }));
+  REQUIRE(::kill(tool.pid(), SIGTERM) == 0);
+  CHECK(tool.wait(5s) == 128 + SIGTERM);
+  CHECK(server.raw({"EXISTS", k + ":queue"}).integer() == 0);
+  CHECK(server.raw({"GET", k}).str() == "someone-else");
+}
+
+// Needs API_CONTRACT rule 2 (h2-lock): a wait rides out a server that does not answer.
+TEST_CASE("redlock-run: a wait rides out a paused server, then takes the lock",
+          "[redis][cli][needs-h2-lock]") {
+  RedisServer server;
+  const auto k = key("run-ride-out");
+  REQUIRE(server.raw({"SET", k, "someone-else", "PX", "1500"}).str() == "OK");
+  Tool tool({"--redis", uri(server) + "?command_timeout=200", "--key", k, "--", "true"});
+  std::this_thread::sleep_for(200ms);
+  server.pause();
+  std::this_thread::sleep_for(600ms);
+  server.resume();
+  CHECK(tool.wait(10s) == 0);  // the holder's lease ran out; ours came after
+}
+
+TEST_CASE("redlock-run: what the command leaves running in its group is stopped before release",
+          "[redis][cli]") {
+  RedisServer server;
+  const auto k = key("run-leftover");
+  const std::string marker = unique_sleep();
+  Tool tool(
+      {"--redis", uri(server), "--key", k, "--", "sh", "-c", "sleep " + marker + " & exit 5"});
+  CHECK(tool.wait(5s) == 5);  // the command's own status
+  const auto left = processes_with("sleep " + marker);
+  for (const pid_t p : left) ::kill(p, SIGKILL);
+  CHECK(left.empty());
+  CHECK_THAT(tool.err(), Catch::Contains("left running"));
+  CHECK_FALSE(held(server, k));
 }

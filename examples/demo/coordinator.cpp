@@ -619,7 +619,8 @@ int run_demo(const DemoConfig& config) {
   }
   // Validates the node list as the workers will use it (e.g. the same server twice throws).
   const redlock::Redlock probe(clients, prefix + "lock");
-  if (!own_servers && !check_servers(clients, probe.quorum(), checker_uri)) return 1;
+  if (!own_servers && !check_servers(clients, probe.quorum(), checker_uri))
+    return 69;  // EX_UNAVAILABLE, as the help says
 
   FaultPlan plan;
   std::string faults_note;

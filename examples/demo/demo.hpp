@@ -99,7 +99,8 @@ struct DemoConfig {
   std::chrono::milliseconds node_timeout{200};
 };
 
-// The coordinator. Returns the process exit status (0: no lost updates).
+// The coordinator. Returns the process exit status: 0 pass, 1 a lost update or an overlap, 69
+// the given servers cannot be reached, 130 interrupted. Throws if its own servers cannot start.
 int run_demo(const DemoConfig& config);
 
 // One fault the coordinator injected, for the summary.

@@ -13,30 +13,74 @@
 #include <string>     // std::string
 #include <vector>     // std::vector
 
+#include <stdexcept>  // std::runtime_error, std::invalid_argument
+
 #include <CLI/CLI.hpp>
 
+#include "../duration.hpp"  // redlock_examples::parse_duration: redlock-run's syntax
 #include "demo.hpp"
 
 namespace {
 
-// "10s", "500ms", "1.5s", "2m" or a bare number of seconds. Throws std::invalid_argument.
-std::chrono::milliseconds parse_duration(const std::string& text) {
-  char* end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  const std::string unit(end);
-  double scale = 0;
-  if (unit.empty() || unit == "s") {
-    scale = 1000;
-  } else if (unit == "ms") {
-    scale = 1;
-  } else if (unit == "m" || unit == "min") {
-    scale = 60'000;
+// Exit statuses, as the help says.
+constexpr int kExitUsage = 64;        // EX_USAGE
+constexpr int kExitUnavailable = 69;  // EX_UNAVAILABLE: servers cannot start or be reached
+
+// A usage error: the message names the flag.
+class UsageError : public std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A positive duration, as redlock-run takes them (examples/duration.hpp). Throws UsageError.
+std::chrono::milliseconds parse_duration(const char* flag, const std::string& text) {
+  const auto d = redlock_examples::parse_duration(text);
+  if (!d) {
+    throw UsageError(std::string(flag) + " '" + text + "' is not a duration; use " +
+                     redlock_examples::kDurationHelp);
   }
-  if (end == text.c_str() || scale == 0 || !(value > 0)) {
-    throw std::invalid_argument("'" + text + "' is not a duration (try 10s, 500ms, 2m)");
-  }
-  return std::chrono::milliseconds(static_cast<long long>(value * scale));
+  if (d->count() == 0) throw UsageError(std::string(flag) + " must be longer than 0 (e.g. 10s)");
+  return *d;
 }
+
+// A whole number in [1, 64]. Throws UsageError.
+int parse_count(const char* flag, const std::string& text) {
+  const bool digits = !text.empty() && text.size() <= 2 &&
+                      text.find_first_not_of("0123456789") == std::string::npos;
+  const int n = digits ? std::stoi(text) : 0;
+  if (n < 1 || n > 64) throw UsageError(std::string(flag) + " '" + text + "': use 1 to 64");
+  return n;
+}
+
+// CLI11's own words for a bad command line, in ours.
+std::string usage_message(const CLI::ParseError& e) {
+  const std::string what = e.what();
+  const std::string extras = "not expected: ";  // "The following argument(s) was/were ..."
+  const std::size_t at = what.find(extras);
+  if (at == std::string::npos) return what;
+  return "unknown option or argument: " + what.substr(at + extras.size());
+}
+
+const char kDescription[] =
+    "redlock-demo: worker processes x threads increment a shared counter under one Redlock\n"
+    "while nodes are paused, killed and restarted; then reports lost updates, handoff latency\n"
+    "and fairness. With no --redis it starts 6 throwaway redis-servers on free loopback ports\n"
+    "(5 lock nodes + 1 for the counter) and stops them on exit, also on Ctrl-C.";
+
+const char kFooter[] = R"(
+The live line: seconds, holds so far, holds per second, lock nodes up, and "stale": holds
+whose counter update the fence refused because a newer holder had already written (the
+holder had lost its lease, e.g. while its node was paused or restarted, without knowing it
+yet). Stale holds are the fence doing its job, not errors; with --no-fencing they would be
+lost updates instead.
+
+Durations: 250ms, 0.5s, 30s, 1m30s, 2h; a bare number is seconds.
+
+Exit status:
+  0    pass: no update was lost and no two holders overlapped
+  1    a lost update or an overlap
+  64   usage error: bad option or value
+  69   the servers could not be started or reached
+  130  interrupted (Ctrl-C))";
 
 int worker_main(int argc, char** argv) {
   demo::WorkerConfig config;
@@ -68,60 +112,71 @@ int main(int argc, char** argv) {
   std::string duration = "10s";
   std::string ttl = "1s";
   std::string node_timeout = "200ms";
+  std::string processes = std::to_string(config.processes);
+  std::string threads = std::to_string(config.threads);
   bool no_faults = false;
   bool no_fencing = false;
-  CLI::App app{
-      "redlock-demo: worker processes x threads increment a shared counter under one Redlock\n"
-      "while nodes are paused, killed and restarted; then reports lost updates, handoff latency\n"
-      "and fairness. With no --redis it starts 6 throwaway redis-servers on free loopback ports\n"
-      "(5 lock nodes + 1 for the counter) and stops them on exit, also on Ctrl-C.\n"
-      "Exit status: 0 if no update was lost, 1 otherwise."};
-  app.add_option("--duration", duration, "How long the workers run (10s, 500ms, 2m)")
+  CLI::App app{kDescription, "redlock-demo"};
+  app.footer(kFooter);
+  app.add_option("--duration", duration, "How long the workers run (10s, 0.5m, 1m30s, 90)")
+      ->type_name("DURATION")
       ->capture_default_str();
-  app.add_option("--processes", config.processes, "Worker processes")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
-  app.add_option("--threads", config.threads, "Threads per worker process (they share its lock)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
+  app.add_option("--processes", processes, "Worker processes, 1 to 64")
+      ->type_name("N")
+      ->capture_default_str();
+  app.add_option("--threads", threads, "Threads per worker process (they share its lock), 1 to 64")
+      ->type_name("N")
+      ->capture_default_str();
   app.add_option("--ttl", ttl, "Lease ttl; a killed node is restarted only after longer than this")
+      ->type_name("DURATION")
       ->capture_default_str();
   app.add_option("--node-timeout", node_timeout,
                  "Connect/command timeout of the lock nodes the demo starts (with --redis: put "
                  "?command_timeout=N in the URI)")
+      ->type_name("DURATION")
       ->capture_default_str();
   app.add_option("--redis", config.redis,
                  "Use this existing server as a lock node instead of starting any (repeatable; "
                  "no faults are injected then)")
+      ->type_name("URI")
       ->expected(1)
       ->take_all();
   app.add_option("--checker", config.checker,
-                 "With --redis: the server that holds the counter (default: the first --redis)");
+                 "With --redis: the server that holds the counter (default: the first --redis)")
+      ->type_name("URI");
   auto* faults = app.add_flag("--faults", "Inject faults (the default with own servers)");
   app.add_flag("--no-faults", no_faults, "Do not pause or kill any node");
   app.add_flag("--no-fencing", no_fencing,
                "Counter writes carry no fence token: only the lock protects the counter");
-  CLI11_PARSE(app, argc, argv);
-
   try {
-    config.duration = parse_duration(duration);
-    config.ttl = parse_duration(ttl);
-    config.node_timeout = parse_duration(node_timeout);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "redlock-demo: %s\n", e.what());
-    return 2;
-  }
-  if (!config.checker.empty() && config.redis.empty()) {
-    std::fprintf(stderr, "redlock-demo: --checker needs --redis (own servers have their own)\n");
-    return 2;
+    app.parse(argc, argv);
+    config.duration = parse_duration("--duration", duration);
+    config.ttl = parse_duration("--ttl", ttl);
+    config.node_timeout = parse_duration("--node-timeout", node_timeout);
+    config.processes = parse_count("--processes", processes);
+    config.threads = parse_count("--threads", threads);
+    if (!config.checker.empty() && config.redis.empty()) {
+      throw UsageError("--checker needs --redis (own servers have their own)");
+    }
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::fprintf(stderr, "redlock-demo: %s\nTry 'redlock-demo --help'.\n",
+                 usage_message(e).c_str());
+    return kExitUsage;
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "redlock-demo: %s\nTry 'redlock-demo --help'.\n", e.what());
+    return kExitUsage;
   }
   config.faults_explicit = faults->count() > 0;
   config.faults = !no_faults;
   config.fencing = !no_fencing;
   try {
-    return demo::run_demo(config);
-  } catch (const std::exception& e) {  // a bad URI, a server that would not start, ...
+    return demo::run_demo(config);            // 0 pass, 1 lost update, kExitUnavailable, 130
+  } catch (const std::invalid_argument& e) {  // a bad URI, the same server twice
     std::fprintf(stderr, "redlock-demo: %s\n", e.what());
-    return 1;
+    return kExitUsage;
+  } catch (const std::exception& e) {  // a server that would not start or cannot be reached
+    std::fprintf(stderr, "redlock-demo: %s\n", e.what());
+    return kExitUnavailable;
   }
 }
