@@ -637,14 +637,13 @@ struct Locks {
   redlock::LockBase& base() { return single ? static_cast<redlock::LockBase&>(*single) : *quorum; }
 };
 
-// TEMP SHIM until h2-lock merges: Lock::cancel_waits() / Redlock::cancel_waits() (API_CONTRACT
-// rule 1) do not exist yet. After the merge the body becomes:
-//   if (locks.single) locks.single->cancel_waits(); else locks.quorum->cancel_waits();
-// and `signo` goes. Until then a wait cannot be interrupted: end the run at once (nothing is
-// held yet; a lease granted in the same instant expires by its ttl).
-void cancel_waits(Locks& locks, int signo) noexcept {
-  (void)locks;
-  ::_exit(128 + signo);
+// Makes the wait in progress (and any later one) give up at once; a fair waiter leaves the queue.
+void cancel_waits(Locks& locks) noexcept {
+  if (locks.single) {
+    locks.single->cancel_waits();
+  } else if (locks.quorum) {
+    locks.quorum->cancel_waits();
+  }
 }
 
 // One thread takes every handled signal (sigwaitinfo: no signal handlers at all). It reports
@@ -668,7 +667,7 @@ void signal_loop(SignalState* state, sigset_t set) {
     if (signo == SIGCHLD) continue;
     std::lock_guard<std::mutex> guard(state->mutex);
     if (state->first_stop == 0) state->first_stop = signo;
-    if (state->waiting != nullptr) cancel_waits(*state->waiting, signo);
+    if (state->waiting != nullptr) cancel_waits(*state->waiting);
   }
 }
 

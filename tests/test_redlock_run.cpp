@@ -944,10 +944,8 @@ TEST_CASE("redlock-run --fair serves five staggered waiters in arrival order",
   CHECK(slurp(order) == "1\n2\n3\n4\n5\n");
 }
 
-// Needs API_CONTRACT rule 1 (Lock::cancel_waits, h2-lock): with the TEMP SHIM in
-// redlock_run.cpp a signal ends the wait by _exit, which leaves the fair waiter's queue entry.
-TEST_CASE("redlock-run --fair: SIGTERM while waiting leaves the queue cleanly",
-          "[redis][cli][needs-h2-lock]") {
+// A signal during the wait cancels it (Lock::cancel_waits), and the fair waiter leaves the queue.
+TEST_CASE("redlock-run --fair: SIGTERM while waiting leaves the queue cleanly", "[redis][cli]") {
   RedisServer server;
   const auto k = key("run-fair-cancel");
   REQUIRE(server.raw({"SET", k, "someone-else", "PX", "20000"}).str() == "OK");
@@ -959,9 +957,8 @@ TEST_CASE("redlock-run --fair: SIGTERM while waiting leaves the queue cleanly",
   CHECK(server.raw({"GET", k}).str() == "someone-else");
 }
 
-// Needs API_CONTRACT rule 2 (h2-lock): a wait rides out a server that does not answer.
-TEST_CASE("redlock-run: a wait rides out a paused server, then takes the lock",
-          "[redis][cli][needs-h2-lock]") {
+// A wait rides out a server that does not answer (the library's unavailability rule).
+TEST_CASE("redlock-run: a wait rides out a paused server, then takes the lock", "[redis][cli]") {
   RedisServer server;
   const auto k = key("run-ride-out");
   REQUIRE(server.raw({"SET", k, "someone-else", "PX", "1500"}).str() == "OK");
