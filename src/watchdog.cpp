@@ -301,6 +301,8 @@ void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::tim
     }
     const std::size_t n = engine.nodes().size();
     const Decision d = decide(n, confirmed, engine.ttl(), engine.drift_factor(), started, done);
+    logf(LogLevel::debug, "redlock: renewal of {} confirmed by {} of {} nodes", engine.key(),
+         confirmed, n);
     const bool in_time = done < entry.hold->valid_until();
     entry.hold->end_renewal(d.held && in_time, d.valid_until);
     ++unwind.ended;
