@@ -473,15 +473,6 @@ ClientImpl::ClientImpl(Endpoint endpoint)
 
 ClientImpl::~ClientImpl() = default;
 
-std::string ClientImpl::identity() const {
-  std::string host = endpoint_.host;
-  if (host == "localhost") host = "127.0.0.1";
-  // The database is left out on purpose: two databases of one server share its failures and
-  // must not count twice towards a quorum.
-  if (!endpoint_.unix_socket.empty()) return "unix:" + endpoint_.unix_socket;
-  return host + ":" + std::to_string(endpoint_.port);
-}
-
 std::unique_ptr<Connection> ClientImpl::checkout() {
   {
     std::lock_guard<std::mutex> guard(mutex_);

@@ -345,6 +345,13 @@ TEST_CASE("Redlock refuses one server named twice: by another spelling or anothe
       redlock::Redlock(
           {at("127.0.0.1", port), at("localhost", port), at("127.0.0.1", second.port())}, k),
       std::invalid_argument);
+  // A server that does not answer is compared by its resolved address.
+  RedisServer gone;
+  const int dead = gone.port();
+  gone.kill9();
+  CHECK_THROWS_AS(
+      redlock::Redlock({at("127.0.0.1", dead), at("127.1", dead), at("LOCALHOST", dead)}, k),
+      std::invalid_argument);
   // Two different addresses of one server: caught by the server's run_id.
   CHECK_THROWS_AS(
       redlock::Redlock(
