@@ -96,9 +96,11 @@ class LockBase {
   bool release();
 
   // Resets the lease to `ttl` (default: options().ttl) from now if the calling thread still owns
-  // it. Returns true if renewed (validity() grows), false if not held or the lease was already
-  // lost: the hold is then marked lost (owns_lock() false, LeaseToken raised); the owning thread
-  // still calls unlock() to balance its lock(); another holder's key is left intact.
+  // it. With auto_renew the watchdog's next renewal (with options().ttl) moves up to a third of
+  // the new validity; an extend and a renewal in flight together leave validity() at the lesser
+  // of the two. Returns true if renewed (validity() set from `ttl`), false if not held or the lease
+  // was already lost: the hold is then marked lost (owns_lock() false, LeaseToken raised); the
+  // owning thread still calls unlock() to balance its lock(); another holder's key is left intact.
   // Throws std::invalid_argument if ttl is not longer than the drift allowance or over 200
   // years, Error if no node could be reached. Thread-safe.
   bool extend();
