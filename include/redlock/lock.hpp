@@ -160,8 +160,9 @@ class Lock final : public LockBase {
 class Redlock final : public LockBase {
  public:
   // Throws std::invalid_argument for zero instances, two instances naming the same server
-  // (same Client pool, or the same address even in another database), and everything Lock's
-  // constructor rejects.
+  // (the same run_id, asked with INFO server once per Client, or when a server does not answer,
+  // the same resolved address; another database is the same server), and everything Lock's
+  // constructor rejects. Costs one round trip per instance on a Client's first Redlock.
   Redlock(std::vector<Client> instances, std::string key, LockOptions options = {});
 };
 
