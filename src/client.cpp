@@ -1,6 +1,9 @@
 // src/client.cpp: the public Client handle and Script.
 #include <redlock/client.hpp>
 
+#include <netdb.h>
+#include <sys/socket.h>
+
 #include <cctype>
 #include <chrono>
 #include <stdexcept>
@@ -71,6 +74,67 @@ struct ArgvStorage {
 };
 
 }  // namespace
+
+namespace detail {
+namespace {
+
+// The first address getaddrinfo gives for `host` (IPv4 first, as hiredis connects), in numeric
+// form; the host in lower case if it does not resolve (the connect will fail and say so).
+std::string resolved(const std::string& host) {
+  for (int family : {AF_INET, AF_INET6}) {
+    addrinfo hints{};
+    hints.ai_family = family;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) continue;
+    char numeric[NI_MAXHOST] = {};
+    const int rc = getnameinfo(found->ai_addr, found->ai_addrlen, numeric, sizeof numeric, nullptr,
+                               0, NI_NUMERICHOST);
+    freeaddrinfo(found);
+    if (rc == 0) return family == AF_INET6 ? "[" + std::string(numeric) + "]" : numeric;
+  }
+  std::string lower = host;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower;
+}
+
+// The run_id field of INFO server, or empty.
+std::string run_id_of(ClientImpl& node) {
+  const char* argv[2] = {"INFO", "server"};
+  const std::size_t lens[2] = {4, 6};
+  const auto replies = run(node, {CommandView{2, argv, lens, nullptr}});
+  const std::string_view info = text(replies.at(0).get());
+  constexpr std::string_view kField = "run_id:";
+  const auto at = info.find(kField);
+  if (at == std::string_view::npos) return {};
+  const auto start = at + kField.size();
+  const auto end = info.find_first_of("\r\n", start);
+  return std::string(info.substr(start, end == std::string_view::npos ? end : end - start));
+}
+
+}  // namespace
+
+std::string ClientImpl::identity() {
+  {
+    std::lock_guard<std::mutex> guard(run_id_mutex);
+    if (!run_id.empty()) return "run_id:" + run_id;
+  }
+  std::string id;
+  try {
+    // Two different addresses (or a unix socket and a TCP port) of one server share its run_id.
+    id = run_id_of(*this);
+  } catch (const std::exception&) {  // unreachable now: the address has to do
+  }
+  if (!id.empty()) {
+    std::lock_guard<std::mutex> guard(run_id_mutex);
+    run_id = id;
+    return "run_id:" + id;
+  }
+  if (!endpoint_.unix_socket.empty()) return "unix:" + endpoint_.unix_socket;
+  return resolved(endpoint_.host) + ":" + std::to_string(endpoint_.port);
+}
+
+}  // namespace detail
 
 Script::Script(std::string body) : body_(std::move(body)), sha1_(detail::sha1_hex(body_)) {}
 

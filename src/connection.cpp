@@ -573,7 +573,8 @@ void finish(Pending& p) {
   for (std::size_t i = 0; i < p.handshake; ++i) {
     const redisReply* reply = p.replies[i].get();
     if (is_error(reply)) {
-      const bool auth = i == 0 && !p.batch->node->endpoint().password.empty();
+      const Endpoint& ep = p.batch->node->endpoint();
+      const bool auth = i == 0 && (!ep.password.empty() || !ep.username.empty());
       fail(p, server_error(p.batch->node->address(), auth ? "AUTH" : "SELECT", text(reply)));
       return;
     }
@@ -664,13 +665,14 @@ ClientImpl::ClientImpl(Endpoint endpoint)
     : endpoint_(std::move(endpoint)), waiter_id_(make_token().substr(0, 16)) {
   address_ = endpoint_.address();
   // AUTH [user] pass, then SELECT db: pipelined in front of a new connection's first batch.
+  // A username without a password still authenticates (AUTH user ""): the server decides (a
+  // nopass user accepts it, any other answers WRONGPASS), and the connection never runs as
+  // `default` unnoticed.
   std::vector<std::vector<std::string>> commands;
-  if (!endpoint_.password.empty()) {
-    if (endpoint_.username.empty()) {
-      commands.push_back({"AUTH", endpoint_.password});
-    } else {
-      commands.push_back({"AUTH", endpoint_.username, endpoint_.password});
-    }
+  if (!endpoint_.username.empty()) {
+    commands.push_back({"AUTH", endpoint_.username, endpoint_.password});
+  } else if (!endpoint_.password.empty()) {
+    commands.push_back({"AUTH", endpoint_.password});
   }
   if (endpoint_.database != 0) commands.push_back({"SELECT", std::to_string(endpoint_.database)});
   std::size_t total = 0;
@@ -695,15 +697,6 @@ ClientImpl::ClientImpl(Endpoint endpoint)
 }
 
 ClientImpl::~ClientImpl() = default;
-
-std::string ClientImpl::identity() const {
-  std::string host = endpoint_.host;
-  if (host == "localhost") host = "127.0.0.1";
-  // The database is left out on purpose: two databases of one server share its failures and
-  // must not count twice towards a quorum.
-  if (!endpoint_.unix_socket.empty()) return "unix:" + endpoint_.unix_socket;
-  return host + ":" + std::to_string(endpoint_.port);
-}
 
 std::unique_ptr<Connection> ClientImpl::checkout() {
   if (auto connection = take_idle()) return connection;

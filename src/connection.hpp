@@ -103,8 +103,12 @@ class ClientImpl {
   const Endpoint& endpoint() const noexcept { return endpoint_; }
   // "host:port" or "unix:/path": what every message names.
   const std::string& address() const noexcept { return address_; }
-  // Identity of the server for duplicate detection (address; not the database).
-  std::string identity() const;
+  // Identity of the server for duplicate detection (never the database): "run_id:<id>" from
+  // INFO server when the server answers (learned once per ClientImpl), else the resolved
+  // numeric address, so that 127.1, LOCALHOST and 127.0.0.1 compare equal. May do one round
+  // trip (bounded by the endpoint's timeouts); never throws a transport error. Defined in
+  // client.cpp.
+  std::string identity();
   // 16 random hex characters naming this Client's waiters to the server: fair mode's hand-overs
   // to them are published on "<key>:released:<waiter_id>", so other processes are not woken.
   const std::string& waiter_id() const noexcept { return waiter_id_; }
@@ -137,6 +141,10 @@ class ClientImpl {
   Subscriber* started_subscriber() const noexcept {
     return started_subscriber_.load(std::memory_order_acquire);
   }
+
+  // The server's run_id once identity() has learned it (empty before). Guarded by run_id_mutex.
+  std::mutex run_id_mutex;
+  std::string run_id;
 
   // Whether SET ... NX ... GET works on this server (Redis >= 7.0); learned on first use.
   std::atomic<bool> set_nx_get{true};

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 #include <limits>
-#include <set>
+#include <map>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -259,15 +259,18 @@ LeaseEngine::LeaseEngine(std::vector<std::shared_ptr<ClientImpl>> nodes, std::st
         "redlock: options.fair is supported by a single-instance Lock only (a queue on several "
         "independent servers cannot agree on an order)");
   }
-  std::set<const ClientImpl*> pools;
-  std::set<std::string> identities;
+  // Several nodes: none may be another Client for a server already in the list (identity()
+  // asks the server for its run_id; a single-instance Lock connects nothing here).
+  std::map<std::string, std::size_t> identities;
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     if (!nodes_[i]) throw std::invalid_argument("redlock: instances contains an empty Client");
-    if (!pools.insert(nodes_[i].get()).second || !identities.insert(nodes_[i]->identity()).second) {
+    if (nodes_.size() == 1) break;
+    const auto [at, fresh] = identities.try_emplace(nodes_[i]->identity(), i);
+    if (!fresh) {
       throw std::invalid_argument(fmt::format(
-          "redlock: instances[{}] ({}) names a server that is already in the list; each Redis "
-          "instance may count only once towards the quorum",
-          i, nodes_[i]->address()));
+          "redlock: instances[{}] ({}) and instances[{}] ({}) are the same Redis server; each "
+          "server may count only once towards the quorum",
+          at->second, nodes_[at->second]->address(), i, nodes_[i]->address()));
     }
   }
   if (key_.empty()) throw std::invalid_argument("redlock: key must not be empty");

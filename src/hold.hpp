@@ -52,25 +52,45 @@ class HoldState {
   }
   std::uint64_t renewals() const noexcept { return renewals_.load(std::memory_order_relaxed); }
 
-  // Watchdog side: claims the right to renew. False if the hold is ending (release began or it
-  // was lost): then no renewal may be sent.
-  bool begin_renewal() {
+  // Extends in flight (the watchdog's renewals and the owner's extend(ttl)) may reach the
+  // server in any order, so the local validity is never more than the least any of them can
+  // leave there. An extend sent at `sent` with `ttl` that lands leaves the key valid until at
+  // least `floor` = sent + ttl - drift; that is also the validity its confirmation yields. While
+  // extends overlap (one starts before another's result is in), each result is capped by the
+  // floors of all the others: the server keeps whichever landed last, and we cannot tell which.
+
+  // Watchdog side: claims the right to renew, with a renewal whose floor is `floor`. False if
+  // the hold is ending (release began or it was lost): then no renewal may be sent.
+  bool begin_renewal(SteadyClock::time_point floor) {
     std::lock_guard<std::mutex> guard(mutex_);
     if (ending_) return false;
     renewing_ = true;
+    renewal_id_ = begin_extend_locked(floor);
     return true;
   }
-  // Watchdog side: the renewal's result is in. Applies it only if the hold is not ending.
-  void end_renewal(bool confirmed, SteadyClock::time_point valid_until) {
+  // Watchdog side: the renewal's result is in. Applies it (capped as above) only if the hold is
+  // not ending.
+  void end_renewal(bool confirmed) {
     {
       std::lock_guard<std::mutex> guard(mutex_);
       renewing_ = false;
-      if (confirmed && !ending_) {
-        set_valid_until(valid_until);
+      if (end_extend_locked(renewal_id_, confirmed && !ending_)) {
         renewals_.fetch_add(1, std::memory_order_relaxed);
       }
     }
     cv_.notify_all();
+  }
+  // Owner side (extend(ttl)): an extend with `floor` is about to be sent. Lowers the validity to
+  // `floor` at once if that is sooner (the server may apply it any moment). Returns its id.
+  std::uint64_t begin_extend(SteadyClock::time_point floor) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    return begin_extend_locked(floor);
+  }
+  // Owner side: the extend's result is in; `confirmed`: a quorum confirmed it in time. Returns
+  // true if the hold is valid with it (capped as above), false if it is ending.
+  bool end_extend(std::uint64_t id, bool confirmed) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    return end_extend_locked(id, confirmed && !ending_);
   }
 
   // Stops renewal for good and waits until no renewal is in flight, so that nothing can extend
@@ -87,12 +107,24 @@ class HoldState {
     return ending_;
   }
 
+  // Installs `hook`, run once when the hold ends (released or lost), on the thread that ends
+  // it, with no lock held. Returns false, and installs nothing, if the hold has ended already.
+  bool set_end_hook(std::function<void()> hook) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (lost_.load(std::memory_order_relaxed) || released_.load(std::memory_order_relaxed)) {
+      return false;
+    }
+    end_hook_ = std::move(hook);
+    return true;
+  }
+
   // Marks the hold lost (first call wins) and runs the on_lost callbacks. Returns true if this
   // call marked it.
   // With `deferred`, the callbacks are moved there for the caller to run elsewhere.
   bool mark_lost(LostReason reason, std::vector<std::function<void()>>* deferred = nullptr) {
     bool first = false;
     std::vector<std::function<void()>> callbacks;
+    std::function<void()> end_hook;
     {
       std::lock_guard<std::mutex> guard(mutex_);
       ending_ = true;
@@ -101,9 +133,11 @@ class HoldState {
         lost_.store(true, std::memory_order_release);
         first = true;
         callbacks.swap(callbacks_);
+        end_hook.swap(end_hook_);
       }
     }
     cv_.notify_all();
+    run_end_hook(end_hook);
     if (deferred != nullptr) {
       *deferred = std::move(callbacks);
       return first;
@@ -133,13 +167,16 @@ class HoldState {
   }
   void mark_released() {
     std::vector<std::function<void()>> dropped;  // destroyed outside the lock
+    std::function<void()> end_hook;
     {
       std::lock_guard<std::mutex> guard(mutex_);
       ending_ = true;
       released_.store(true, std::memory_order_release);
       dropped.swap(callbacks_);
+      end_hook.swap(end_hook_);
     }
     cv_.notify_all();
+    run_end_hook(end_hook);
   }
 
   // Blocks until lost or released, at most `timeout`. Returns lost().
@@ -157,6 +194,34 @@ class HoldState {
   }
 
  private:
+  static void run_end_hook(const std::function<void()>& hook) noexcept {
+    if (!hook) return;
+    try {
+      hook();
+    } catch (...) {
+    }
+  }
+  struct Extend {
+    std::uint64_t id;
+    SteadyClock::time_point floor;
+  };
+  std::uint64_t begin_extend_locked(SteadyClock::time_point floor) {
+    if (in_flight_.empty()) overlap_floor_ = SteadyClock::time_point::max();
+    in_flight_.push_back(Extend{++next_extend_id_, floor});
+    overlap_floor_ = std::min(overlap_floor_, floor);
+    if (floor < valid_until()) set_valid_until(floor);
+    return next_extend_id_;
+  }
+  // Ends extend `id`; if `apply`, sets the validity to the least floor among the extends that
+  // overlapped it (its own included). Returns `apply`.
+  bool end_extend_locked(std::uint64_t id, bool apply) {
+    in_flight_.erase(std::remove_if(in_flight_.begin(), in_flight_.end(),
+                                    [id](const Extend& e) { return e.id == id; }),
+                     in_flight_.end());
+    if (apply) set_valid_until(overlap_floor_);
+    return apply;
+  }
+
   const std::string token_;
   const std::uint64_t fence_;
   const SteadyClock::time_point acquired_;
@@ -170,7 +235,12 @@ class HoldState {
   std::condition_variable cv_;
   bool renewing_{false};                          // guarded by mutex_
   bool ending_{false};                            // guarded by mutex_
+  std::vector<Extend> in_flight_;                 // guarded by mutex_: extends sent, no result
+  SteadyClock::time_point overlap_floor_{};       // guarded by mutex_: least floor since idle
+  std::uint64_t next_extend_id_{0};               // guarded by mutex_
+  std::uint64_t renewal_id_{0};                   // guarded by mutex_: the watchdog's extend
   std::vector<std::function<void()>> callbacks_;  // guarded by mutex_
+  std::function<void()> end_hook_;                // guarded by mutex_
 };
 
 // What validity() reports for `hold` (may be null): the time left on the local steady clock,

@@ -583,11 +583,24 @@ bool LockCore::extend(std::chrono::milliseconds ttl) {
   }
   const auto start = SteadyClock::now();
   if (hold->ending() || hold->lost(start)) return false;
-  ExtendResult result = engine_->extend(hold->token(), ttl);
-  if (result.failure) std::rethrow_exception(result.failure);
+  // From here the server may apply the new ttl at any moment, even if it is shorter than what
+  // is left, and a watchdog renewal may be in flight too: the hold tracks what is safe.
+  const auto id = hold->begin_extend(start + std::chrono::nanoseconds(ttl) -
+                                     drift_of(ttl, options_.clock_drift_factor));
+  ExtendResult result;
+  try {
+    result = engine_->extend(hold->token(), ttl);
+  } catch (...) {
+    hold->end_extend(id, false);
+    throw;
+  }
   // Held only if a quorum confirmed before the old validity ran out.
-  if (result.held && SteadyClock::now() < hold->valid_until()) {
-    hold->set_valid_until(result.valid_until);
+  const bool in_time = result.held && SteadyClock::now() < hold->valid_until();
+  const bool held = hold->end_extend(id, in_time && !result.failure);
+  if (result.failure) std::rethrow_exception(result.failure);
+  if (held) {
+    // A short ttl must not outlive the watchdog's schedule: its next renewal moves up.
+    if (options_.auto_renew) options_.watchdog->impl().reschedule(*hold);
     return true;
   }
   report_lost(hold, engine_->nodes().size() > 1 && result.confirmed > 0 ? LostReason::no_quorum

@@ -117,6 +117,7 @@ void Subscriber::watch(const std::string& channel, WakeSlot* slot) {
   bool wake = false;
   {
     std::lock_guard<std::mutex> guard(mutex_);
+    if (refused_) return;  // the server refuses our subscriptions: the waiter polls
     auto [it, inserted] = channels_.try_emplace(channel);
     it->second.waiters.push_back(slot);
     if (inserted && connected_) {
@@ -140,8 +141,10 @@ bool Subscriber::confirmed(const std::string& channel,
     auto found = channels_.find(channel);
     return found != channels_.end() && found->second.state == State::subscribed;
   };
-  if (failing_) return subscribed();  // the node is down: do not wait, the timer covers it
-  confirmed_.wait_until(lock, deadline, [&] { return stop_ || failing_ || subscribed(); });
+  // The node is down, or refuses subscriptions: do not wait, the timer covers it.
+  if (failing_ || refused_) return subscribed();
+  confirmed_.wait_until(lock, deadline,
+                        [&] { return stop_ || failing_ || refused_ || subscribed(); });
   return !stop_ && subscribed();
 }
 
@@ -197,10 +200,27 @@ void Subscriber::drop_connection_for_test() {
   wake_thread();
 }
 
+void Subscriber::refuse(std::string_view error) {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (refused_) return;
+    // Every channel fails alike (the permission is the user's): no entry is kept, and every
+    // waiter falls back to its timer (polling at retry_delay).
+    refused_ = true;
+    channels_.clear();
+    outgoing_.clear();
+  }
+  confirmed_.notify_all();
+  logf(LogLevel::warn,
+       "redlock: {} refused SUBSCRIBE ({}); waiters on this server poll at retry_delay instead "
+       "of waking on release (grant the ACL user the lock channels, e.g. &<key prefix>*)",
+       node_.address(), error);
+}
+
 void Subscriber::run() noexcept {
   std::unique_ptr<Connection> connection;
   auto backoff = std::chrono::milliseconds(10);
-  std::vector<std::string> batch_channels;
+  std::deque<Outgoing> sent;  // commands sent whose confirmation has not arrived, in order
   for (;;) {
     try {
       {
@@ -225,6 +245,7 @@ void Subscriber::run() noexcept {
           continue;
         }
         backoff = std::chrono::milliseconds(10);
+        sent.clear();
         {
           // (Re)subscribe every channel that has waiters; waiters may have missed a release
           // while the connection was down, so wake them all to retry.
@@ -258,6 +279,7 @@ void Subscriber::run() noexcept {
           const char* argv[2] = {out.subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE", out.channel.data()};
           const std::size_t lens[2] = {out.subscribe ? 9u : 11u, out.channel.size()};
           redisAppendCommandArgv(context, 2, argv, lens);
+          sent.push_back(std::move(outgoing_.front()));
           outgoing_.pop_front();
         }
       }
@@ -299,8 +321,16 @@ void Subscriber::run() noexcept {
         }
         if (raw == nullptr) break;
         ReplyPtr reply(static_cast<redisReply*>(raw));
+        if (reply->type == REDIS_REPLY_ERROR) {
+          // The answer to the oldest command without one (e.g. NOPERM from an ACL user without
+          // channel permissions).
+          if (!sent.empty() && sent.front().subscribe) refuse(text(reply.get()));
+          if (!sent.empty()) sent.pop_front();
+          continue;
+        }
         if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 3) continue;
         const std::string_view kind = text(reply->element[0]);
+        if ((kind == "subscribe" || kind == "unsubscribe") && !sent.empty()) sent.pop_front();
         const std::string channel(text(reply->element[1]));
         std::lock_guard<std::mutex> guard(mutex_);
         auto it = channels_.find(channel);

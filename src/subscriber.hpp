@@ -9,6 +9,8 @@
 // that leaves with an unconsumed wake-up hands it on. After a connection loss the thread
 // reconnects, re-subscribes, and wakes every waiter (releases during the gap were not seen).
 // Fair mode: a hand-over message names its waiter's token and wakes only that waiter.
+// If the server refuses a SUBSCRIBE (NOPERM: an ACL user without channel permission), the
+// subscriber logs one warning and subscribes nothing more: waiters then poll at retry_delay.
 #ifndef REDLOCK_SRC_SUBSCRIBER_HPP
 #define REDLOCK_SRC_SUBSCRIBER_HPP
 
@@ -111,6 +113,9 @@ class Subscriber {
   };
 
   void run() noexcept;
+  // The server answered a SUBSCRIBE with `error`: stop subscribing (waiters poll), drop every
+  // channel, log one warning. Takes mutex_.
+  void refuse(std::string_view error);
   void enqueue(bool subscribe, const std::string& channel);  // mutex_ held
   void wake_thread() noexcept;
 
@@ -124,7 +129,10 @@ class Subscriber {
   bool failing_{false};                      // guarded by mutex_: last connect attempt failed
   bool stop_{false};                         // guarded by mutex_
   bool drop_requested_{false};               // guarded by mutex_
-  SubscriberStats stats_;                    // guarded by mutex_
+  // Guarded by mutex_: the server refused a SUBSCRIBE (an ACL user without channel permission);
+  // from then on nothing is subscribed and waiters poll. Kept for the Subscriber's life.
+  bool refused_{false};
+  SubscriberStats stats_;  // guarded by mutex_
   std::thread thread_;
 };
 

@@ -81,21 +81,72 @@ void WatchdogImpl::watch(std::shared_ptr<LeaseEngine> engine, std::shared_ptr<Ho
   entry->settings = std::move(settings);
   entry->ttl_ms = std::to_string(entry->engine->ttl().count());
   entry->due = next_due(*entry, entry->hold->acquired());
-  std::lock_guard<std::mutex> guard(mutex_);
-  ensure_started();
-  std::size_t slot = 0;
-  if (!free_slots_.empty()) {
-    slot = free_slots_.back();
-    free_slots_.pop_back();
-    entries_[slot] = std::move(entry);
-  } else {
-    slot = entries_.size();
-    entries_.push_back(std::move(entry));
+  const std::shared_ptr<HoldState> hold_ref = entry->hold;
+  const HoldState* held = hold_ref.get();
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    ensure_started();
+    std::size_t slot = 0;
+    if (!free_slots_.empty()) {
+      slot = free_slots_.back();
+      entries_[slot] = std::move(entry);
+      free_slots_.pop_back();
+    } else {
+      slot = entries_.size();
+      entries_.push_back(std::move(entry));
+      free_slots_.reserve(entries_.size());  // so that free_slot() never allocates
+    }
+    slot_of_[held] = slot;
+    // Wake the renewal thread only if this lease is due before everything it is waiting for.
+    const bool sooner = queue_.empty() || entries_[slot]->due < queue_.top().when;
+    queue_.push(Due{entries_[slot]->due, slot});
+    if (sooner) wake_.notify_one();
   }
-  // Wake the renewal thread only if this lease is due before everything it is waiting for.
-  const bool sooner = queue_.empty() || entries_[slot]->due < queue_.top().when;
-  queue_.push(Due{entries_[slot]->due, slot});
-  if (sooner) wake_.notify_one();
+  // The entry goes as soon as the hold ends (release, loss, cap), not at its next due time.
+  std::weak_ptr<WatchdogImpl> weak = weak_from_this();
+  auto hook = [weak, held] {
+    if (auto self = weak.lock()) self->forget(held);
+  };
+  if (!hold_ref->set_end_hook(std::move(hook))) forget(held);
+}
+
+std::unique_ptr<WatchdogImpl::Entry> WatchdogImpl::free_slot(std::size_t slot) {
+  std::unique_ptr<Entry> entry = std::move(entries_[slot]);
+  slot_of_.erase(entry->hold.get());
+  free_slots_.push_back(slot);  // cannot throw: capacity was reserved when the slot was made
+  return entry;
+}
+
+void WatchdogImpl::forget(const HoldState* hold) noexcept {
+  std::unique_ptr<Entry> dead;  // destroyed after unlocking (see renew_batch)
+  std::lock_guard<std::mutex> guard(mutex_);
+  const auto it = slot_of_.find(hold);
+  if (it == slot_of_.end()) return;
+  Entry& entry = *entries_[it->second];
+  if (entry.in_batch) {
+    entry.dropped = true;  // the renewal thread frees it when the batch is done
+    return;
+  }
+  dead = free_slot(it->second);
+}
+
+void WatchdogImpl::reschedule(const HoldState& hold) {
+  const auto now = SteadyClock::now();
+  const auto when = now + (hold.valid_until() - now) / 3;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    const auto it = slot_of_.find(&hold);
+    if (it == slot_of_.end()) return;
+    Entry& entry = *entries_[it->second];
+    if (entry.in_batch) {
+      entry.hurry = std::min(entry.hurry, when);
+      return;
+    }
+    if (when >= entry.due) return;
+    entry.due = when;
+    queue_.push(Due{when, it->second});
+  }
+  wake_.notify_one();
 }
 
 void WatchdogImpl::post(std::function<void()> task) {
@@ -185,6 +236,7 @@ void WatchdogImpl::renew_loop() noexcept {
           if (entry == nullptr || entry->due != due.when) continue;  // stale queue record
           record_lateness(std::chrono::duration_cast<std::chrono::microseconds>(
               std::max(now - due.when, SteadyClock::duration::zero())));
+          entry->in_batch = true;
           slots.push_back(due.slot);
         }
       }
@@ -208,7 +260,6 @@ void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::tim
   std::unordered_map<ClientImpl*, std::size_t> batch_of;
   std::vector<NodeBatch> batches;
   std::vector<std::unique_ptr<FixedCommand<6>>> storage;
-  std::vector<std::size_t> finished;
 
   for (std::size_t slot : slots) {
     Entry* entry;
@@ -218,7 +269,7 @@ void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::tim
     }
     HoldState& hold = *entry->hold;
     if (hold.ending()) {
-      finished.push_back(slot);
+      entry->done = true;
       continue;
     }
     const WatchSettings& s = entry->settings;
@@ -235,16 +286,18 @@ void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::tim
         } catch (...) {
         }
       }
-      finished.push_back(slot);
+      entry->done = true;
       continue;
     }
     if (hold.lost(now)) {
       lose(*entry, LostReason::expired);
-      finished.push_back(slot);
+      entry->done = true;
       continue;
     }
-    if (!hold.begin_renewal()) {
-      finished.push_back(slot);
+    const auto ttl = entry->engine->ttl();
+    if (!hold.begin_renewal(now + std::chrono::nanoseconds(ttl) -
+                            drift_of(ttl, entry->engine->drift_factor()))) {
+      entry->done = true;
       continue;
     }
     Work w{slot, entry, {}};
@@ -269,7 +322,7 @@ void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::tim
     std::size_t ended{0};
     ~Unwind() {
       for (std::size_t i = ended; i < work.size(); ++i) {
-        work[i].entry->hold->end_renewal(false, SteadyClock::time_point{});
+        work[i].entry->hold->end_renewal(false);
       }
     }
   } unwind{work};
@@ -301,23 +354,29 @@ void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::tim
     }
     const std::size_t n = engine.nodes().size();
     const Decision d = decide(n, confirmed, engine.ttl(), engine.drift_factor(), started, done);
+    logf(LogLevel::debug, "redlock: renewal of {} confirmed by {} of {} nodes", engine.key(),
+         confirmed, n);
     const bool in_time = done < entry.hold->valid_until();
-    entry.hold->end_renewal(d.held && in_time, d.valid_until);
+    // The hold's validity after this is capped by any extend(ttl) that overlapped it.
+    entry.hold->end_renewal(d.held && in_time);
     ++unwind.ended;
     if (d.held && in_time) {
       {
         std::lock_guard<std::mutex> guard(mutex_);
         ++renewals_;
       }
-      entry.due = next_due(entry, started);
+      // Never later than halfway to the hold's validity (shorter than planned after a short
+      // extend(ttl) overlapped this renewal).
+      entry.due =
+          std::min(next_due(entry, started), started + (entry.hold->valid_until() - started) / 2);
     } else if (n - refused < engine.quorum()) {
       // Enough nodes said "not yours" that no quorum can confirm: lost for good.
       lose(entry, n > 1 ? LostReason::no_quorum : LostReason::refused);
-      finished.push_back(w.slot);
+      entry.done = true;
       continue;
     } else if (entry.hold->lost(SteadyClock::now())) {
       lose(entry, n > 1 ? LostReason::no_quorum : LostReason::expired);
-      finished.push_back(w.slot);
+      entry.done = true;
       continue;
     } else {
       // Transient failure (timeouts): try again soon, but no later than the validity deadline,
@@ -332,12 +391,25 @@ void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::tim
   // Destroyed after unlocking: an entry may hold the last reference to the Watchdog (through
   // its on_lost callback), whose destruction takes mutex_.
   std::vector<std::unique_ptr<Entry>> dead;
-  {
-    std::lock_guard<std::mutex> guard(mutex_);
-    for (std::size_t slot : finished) {
-      dead.push_back(std::move(entries_[slot]));
-      free_slots_.push_back(slot);
+  dead.reserve(slots.size());
+  std::lock_guard<std::mutex> guard(mutex_);
+  close_batch(slots, dead);
+}
+
+void WatchdogImpl::close_batch(const std::vector<std::size_t>& slots,
+                               std::vector<std::unique_ptr<Entry>>& dead) {
+  for (std::size_t slot : slots) {
+    Entry& entry = *entries_[slot];
+    entry.in_batch = false;
+    if (entry.done || entry.dropped) {
+      dead.push_back(free_slot(slot));
+      continue;
     }
+    if (entry.hurry < entry.due) {  // an extend(ttl) during the batch moved the renewal up
+      entry.due = entry.hurry;
+      queue_.push(Due{entry.due, slot});
+    }
+    entry.hurry = SteadyClock::time_point::max();
   }
 }
 

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <queue>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <redlock/options.hpp>
@@ -42,6 +43,11 @@ class WatchdogImpl : public std::enable_shared_from_this<WatchdogImpl> {
   // Starts renewing `hold` (first renewal at about ttl/3). Starts the threads if needed.
   void watch(std::shared_ptr<LeaseEngine> engine, std::shared_ptr<HoldState> hold,
              WatchSettings settings);
+  // An explicit extend changed `hold`'s validity: its next renewal is due within a third of
+  // what is left (sooner than planned if the extend was short). No-op if it is not watched.
+  void reschedule(const HoldState& hold);
+  // Stops watching `hold` (its hold ended) and frees its entry. No-op if it is not watched.
+  void forget(const HoldState* hold) noexcept;
   // Runs on_lost for a hold found lost outside the watchdog (e.g. by extend()), on the callback
   // thread. No-op if on_lost is empty.
   void report_lost(const std::string& key, const std::shared_ptr<HoldState>& hold,
@@ -57,6 +63,12 @@ class WatchdogImpl : public std::enable_shared_from_this<WatchdogImpl> {
     WatchSettings settings;
     SteadyClock::time_point due;
     std::string ttl_ms;
+    // Guarded by mutex_. While in a renewal batch the renewal thread owns `due`; reschedule()
+    // and forget() leave their wishes in `hurry` and `dropped` for it.
+    bool in_batch{false};
+    bool dropped{false};
+    SteadyClock::time_point hurry{SteadyClock::time_point::max()};
+    bool done{false};  // renewal thread only: stop watching after this batch
   };
   struct Due {
     SteadyClock::time_point when;
@@ -72,6 +84,11 @@ class WatchdogImpl : public std::enable_shared_from_this<WatchdogImpl> {
   void post(std::function<void()> task);
   SteadyClock::time_point next_due(const Entry& entry, SteadyClock::time_point from) const;
   void record_lateness(std::chrono::microseconds late);  // mutex_ held
+  std::unique_ptr<Entry> free_slot(std::size_t slot);    // mutex_ held
+  // Ends a batch: frees the entries it finished (or that were forgotten meanwhile) into `dead`,
+  // applies reschedules that came in meanwhile. mutex_ held.
+  void close_batch(const std::vector<std::size_t>& slots,
+                   std::vector<std::unique_ptr<Entry>>& dead);
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;
@@ -79,6 +96,7 @@ class WatchdogImpl : public std::enable_shared_from_this<WatchdogImpl> {
   bool started_{false};
   std::vector<std::unique_ptr<Entry>> entries_;  // slot -> entry (null: free)
   std::vector<std::size_t> free_slots_;
+  std::unordered_map<const HoldState*, std::size_t> slot_of_;  // the entry watching a hold
   std::priority_queue<Due, std::vector<Due>, std::greater<Due>> queue_;
   std::thread renewer_;
 

@@ -123,6 +123,24 @@ TEST_CASE("Client authenticates as an ACL user and reports a wrong password clea
   CHECK(what.find(ep.address()) != std::string::npos);
 }
 
+TEST_CASE("A username without a password authenticates as that user (AUTH user \"\")",
+          "[redis][client][acl]") {
+  ServerOptions options;
+  options.extra_args = {"--user", "app", "on", "nopass",     "~*", "&*", "+@all",
+                        "--user", "ops", "on", ">ops-pw-77", "~*", "&*", "+@all"};
+  RedisServer server(options);
+  const std::string authority = "127.0.0.1:" + std::to_string(server.port());
+  // A nopass user accepts the empty password: the connection runs as `app`, not `default`.
+  redlock::Client app(redlock::Endpoint::parse("redis://app@" + authority));
+  REQUIRE_NOTHROW(app.ping());
+  CHECK(app.command({"ACL", "WHOAMI"}).str() == "app");
+  // A user with a password refuses it, and says so; it never silently runs as `default`.
+  redlock::Client ops(redlock::Endpoint::parse("redis://ops@" + authority));
+  const auto what = message_of<redlock::ServerError>([&] { ops.ping(); });
+  CHECK(what.find("WRONGPASS") != std::string::npos);
+  CHECK(what.find("AUTH") != std::string::npos);
+}
+
 TEST_CASE("Client uses legacy AUTH when only a password is set", "[redis][client]") {
   ServerOptions options;
   options.extra_args = {"--requirepass", "legacy-secret-42"};
@@ -302,4 +320,48 @@ TEST_CASE("The log hook receives messages and a throwing handler is contained", 
   redlock::set_log_handler(nullptr);
   CHECK(calls.load() >= 1);
   CHECK(std::string(redlock::to_string(redlock::LogLevel::warn)) == "warn");
+}
+
+TEST_CASE("Redlock refuses one server named twice: by another spelling or another address",
+          "[redis][client][redlock]") {
+  ServerOptions options;
+  options.extra_args = {"--bind", "127.0.0.1", "127.0.0.2"};  // one server, two addresses
+  RedisServer server(options);
+  RedisServer second;
+  RedisServer third;
+  auto at = [](const std::string& host, int port) {
+    redlock::Endpoint ep;
+    ep.host = host;
+    ep.port = port;
+    return redlock::Client(ep);
+  };
+  const int port = server.port();
+  const auto k = key("dup-nodes");
+  // Three spellings of 127.0.0.1 are one server: a "quorum of 2" there would be one server.
+  CHECK_THROWS_AS(
+      redlock::Redlock({at("127.0.0.1", port), at("127.1", port), at("LOCALHOST", port)}, k),
+      std::invalid_argument);
+  CHECK_THROWS_AS(
+      redlock::Redlock(
+          {at("127.0.0.1", port), at("localhost", port), at("127.0.0.1", second.port())}, k),
+      std::invalid_argument);
+  // A server that does not answer is compared by its resolved address.
+  RedisServer gone;
+  const int dead = gone.port();
+  gone.kill9();
+  CHECK_THROWS_AS(
+      redlock::Redlock({at("127.0.0.1", dead), at("127.1", dead), at("LOCALHOST", dead)}, k),
+      std::invalid_argument);
+  // Two different addresses of one server: caught by the server's run_id; both are named.
+  const auto what = message_of<std::invalid_argument>([&] {
+    redlock::Redlock({at("127.0.0.1", port), at("127.0.0.2", port), at("127.0.0.1", second.port())},
+                     k);
+  });
+  CHECK(what.find("127.0.0.1:" + std::to_string(port)) != std::string::npos);
+  CHECK(what.find("127.0.0.2:" + std::to_string(port)) != std::string::npos);
+  // Three servers are three nodes, however they are spelled.
+  redlock::Redlock ok(
+      {at("127.0.0.2", port), at("localhost", second.port()), at("127.0.0.1", third.port())}, k);
+  CHECK(ok.try_lock());
+  ok.unlock();
 }

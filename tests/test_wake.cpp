@@ -8,12 +8,16 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include <redlock/redlock.hpp>
 
+#include "connection.hpp"  // ClientImpl::subscriber()
+#include "subscriber.hpp"  // Subscriber stats: the channel map
 #include "support/clock.hpp"
 #include "support/redis_server.hpp"
 
@@ -227,4 +231,52 @@ TEST_CASE("wake_on_release = false polls with the jittered retry delay", "[redis
   holder.unlock();
   waiter.join();
   CHECK(done.load());
+}
+
+TEST_CASE("A refused SUBSCRIBE (NOPERM) falls back to polling with one warning and no entry",
+          "[redis][wake][acl]") {
+  redlock::test::ServerOptions options;
+  // No channel permission at all: every SUBSCRIBE (and PUBLISH) is refused with NOPERM.
+  options.extra_args = {"--user", "nochan", "on", ">nochan-pw-1", "~*", "resetchannels", "+@all"};
+  RedisServer server(options);
+  redlock::Client holder_client(server.endpoint());  // default user: its releases publish
+  auto ep = server.endpoint();
+  ep.username = "nochan";
+  ep.password = "nochan-pw-1";
+  ep.connect_timeout = 1000ms;
+  ep.command_timeout = 1000ms;  // an unconfirmed subscription would stall a waiter for 2 s
+  redlock::Client client(ep);
+  auto warnings = std::make_shared<std::atomic<int>>(0);
+  redlock::set_log_handler([warnings](redlock::LogLevel level, std::string_view message) {
+    if (level >= redlock::LogLevel::warn && message.find("SUBSCRIBE") != std::string_view::npos) {
+      ++*warnings;
+    }
+  });
+  redlock::LockOptions o;
+  o.ttl = 10s;
+  o.retry_delay = 20ms;
+  for (int i = 0; i < 8; ++i) {
+    const auto k = key("nochan-" + std::to_string(i));
+    redlock::Lock holder(holder_client, k, o);
+    REQUIRE(holder.try_lock());
+    std::atomic<long long> waited_ms{-1};
+    std::thread waiter([&] {
+      redlock::Lock lock(client, k, o);
+      const auto start = Clock::now();
+      if (lock.try_lock_for(5s)) {
+        waited_ms =
+            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+        lock.unlock();
+      }
+    });
+    std::this_thread::sleep_for(30ms);
+    holder.unlock();
+    waiter.join();
+    INFO("round " << i << ": the waiter took " << waited_ms.load() << " ms");
+    CHECK(waited_ms.load() >= 0);
+    CHECK(waited_ms.load() < 1000);  // polling pace (20 ms), not the 2 s confirmation wait
+  }
+  CHECK(client.impl()->subscriber().stats().channels == 0);  // no entry left per key
+  redlock::set_log_handler({});
+  CHECK(warnings->load() == 1);
 }

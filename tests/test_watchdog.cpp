@@ -6,10 +6,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -326,5 +329,110 @@ TEST_CASE("Watchdog with Redlock: quorum rules for renewal", "[redis][watchdog][
   REQUIRE(log.wait(2s));
   CHECK(log.events[0].reason == redlock::LostReason::no_quorum);
   CHECK_FALSE(lock.owns_lock());
+  lock.unlock();
+}
+
+namespace {
+
+// Stalls the watchdog thread at its "renewal of <key>" debug message (sent after the renewal
+// reached the server, before it is applied locally) until release().
+struct RenewalStall {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::string key;
+  bool stalled{false};
+  bool go{false};
+  void on_log(std::string_view message) {
+    if (message.find("renewal of " + key) == std::string_view::npos) return;
+    std::unique_lock<std::mutex> lock(mutex);
+    if (go) return;
+    stalled = true;
+    cv.notify_all();
+    cv.wait_for(lock, 10s, [this] { return go; });
+  }
+  bool wait_stalled(std::chrono::milliseconds limit) {
+    std::unique_lock<std::mutex> lock(mutex);
+    return cv.wait_for(lock, limit, [this] { return stalled; });
+  }
+  void release() {
+    std::lock_guard<std::mutex> guard(mutex);
+    go = true;
+    cv.notify_all();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("extend(ttl) racing a watchdog renewal never leaves validity above the server's PTTL",
+          "[redis][watchdog][fault]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  auto dog = std::make_shared<redlock::Watchdog>();
+  const auto k = key("extend-race");
+  auto stall = std::make_shared<RenewalStall>();
+  stall->key = k;
+  redlock::set_log_handler(
+      [stall](redlock::LogLevel, std::string_view message) { stall->on_log(message); });
+  redlock::Lock lock(client, k, renewed(3000ms, dog));
+  redlock::Lock rival(client, k);
+  REQUIRE(lock.try_lock());
+  // The watchdog renewed on the server (full 3 s) and is stalled before applying it locally.
+  REQUIRE(stall->wait_stalled(5s));
+  REQUIRE(lock.extend(500ms));  // the server now says about 500 ms
+  stall->release();
+  std::this_thread::sleep_for(50ms);  // the watchdog applies its (older) renewal
+  const auto validity = lock.validity();
+  const auto pttl = client.command({"PTTL", k}).integer();
+  INFO("validity " << validity.count() << " ms, server PTTL " << pttl << " ms");
+  CHECK(validity.count() <= pttl + 20);
+  // Past the 500 ms the user asked for: still held (the watchdog renewed in time), never two
+  // holders.
+  std::this_thread::sleep_for(700ms);
+  const bool rival_won = rival.try_lock();
+  CHECK_FALSE((rival_won && lock.owns_lock()));
+  CHECK_FALSE(rival_won);
+  redlock::set_log_handler({});
+  if (rival_won) rival.unlock();
+  lock.unlock();
+}
+
+TEST_CASE("extend(ttl) shorter than the renewal interval moves the next renewal up",
+          "[redis][watchdog]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  auto dog = std::make_shared<redlock::Watchdog>();
+  const auto k = key("short-extend");
+  redlock::Lock lock(client, k, renewed(3000ms, dog));
+  redlock::Lock rival(client, k);
+  REQUIRE(lock.try_lock());
+  REQUIRE(lock.extend(300ms));
+  CHECK(lock.validity() <= 300ms);
+  std::this_thread::sleep_for(900ms);  // the first renewal was due at about 1 s
+  CHECK(lock.owns_lock());
+  const bool rival_won = rival.try_lock();
+  CHECK_FALSE(rival_won);
+  CHECK(client.command({"PTTL", k}).integer() > 0);
+  if (rival_won) rival.unlock();
+  lock.unlock();
+}
+
+TEST_CASE("Watchdog forgets a lease as soon as its hold ends", "[redis][watchdog]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  auto dog = std::make_shared<redlock::Watchdog>();
+  redlock::Lock lock(client, key("cycles"), renewed(30'000ms, dog));
+  std::size_t most = 0;
+  for (int i = 0; i < 500; ++i) {
+    REQUIRE(lock.try_lock());
+    most = std::max(most, dog->stats().leases);
+    lock.unlock();
+  }
+  CHECK(most == 1);
+  CHECK(dog->stats().leases == 0);
+  // A lost hold is forgotten too.
+  REQUIRE(lock.try_lock());
+  client.command({"DEL", lock.key()});
+  CHECK_FALSE(lock.extend());
+  CHECK(dog->stats().leases == 0);
   lock.unlock();
 }

@@ -29,9 +29,12 @@ struct Endpoint {
   int port{6379};
   // Path of a unix domain socket; when non-empty it is used instead of host:port.
   std::string unix_socket;
-  // ACL user name. Empty: legacy `AUTH password` (when password is set) or no AUTH at all.
+  // ACL user name. Set: every connection sends `AUTH username password`, also with an empty
+  // password (redis://app@host): a `nopass` user accepts that, any other user answers
+  // WRONGPASS, which surfaces as a ServerError naming AUTH. Empty: legacy `AUTH password` (when
+  // password is set) or no AUTH at all (the server's `default` user).
   std::string username;
-  // Password for AUTH. Empty: no AUTH. Never appears in messages or logs.
+  // Password for AUTH. Empty with an empty username: no AUTH. Never appears in messages or logs.
   std::string password;
   // Logical database selected after connecting (SELECT); 0 sends no SELECT.
   int database{0};

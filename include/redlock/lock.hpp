@@ -113,9 +113,11 @@ class LockBase {
   bool release();
 
   // Resets the lease to `ttl` (default: options().ttl) from now if the calling thread still owns
-  // it. Returns true if renewed (validity() grows), false if not held or the lease was already
-  // lost: the hold is then marked lost (owns_lock() false, LeaseToken raised); the owning thread
-  // still calls unlock() to balance its lock(); another holder's key is left intact.
+  // it. With auto_renew the watchdog's next renewal (with options().ttl) moves up to a third of
+  // the new validity; an extend and a renewal in flight together leave validity() at the lesser
+  // of the two. Returns true if renewed (validity() set from `ttl`), false if not held or the lease
+  // was already lost: the hold is then marked lost (owns_lock() false, LeaseToken raised); the
+  // owning thread still calls unlock() to balance its lock(); another holder's key is left intact.
   // Throws std::invalid_argument if ttl is not longer than the drift allowance or over 200
   // years, Error if no node could be reached. Thread-safe.
   bool extend();
@@ -177,8 +179,9 @@ class Lock final : public LockBase {
 class Redlock final : public LockBase {
  public:
   // Throws std::invalid_argument for zero instances, two instances naming the same server
-  // (same Client pool, or the same address even in another database), and everything Lock's
-  // constructor rejects.
+  // (the same run_id, asked with INFO server once per Client, or when a server does not answer,
+  // the same resolved address; another database is the same server), and everything Lock's
+  // constructor rejects. Costs one round trip per instance on a Client's first Redlock.
   Redlock(std::vector<Client> instances, std::string key, LockOptions options = {});
 };
 
