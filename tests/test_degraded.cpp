@@ -13,7 +13,8 @@
 
 #include <redlock/redlock.hpp>
 
-#include "connection.hpp"
+#include "api/access.hpp"
+#include "io/connection.hpp"
 #include "support/redis_server.hpp"
 
 using namespace std::chrono_literals;
@@ -196,7 +197,7 @@ TEST_CASE("A request cut off in the middle of its write still gets its rollback"
   redlock::detail::FixedCommand<2> undo;
   undo.arg("DEL").arg(k);
   redlock::detail::NodeBatch batch;
-  batch.node = client.impl().get();
+  batch.node = redlock::detail::Access::client(client).get();
   batch.commands.push_back(set.view());
   batch.commands.push_back(echo.view());
   batch.on_timeout.push_back(undo.view());

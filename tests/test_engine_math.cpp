@@ -8,9 +8,9 @@
 
 #include <redlock/detail/chrono.hpp>
 
-#include "quorum.hpp"
-#include "sha1.hpp"
-#include "token.hpp"
+#include "core/quorum.hpp"
+#include "util/sha1.hpp"
+#include "util/token.hpp"
 
 using namespace std::chrono_literals;
 using redlock::detail::decide;

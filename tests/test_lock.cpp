@@ -17,7 +17,8 @@
 
 #include <redlock/redlock.hpp>
 
-#include "engine.hpp"
+#include "api/access.hpp"
+#include "core/engine.hpp"
 #include "support/clock.hpp"
 #include "support/fault_proxy.hpp"
 #include "support/redis_server.hpp"
@@ -274,7 +275,7 @@ TEST_CASE("An acquire sent twice (a retried stale connection) is one grant, in e
       options.fencing = fencing;
       options.fair = fair;
       const auto k = key("repeat") + (fencing ? ":f" : "") + (fair ? ":q" : "");
-      redlock::detail::LeaseEngine engine({client.impl()}, k, options);
+      redlock::detail::LeaseEngine engine({redlock::detail::Access::client(client)}, k, options);
       const std::string token = "0123456789abcdef0123456789abcdef01234567";
       const auto first = engine.acquire(token, false);
       REQUIRE(first.held);
@@ -297,7 +298,7 @@ TEST_CASE("A plain SET NX that ran before its connection died is undone, not lef
   redlock::Endpoint endpoint = server.endpoint();
   endpoint.port = proxy.port();
   redlock::Client client(endpoint);
-  client.impl()->set_nx_get = false;  // as against Redis 6
+  redlock::detail::Access::client(client)->set_nx_get = false;  // as against Redis 6
   const auto k = key("resent-set");
   redlock::LockOptions options;
   options.ttl = 60s;
@@ -593,7 +594,7 @@ TEST_CASE("Against Redis before 7 (plain SET NX) a key of another type throws WR
           "[redis][lock]") {
   RedisServer server;
   redlock::Client client(server.endpoint());
-  client.impl()->set_nx_get = false;  // as against Redis 6
+  redlock::detail::Access::client(client)->set_nx_get = false;  // as against Redis 6
   const auto k = key("wrongtype-old");
   server.raw({"HSET", k, "field", "value"});
   redlock::Lock lock(client, k, fast());

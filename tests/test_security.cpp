@@ -14,7 +14,7 @@
 #include <redlock/redlock.hpp>
 
 #include "support/redis_server.hpp"
-#include "token.hpp"
+#include "util/token.hpp"
 
 using namespace std::chrono_literals;
 using redlock::test::key;

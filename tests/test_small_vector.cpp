@@ -4,7 +4,7 @@
 #include <memory>
 #include <string>
 
-#include "small_vector.hpp"
+#include "util/small_vector.hpp"
 
 using redlock::detail::SmallVector;
 

@@ -16,10 +16,11 @@
 
 #include <redlock/redlock.hpp>
 
-#include "connection.hpp"  // ClientImpl::subscriber()
-#include "subscriber.hpp"  // Subscriber stats: the channel map
+#include "api/access.hpp"
+#include "io/connection.hpp"  // ClientImpl::subscriber()
 #include "support/clock.hpp"
 #include "support/redis_server.hpp"
+#include "watch/subscriber.hpp"  // Subscriber stats: the channel map
 
 using namespace std::chrono_literals;
 using redlock::test::key;
@@ -276,7 +277,8 @@ TEST_CASE("A refused SUBSCRIBE (NOPERM) falls back to polling with one warning a
     CHECK(waited_ms.load() >= 0);
     CHECK(waited_ms.load() < 1000);  // polling pace (20 ms), not the 2 s confirmation wait
   }
-  CHECK(client.impl()->subscriber().stats().channels == 0);  // no entry left per key
+  CHECK(redlock::detail::Access::client(client)->subscriber().stats().channels ==
+        0);  // no entry left per key
   redlock::set_log_handler({});
   CHECK(warnings->load() == 1);
 }

@@ -27,6 +27,7 @@ namespace redlock {
 
 namespace detail {
 class ClientImpl;
+struct Access;
 }  // namespace detail
 
 // A Lua script known by its SHA1, run with EVALSHA and a transparent EVAL fallback when the
@@ -90,10 +91,9 @@ class Client {
   // Number of idle pooled connections right now (for tests and diagnostics). Thread-safe.
   std::size_t idle_connections() const;
 
-  // Internal: the shared implementation, used by the lock engine. Not part of the API.
-  const std::shared_ptr<detail::ClientImpl>& impl() const noexcept { return impl_; }
-
  private:
+  friend struct detail::Access;  // the library's own layers reach the pool through
+                                 // src/api/access.hpp
   std::shared_ptr<detail::ClientImpl> impl_;
 };
 

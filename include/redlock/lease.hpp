@@ -27,14 +27,13 @@ namespace redlock {
 
 namespace detail {
 class HoldState;
+struct Access;
 }  // namespace detail
 
 class LeaseToken {
  public:
   // A token of no hold: lost() is true.
   LeaseToken() = default;
-  explicit LeaseToken(std::shared_ptr<detail::HoldState> state) noexcept
-      : state_(std::move(state)) {}
 
   // True once the hold has been lost, or its local validity deadline has passed while it was
   // still held. Never throws. Thread-safe, lock-free.
@@ -67,6 +66,10 @@ class LeaseToken {
 #endif
 
  private:
+  friend struct detail::Access;  // locks hand out tokens of their holds (src/api/access.hpp)
+  explicit LeaseToken(std::shared_ptr<detail::HoldState> state) noexcept
+      : state_(std::move(state)) {}
+
   std::shared_ptr<detail::HoldState> state_;
 };
 

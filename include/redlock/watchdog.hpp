@@ -24,6 +24,7 @@ namespace redlock {
 
 namespace detail {
 class WatchdogImpl;
+struct Access;
 }  // namespace detail
 
 // Counters since construction (or the last reset_stats()).
@@ -61,10 +62,9 @@ class Watchdog {
   // Zeroes the counters and the lateness window. Thread-safe.
   void reset_stats();
 
-  // Internal: used by the lock engine. Not part of the API.
-  detail::WatchdogImpl& impl() noexcept { return *impl_; }
-
  private:
+  friend struct detail::Access;  // the library's own layers reach the machinery
+                                 // (src/api/access.hpp)
   std::shared_ptr<detail::WatchdogImpl> impl_;
 };
 

@@ -12,9 +12,9 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "connection.hpp"
-#include "engine.hpp"
-#include "subscriber.hpp"
+#include "io/connection.hpp"
+#include "core/engine.hpp"
+#include "watch/subscriber.hpp"
 
 using redlock::detail::AcquireReply;
 using redlock::detail::Answer;

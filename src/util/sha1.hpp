@@ -1,4 +1,4 @@
-// src/sha1.hpp: SHA-1 (FIPS 180-4), to name Lua scripts for EVALSHA, and to name a fair-mode
+// src/util/sha1.hpp: SHA-1 (FIPS 180-4), to name Lua scripts for EVALSHA, and to name a fair-mode
 // waiter in a hand-over message without publishing its token (that needs only preimage
 // resistance, which SHA-1 still has for a 160-bit random token).
 #ifndef REDLOCK_SRC_SHA1_HPP

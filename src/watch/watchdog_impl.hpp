@@ -1,4 +1,4 @@
-// src/watchdog_impl.hpp: the watchdog's machinery (see include/redlock/watchdog.hpp).
+// src/watch/watchdog_impl.hpp: the watchdog's machinery (see include/redlock/watchdog.hpp).
 #ifndef REDLOCK_SRC_WATCHDOG_IMPL_HPP
 #define REDLOCK_SRC_WATCHDOG_IMPL_HPP
 
@@ -17,8 +17,8 @@
 #include <redlock/options.hpp>
 #include <redlock/watchdog.hpp>
 
-#include "engine.hpp"
-#include "hold.hpp"
+#include "core/engine.hpp"
+#include "core/hold.hpp"
 
 namespace redlock {
 namespace detail {

@@ -1,6 +1,6 @@
-// src/connection.cpp: hiredis contexts, the connection pool, the multiplexed batch executor, and
+// src/io/connection.cpp: hiredis contexts, the connection pool, the multiplexed batch executor, and
 // the finisher that completes the writes of given-up connections.
-#include "connection.hpp"
+#include "io/connection.hpp"
 
 #include <fcntl.h>
 #include <linux/sockios.h>
@@ -23,9 +23,9 @@
 
 #include <redlock/errors.hpp>
 
-#include "log_internal.hpp"
-#include "subscriber.hpp"
-#include "token.hpp"
+#include "util/log_internal.hpp"
+#include "watch/subscriber.hpp"
+#include "util/token.hpp"
 
 namespace redlock {
 namespace detail {

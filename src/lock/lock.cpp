@@ -1,5 +1,5 @@
-// src/lock.cpp: Lock and Redlock on top of the lease engine: thread ownership, re-entrancy, local
-// queueing, waiting (jittered backoff + wake-on-release), the watchdog hand-off.
+// src/lock/lock.cpp: Lock and Redlock on top of the lease engine: thread ownership, re-entrancy,
+// local queueing, waiting (jittered backoff + wake-on-release), the watchdog hand-off.
 #include <redlock/lock.hpp>
 
 #include <algorithm>
@@ -13,13 +13,14 @@
 #include <redlock/errors.hpp>
 #include <redlock/watchdog.hpp>
 
-#include "engine.hpp"
-#include "hold.hpp"
-#include "log_internal.hpp"
-#include "sha1.hpp"
-#include "subscriber.hpp"
-#include "token.hpp"
-#include "watchdog_impl.hpp"
+#include "api/access.hpp"
+#include "core/engine.hpp"
+#include "core/hold.hpp"
+#include "util/log_internal.hpp"
+#include "util/sha1.hpp"
+#include "util/token.hpp"
+#include "watch/subscriber.hpp"
+#include "watch/watchdog_impl.hpp"
 
 namespace redlock {
 namespace detail {
@@ -28,7 +29,7 @@ namespace {
 std::vector<std::shared_ptr<ClientImpl>> impls_of(const std::vector<Client>& clients) {
   std::vector<std::shared_ptr<ClientImpl>> out;
   out.reserve(clients.size());
-  for (const auto& c : clients) out.push_back(c.impl());
+  for (const auto& c : clients) out.push_back(Access::client(c));
   return out;
 }
 
@@ -36,12 +37,12 @@ std::vector<std::shared_ptr<ClientImpl>> impls_of(const std::vector<Client>& cli
 // contended wait. Registration goes to all nodes first; confirmations are then awaited together,
 // until one shared deadline (at most connect + command timeout, and never past the caller's own
 // deadline), so a dead or slow node costs at most that once, not once per node.
-class ReleaseWatch {
+class SubscriptionWatch {
  public:
   // `token_sha1`: fair mode, SHA1 of the token the waiter queues with (hand-overs naming it come
   // to this watch).
-  ReleaseWatch(const LeaseEngine& engine, bool enabled, SteadyClock::time_point caller_deadline,
-               std::string token_sha1 = {})
+  SubscriptionWatch(const LeaseEngine& engine, bool enabled,
+                    SteadyClock::time_point caller_deadline, std::string token_sha1 = {})
       : engine_(engine), slot_(std::move(token_sha1)) {
     if (!enabled) return;
     watched_.reserve(engine_.nodes().size());
@@ -70,13 +71,13 @@ class ReleaseWatch {
                    [&](const std::string& c) { node->subscriber().confirmed(c, deadline); });
     }
   }
-  ~ReleaseWatch() {
+  ~SubscriptionWatch() {
     for (ClientImpl* node : watched_) {
       each_channel(engine_, [&](const std::string& c) { node->subscriber().unwatch(c, &slot_); });
     }
   }
-  ReleaseWatch(const ReleaseWatch&) = delete;
-  ReleaseWatch& operator=(const ReleaseWatch&) = delete;
+  SubscriptionWatch(const SubscriptionWatch&) = delete;
+  SubscriptionWatch& operator=(const SubscriptionWatch&) = delete;
 
   // True if every node's subscriber already has a live subscription to the lock's channel (a
   // watch would be confirmed at once). Never throws; false when unsure.
@@ -219,7 +220,8 @@ class LockCore : public std::enable_shared_from_this<LockCore> {
   }
   void report_lost(const std::shared_ptr<HoldState>& hold, LostReason reason) {
     if (hold->mark_lost(reason) && options_.on_lost && options_.watchdog) {
-      options_.watchdog->impl().report_lost(engine_->key(), hold, options_.on_lost, reason);
+      Access::watchdog(*options_.watchdog)
+          .report_lost(engine_->key(), hold, options_.on_lost, reason);
     }
   }
 
@@ -415,13 +417,13 @@ bool LockCore::attempts(Call call, SteadyClock::time_point deadline) {
   // attempt (in fair mode the key then holds our token, and the attempt re-arms it). When this
   // process is subscribed already (another waiter, or a lingering subscription), the watch
   // costs no round trip and the very first attempt is the one that counts.
-  std::optional<ReleaseWatch> watch;
+  std::optional<SubscriptionWatch> watch;
   WaitingSlot waiting(mutex_, waiting_);  // destroyed before the watch
   auto start_watch = [&](bool enabled) {
     watch.emplace(*engine_, enabled, deadline, fair_token_sha1);
     waiting.set(watch->slot());
   };
-  if (!single_attempt && options_.wake_on_release && ReleaseWatch::live(*engine_)) {
+  if (!single_attempt && options_.wake_on_release && SubscriptionWatch::live(*engine_)) {
     start_watch(true);
   }
   // Fair mode: takes a hand-over that arrived, if its validity can still be trusted.
@@ -488,8 +490,9 @@ bool LockCore::take(const AcquireResult& result, std::string token, SteadyClock:
   thread_holds().add(shared_from_this());
   if (options_.auto_renew) {
     try {
-      options_.watchdog->impl().watch(
-          engine_, hold, WatchSettings{options_.max_renewals, options_.max_hold, options_.on_lost});
+      Access::watchdog(*options_.watchdog)
+          .watch(engine_, hold,
+                 WatchSettings{options_.max_renewals, options_.max_hold, options_.on_lost});
     } catch (...) {
       // Could not start renewal (thread creation failed): do not hand out a hold the caller
       // believes is renewed. Roll back and report.
@@ -600,7 +603,7 @@ bool LockCore::extend(std::chrono::milliseconds ttl) {
   if (result.failure) std::rethrow_exception(result.failure);
   if (held) {
     // A short ttl must not outlive the watchdog's schedule: its next renewal moves up.
-    if (options_.auto_renew) options_.watchdog->impl().reschedule(*hold);
+    if (options_.auto_renew) Access::watchdog(*options_.watchdog).reschedule(*hold);
     return true;
   }
   report_lost(hold, engine_->nodes().size() > 1 && result.confirmed > 0 ? LostReason::no_quorum
@@ -715,7 +718,7 @@ std::uint64_t LockBase::fence() const noexcept {
   return hold && !hold->lost(detail::SteadyClock::now()) ? hold->fence() : 0;
 }
 
-LeaseToken LockBase::lease() const noexcept { return LeaseToken(core_->hold()); }
+LeaseToken LockBase::lease() const noexcept { return detail::Access::lease(core_->hold()); }
 
 const std::string& LockBase::key() const noexcept { return core_->engine().key(); }
 

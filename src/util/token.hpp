@@ -1,4 +1,4 @@
-// src/token.hpp: lock tokens from the OS CSPRNG, and jitter for retry waits.
+// src/util/token.hpp: lock tokens from the OS CSPRNG, and jitter for retry waits.
 #ifndef REDLOCK_SRC_TOKEN_HPP
 #define REDLOCK_SRC_TOKEN_HPP
 

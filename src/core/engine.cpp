@@ -1,5 +1,5 @@
-// src/engine.cpp: acquire / extend / release on N nodes with the quorum rules of quorum.hpp.
-#include "engine.hpp"
+// src/core/engine.cpp: acquire / extend / release on N nodes with the quorum rules of quorum.hpp.
+#include "core/engine.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -10,7 +10,7 @@
 
 #include <redlock/errors.hpp>
 
-#include "log_internal.hpp"
+#include "util/log_internal.hpp"
 
 namespace redlock {
 namespace detail {

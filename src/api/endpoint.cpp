@@ -1,4 +1,4 @@
-// endpoint.cpp: Endpoint::parse(), address() and to_string().
+// src/api/endpoint.cpp: Endpoint::parse(), address() and to_string().
 //
 // Error messages never echo a value taken from the URI (apart from the scheme): they name the bad
 // part and quote the whole URI with the password masked. redact() masks a superset of whatever

@@ -1,4 +1,4 @@
-// src/watchdog.cpp: one renewal thread for any number of leases, plus a callback thread.
+// src/watch/watchdog.cpp: one renewal thread for any number of leases, plus a callback thread.
 #include <redlock/watchdog.hpp>
 
 #include <time.h>
@@ -9,9 +9,9 @@
 
 #include <redlock/errors.hpp>
 
-#include "log_internal.hpp"
-#include "token.hpp"
-#include "watchdog_impl.hpp"
+#include "util/log_internal.hpp"
+#include "util/token.hpp"
+#include "watch/watchdog_impl.hpp"
 
 namespace redlock {
 namespace detail {

@@ -1,4 +1,4 @@
-// src/client.cpp: the public Client handle and Script.
+// src/api/client.cpp: the public Client handle and Script.
 #include <redlock/client.hpp>
 
 #include <netdb.h>
@@ -12,8 +12,8 @@
 
 #include <redlock/errors.hpp>
 
-#include "connection.hpp"
-#include "sha1.hpp"
+#include "io/connection.hpp"
+#include "util/sha1.hpp"
 
 namespace redlock {
 namespace {

@@ -1,6 +1,6 @@
-// src/token.cpp: tokens from getrandom(2) (buffered per thread, fork-safe); jitter from an
+// src/util/token.cpp: tokens from getrandom(2) (buffered per thread, fork-safe); jitter from an
 // OS-seeded per-thread PRNG.
-#include "token.hpp"
+#include "util/token.hpp"
 
 #include <pthread.h>
 #include <sys/random.h>

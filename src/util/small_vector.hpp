@@ -1,4 +1,4 @@
-// src/small_vector.hpp: a vector with inline room for N elements, for the per-operation scratch
+// src/util/small_vector.hpp: a vector with inline room for N elements, for the per-operation scratch
 // arrays of the hot path (one slot per node, one per command or reply). Up to N elements it never
 // touches the heap; beyond N it moves to the heap and behaves like std::vector.
 //

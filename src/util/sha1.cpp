@@ -1,5 +1,5 @@
-// src/sha1.cpp: SHA-1 as specified in FIPS 180-4, section 6.1.
-#include "sha1.hpp"
+// src/util/sha1.cpp: SHA-1 as specified in FIPS 180-4, section 6.1.
+#include "util/sha1.hpp"
 
 #include <array>
 #include <cstdint>

@@ -1,4 +1,4 @@
-// src/log_internal.hpp: formatting front end of the process-wide log hook (fmt stays in src/).
+// src/util/log_internal.hpp: formatting front end of the process-wide log hook (fmt stays in src/).
 #ifndef REDLOCK_SRC_LOG_INTERNAL_HPP
 #define REDLOCK_SRC_LOG_INTERNAL_HPP
 

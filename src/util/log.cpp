@@ -1,9 +1,9 @@
-// src/log.cpp: the process-wide log hook.
+// src/util/log.cpp: the process-wide log hook.
 #include <atomic>
 #include <memory>
 #include <mutex>
 
-#include "log_internal.hpp"
+#include "util/log_internal.hpp"
 
 namespace redlock {
 namespace {

@@ -1,4 +1,4 @@
-// src/subscriber.hpp: one pub/sub connection per Client, shared by every waiter on every key.
+// src/watch/subscriber.hpp: one pub/sub connection per Client, shared by every waiter on every key.
 //
 // A waiter registers a WakeSlot for a lock's release channel; the subscriber thread SUBSCRIBEs
 // on the first waiter of a channel and UNSUBSCRIBEs once it has had no waiter for kLinger (so a

@@ -1,5 +1,5 @@
-// src/engine.hpp: the lease engine. One implementation of acquire / extend / release for N nodes;
-// a single-instance Lock is the N = 1 case. The rules come from quorum.hpp, the I/O from
+// src/core/engine.hpp: the lease engine. One implementation of acquire / extend / release for N
+// nodes; a single-instance Lock is the N = 1 case. The rules come from quorum.hpp, the I/O from
 // connection.hpp; nothing here knows about threads, re-entrancy or waiting (see lock.cpp).
 #ifndef REDLOCK_SRC_ENGINE_HPP
 #define REDLOCK_SRC_ENGINE_HPP
@@ -16,8 +16,9 @@
 #include <redlock/client.hpp>
 #include <redlock/options.hpp>
 
-#include "connection.hpp"
-#include "quorum.hpp"
+#include "core/backend.hpp"
+#include "core/quorum.hpp"
+#include "io/connection.hpp"
 
 namespace redlock {
 namespace detail {
@@ -75,35 +76,6 @@ struct AcquireReply {
 // `scripted`: the reply is a script's {flag, value}, not SET's.
 AcquireReply read_acquire_reply(const redisReply* reply, const redisReply* pttl, bool scripted,
                                 bool with_get, std::string_view token) noexcept;
-
-struct AcquireResult {
-  bool held{false};
-  SteadyClock::time_point valid_until{};
-  std::uint64_t fence{0};
-  std::size_t granted{0};
-  // Smallest remaining ttl reported by nodes that refused (-1: unknown or no expiry).
-  std::chrono::milliseconds holder_pttl{-1};
-  // Set when no node gave a usable answer: the error to throw (server error preferred); for
-  // N > 1, also when fewer than a quorum answered (QuorumUnavailableError).
-  std::exception_ptr failure;
-  // Fair mode: fair_release ran (or may still run) with the token, so the queue place is gone
-  // and any hand-over named by this attempt or an earlier one is void.
-  bool left_queue{false};
-};
-
-struct ExtendResult {
-  bool held{false};
-  SteadyClock::time_point valid_until{};
-  std::size_t confirmed{0};
-  std::exception_ptr failure;  // as in AcquireResult
-};
-
-struct ReleaseResult {
-  std::size_t released{0};     // nodes where our token was deleted
-  std::size_t refused{0};      // nodes that answered "not ours" (silent nodes count in neither)
-  std::size_t listeners{0};    // most subscribers (waiting processes) any node announced it to
-  std::exception_ptr failure;  // as in AcquireResult
-};
 
 class LeaseEngine {
  public:

@@ -1,5 +1,5 @@
-// src/subscriber.cpp: the shared pub/sub connection behind wake-on-release.
-#include "subscriber.hpp"
+// src/watch/subscriber.cpp: the shared pub/sub connection behind wake-on-release.
+#include "watch/subscriber.hpp"
 
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "connection.hpp"
-#include "log_internal.hpp"
+#include "io/connection.hpp"
+#include "util/log_internal.hpp"
 
 namespace redlock {
 namespace detail {

@@ -1,4 +1,4 @@
-// src/hold.hpp: the state of one hold (one successful acquire until release or loss), shared by
+// src/core/hold.hpp: the state of one hold (one successful acquire until release or loss), shared by
 // the lock, its LeaseTokens and the watchdog.
 #ifndef REDLOCK_SRC_HOLD_HPP
 #define REDLOCK_SRC_HOLD_HPP
@@ -15,7 +15,7 @@
 
 #include <redlock/options.hpp>
 
-#include "quorum.hpp"
+#include "core/quorum.hpp"
 
 namespace redlock {
 namespace detail {

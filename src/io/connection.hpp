@@ -1,4 +1,4 @@
-// src/connection.hpp: the I/O half of redlock. Owns hiredis contexts and replies, maps hiredis
+// src/io/connection.hpp: the I/O half of redlock. Owns hiredis contexts and replies, maps hiredis
 // failures to redlock exceptions, and runs batches: several commands on each of several nodes,
 // one round trip per node, all nodes at once, each bounded by its own command timeout. A request
 // given up on (timed out, or cut after an early finish) is finished in the background with its
@@ -26,7 +26,7 @@
 #include <redlock/reply.hpp>
 
 #include "io/dial.hpp"
-#include "small_vector.hpp"
+#include "util/small_vector.hpp"
 
 namespace redlock {
 namespace detail {

@@ -1,7 +1,7 @@
-// src/semaphore.cpp: Semaphore. A permit is a lease on one of `limit` slot keys: one script takes
-// the first free slot; extend, renewal (the Watchdog, through a LeaseEngine per slot key), release
-// and loss are the lease machinery a Lock uses. This file adds the slot choice, thread ownership,
-// local queueing, waiting (jittered backoff bounded by the earliest slot expiry, plus
+// src/lock/semaphore.cpp: Semaphore. A permit is a lease on one of `limit` slot keys: one script
+// takes the first free slot; extend, renewal (the Watchdog, through a LeaseEngine per slot key),
+// release and loss are the lease machinery a Lock uses. This file adds the slot choice, thread
+// ownership, local queueing, waiting (jittered backoff bounded by the earliest slot expiry, plus
 // wake-on-release) and cancellation.
 #include <redlock/semaphore.hpp>
 
@@ -19,13 +19,14 @@
 #include <redlock/errors.hpp>
 #include <redlock/watchdog.hpp>
 
-#include "connection.hpp"
-#include "engine.hpp"
-#include "hold.hpp"
-#include "log_internal.hpp"
-#include "subscriber.hpp"
-#include "token.hpp"
-#include "watchdog_impl.hpp"
+#include "api/access.hpp"
+#include "core/engine.hpp"
+#include "core/hold.hpp"
+#include "io/connection.hpp"
+#include "util/log_internal.hpp"
+#include "util/token.hpp"
+#include "watch/subscriber.hpp"
+#include "watch/watchdog_impl.hpp"
 
 namespace redlock {
 namespace detail {
@@ -235,7 +236,7 @@ class SemaphoreCore::Waiter {
       if (core_.cancelled_) slot_.notify();
     }
     if (!core_.options_.wake_on_release) return;
-    ClientImpl& node = *core_.client_.impl();
+    ClientImpl& node = *Access::client(core_.client_);
     try {
       subscriber_ = &node.subscriber();
       subscriber_->watch(core_.channel_, &slot_);
@@ -287,8 +288,9 @@ std::shared_ptr<LeaseEngine> SemaphoreCore::engine_for(std::size_t slot) {
   if (!engine) {
     LockOptions slot_options = options_;
     slot_options.fencing = false;
-    engine = std::make_shared<LeaseEngine>(std::vector<std::shared_ptr<ClientImpl>>{client_.impl()},
-                                           permit_keys_[slot - 1], slot_options);
+    engine = std::make_shared<LeaseEngine>(
+        std::vector<std::shared_ptr<ClientImpl>>{Access::client(client_)}, permit_keys_[slot - 1],
+        slot_options);
   }
   return engine;
 }
@@ -404,7 +406,7 @@ SlotReply SemaphoreCore::run_acquire(const std::string& token) {
   for (const auto& k : permit_keys_) rollback.arg(k);
   rollback.arg(token).arg(channel_);
   NodeBatch batch;
-  batch.node = client_.impl().get();
+  batch.node = Access::client(client_).get();
   batch.commands.push_back(command.view(&script));
   batch.on_timeout.push_back(rollback.view());
   execute(&batch, 1);
@@ -419,7 +421,8 @@ SlotReply SemaphoreCore::run_acquire(const std::string& token) {
     if (!timed_out) undo(token);  // the request may have run before the connection died
     std::rethrow_exception(batch.error);
   }
-  return read_slot_reply(batch.replies[0].get(), permit_keys_.size(), client_.impl()->address());
+  return read_slot_reply(batch.replies[0].get(), permit_keys_.size(),
+                         Access::client(client_)->address());
 }
 
 void SemaphoreCore::undo(const std::string& token) noexcept {
@@ -455,7 +458,7 @@ void SemaphoreCore::take(const SlotReply& reply, std::string token, SteadyClock:
         on_lost(event);
       };
     }
-    options_.watchdog->impl().watch(engine, hold, std::move(settings));
+    Access::watchdog(*options_.watchdog).watch(engine, hold, std::move(settings));
   } catch (...) {
     // Renewal could not start: do not hand out a permit the caller believes is renewed.
     disown();
@@ -476,7 +479,7 @@ long long SemaphoreCore::release_slot(std::size_t slot, const std::string& token
 
 void SemaphoreCore::report_lost(const std::shared_ptr<HoldState>& hold, LostReason reason) {
   if (hold->mark_lost(reason) && options_.on_lost && options_.watchdog) {
-    options_.watchdog->impl().report_lost(key_, hold, options_.on_lost, reason);
+    Access::watchdog(*options_.watchdog).report_lost(key_, hold, options_.on_lost, reason);
   }
 }
 
@@ -598,7 +601,7 @@ std::uint64_t Semaphore::fence() const noexcept {
   return hold ? hold->fence() : 0;
 }
 
-LeaseToken Semaphore::lease() const noexcept { return LeaseToken(core_->hold()); }
+LeaseToken Semaphore::lease() const noexcept { return detail::Access::lease(core_->hold()); }
 
 std::size_t Semaphore::slot() const noexcept { return core_->slot(); }
 

@@ -1,0 +1,33 @@
+// src/api/access.hpp: the one door from the library's layers into the public handles' internals
+// (a Client's pool, a Watchdog's machinery, a LeaseToken's hold), so that no public header has to
+// expose them. Tests reach internals through this header too.
+#ifndef REDLOCK_SRC_API_ACCESS_HPP
+#define REDLOCK_SRC_API_ACCESS_HPP
+
+#include <memory>
+#include <utility>
+
+#include <redlock/client.hpp>
+#include <redlock/lease.hpp>
+#include <redlock/watchdog.hpp>
+
+namespace redlock {
+namespace detail {
+
+struct Access {
+  // The pool and node state shared by every copy of `client`.
+  static const std::shared_ptr<ClientImpl>& client(const Client& client) noexcept {
+    return client.impl_;
+  }
+  // The renewal machinery behind `watchdog`.
+  static WatchdogImpl& watchdog(Watchdog& watchdog) noexcept { return *watchdog.impl_; }
+  // A token observing `hold` (null: a token of no hold).
+  static LeaseToken lease(std::shared_ptr<HoldState> hold) noexcept {
+    return LeaseToken(std::move(hold));
+  }
+};
+
+}  // namespace detail
+}  // namespace redlock
+
+#endif  // REDLOCK_SRC_API_ACCESS_HPP

@@ -1,0 +1,119 @@
+// src/core/backend.hpp: the seam between the lock layer (lock/, watch/) and a lease store. A
+// Redis standalone server and a Redlock over N servers are its first implementation (the lease
+// engine, core/engine.hpp); Sentinel, Cluster, ZooKeeper and PostgreSQL add more without
+// touching lock/ or watch/.
+//
+// Every operation is one attempt: no waiting, no retries beyond what the store needs for
+// idempotence. The lock layer owns threads, re-entrancy and waiting; the backend owns the wire,
+// the quorum tally, validity and the reason a lease was lost (each computed once, here).
+#ifndef REDLOCK_SRC_CORE_BACKEND_HPP
+#define REDLOCK_SRC_CORE_BACKEND_HPP
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+
+#include <redlock/options.hpp>
+
+#include "core/quorum.hpp"
+
+namespace redlock {
+namespace detail {
+
+// How an acquire attempt is made.
+enum class Attempt {
+  first,      // the first try of a call: nothing else is asked
+  contended,  // a retry after a refusal: also learn the holder's remaining ttl (same round trip)
+};
+// Fair mode: whether a refused attempt takes (or refreshes) a place in the server's queue.
+enum class Queue { none, join };
+// Whether a release wakes waiters (a real release) or is a quiet rollback of a failed attempt.
+enum class Announce { waiters, quietly };
+
+struct AcquireRequest {
+  const std::string* token{nullptr};
+  Attempt attempt{Attempt::first};
+  Queue queue{Queue::none};
+  std::uint64_t seq{0};  // fair mode: numbers the attempt; a hand-over names the last one seen
+};
+
+struct AcquireResult {
+  bool held{false};
+  SteadyClock::time_point valid_until{};
+  std::uint64_t fence{0};
+  std::size_t granted{0};
+  // Smallest remaining ttl reported by nodes that refused (-1: unknown or no expiry).
+  std::chrono::milliseconds holder_pttl{-1};
+  // Set when no node gave a usable answer: the error to throw (server error preferred); for
+  // N > 1, also when fewer than a quorum answered (QuorumUnavailableError).
+  std::exception_ptr failure;
+  // Fair mode: the queue place is gone (fair_release ran, or may still run, with the token), so
+  // any hand-over named by this attempt or an earlier one is void.
+  bool left_queue{false};
+};
+
+struct ExtendResult {
+  bool held{false};
+  SteadyClock::time_point valid_until{};
+  std::size_t confirmed{0};
+  std::exception_ptr failure;              // as in AcquireResult
+  LostReason reason{LostReason::refused};  // why not held (meaningful when !held && !failure)
+};
+
+struct ReleaseResult {
+  std::size_t released{0};     // nodes where our token was deleted
+  std::size_t refused{0};      // nodes that answered "not ours" (silent nodes count in neither)
+  std::size_t listeners{0};    // most subscribers (waiting processes) any node announced it to
+  std::exception_ptr failure;  // as in AcquireResult
+  // No quorum can have lost the lease before this release (refusals leave a quorum possible).
+  bool quorum_kept{true};
+  LostReason reason{LostReason::refused};  // why not kept (meaningful when !quorum_kept)
+};
+
+// "Wake me when it may be free": one waiter's subscription to a lock's releases (and, in fair
+// mode, to hand-overs naming its token). Registered before the attempt that follows it, so a
+// release between a refusal and the wait cannot be missed.
+class ReleaseWatch {
+ public:
+  virtual ~ReleaseWatch() = default;
+  // Blocks until a release is announced or `until`, whichever is first.
+  virtual void wait_until(SteadyClock::time_point until) = 0;
+  // Fair mode: a hand-over that arrived for this waiter (attempt `seq`, fence `fence`).
+  virtual bool take_grant(std::uint64_t& seq, std::uint64_t& fence) noexcept = 0;
+};
+
+class LeaseBackend {
+ public:
+  virtual ~LeaseBackend() = default;
+
+  virtual const std::string& key() const noexcept = 0;
+  virtual std::size_t size() const noexcept = 0;    // nodes (1 for a single store)
+  virtual std::size_t quorum() const noexcept = 0;  // nodes that must agree
+  virtual std::chrono::milliseconds ttl() const noexcept = 0;
+  virtual bool fair() const noexcept = 0;
+
+  // One attempt on every node at once; partial or late grants are rolled back.
+  virtual AcquireResult acquire(const AcquireRequest& request) = 0;
+  // Fair mode: the hold a hand-over gave, its lease counted from `sent` (when the attempt the
+  // hand-over named was sent). Pure: no I/O.
+  virtual AcquireResult handed_over(std::uint64_t fence, SteadyClock::time_point sent) const = 0;
+  // Token-checked extend on every node; held iff a quorum confirmed and validity is positive.
+  virtual ExtendResult extend(const std::string& token, std::chrono::milliseconds ttl) = 0;
+  // Token-checked release on every node that may hold the key.
+  virtual ReleaseResult release(const std::string& token, Announce announce) = 0;
+
+  // Wake-on-release. `live()`: this process is already subscribed, so watching costs no round
+  // trip. `watch` subscribes (waiting for confirmation at most until `deadline`); `token_sha1`
+  // names a fair waiter's hand-overs (empty otherwise). Never null.
+  virtual bool watch_live() const noexcept = 0;
+  virtual std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline,
+                                              std::string token_sha1) = 0;
+};
+
+}  // namespace detail
+}  // namespace redlock
+
+#endif  // REDLOCK_SRC_CORE_BACKEND_HPP
