@@ -71,13 +71,17 @@ int run(const redlock::Endpoint& endpoint) {
   // release that fails is logged through the handler above and the lease simply expires.
   std::printf("released; lock held by us now? %s\n", lock.owns_lock() ? "yes" : "no");
 
-  // What a failure looks like: nothing listens on port 1, so lock() throws ConnectionError
-  // (a subclass of redlock::Error) at once instead of waiting forever.
+  // What a failure looks like: nothing listens on port 1. lock() rides out an unreachable
+  // server for LockOptions::max_unavailable (10 s by default: a restart or a failover costs a
+  // wait nothing), then throws ConnectionError (a subclass of redlock::Error) instead of
+  // waiting for ever. Here we give it half a second.
   redlock::Endpoint nowhere = endpoint;
   nowhere.host = "127.0.0.1";
   nowhere.port = 1;
   nowhere.unix_socket.clear();
-  redlock::Lock unreachable(redlock::Client(nowhere), "examples:lock_guard", options);
+  redlock::LockOptions impatient = options;
+  impatient.max_unavailable = std::chrono::milliseconds(500);
+  redlock::Lock unreachable(redlock::Client(nowhere), "examples:lock_guard", impatient);
   try {
     std::lock_guard<redlock::Lock> guard(unreachable);
     std::fprintf(stderr, "locked on %s?! nothing should listen there\n", nowhere.address().c_str());

@@ -190,6 +190,7 @@ struct Config {
   bool no_wait{false};
   int conflict_exit{kExitBusy};
   milliseconds grace{10'000};
+  milliseconds unavailable{10'000};  // LockOptions::max_unavailable
   bool fencing{false};
   bool fair{false};
   bool quiet{false};
@@ -222,6 +223,9 @@ Lock:
   -w, --wait DURATION   Give up after this long if the lock is held elsewhere (exit 75).
                         Alias: --timeout. Default: wait forever.
   -n, --no-wait         One attempt: exit 75 at once if the lock is held elsewhere.
+  --unavailable-timeout DURATION
+                        How long a wait rides out servers that do not answer (a quorum of
+                        them, for several) before exit 69 (default 10s; 0: at once).
   -E, --conflict-exit-code N
                         Exit N (0-255) instead of 75 when the lock is held elsewhere.
   --fencing             Issue a fencing token (a counter in KEY:fence that grows with every
@@ -266,7 +270,7 @@ whole group; what is still running --grace later gets SIGKILL. When the command 
 processes it left in its group get SIGTERM (SIGKILL after --grace). The lock is released
 only once the whole group is gone. A process that leaves the group (setsid) is not tracked.
 A wait rides out servers that do not answer, and ends with 69 if they still do not when
---wait runs out.
+--wait or --unavailable-timeout runs out.
 
 The command's environment: REDLOCK_KEY=<key>, REDLOCK_TTL_MS=<ttl>,
 REDLOCK_VALIDITY_MS=<validity left when it started> and, with --fencing, REDLOCK_FENCE=<n>.
@@ -322,6 +326,7 @@ struct Raw {
   std::vector<std::string> redis_files;
   std::string ttl{"30s"};
   std::string grace{"10s"};
+  std::string unavailable{"10s"};
   std::optional<std::string> wait;  // with the spelling used
   std::string wait_flag;
   std::optional<std::string> conflict_exit;
@@ -338,6 +343,7 @@ const std::pair<std::string_view, std::string_view> kValueOptions[] = {
     {"-w", "--wait"},
     {"--timeout", "--wait"},
     {"--grace", "--grace"},
+    {"--unavailable-timeout", "--unavailable-timeout"},
     {"--conflict-exit-code", "-E"},
     {"-E", "-E"}};
 
@@ -366,6 +372,8 @@ void take_value(std::string_view name, const std::string& flag, const std::strin
     raw.wait_flag = flag;
   } else if (name == "--grace") {
     raw.grace = value;
+  } else if (name == "--unavailable-timeout") {
+    raw.unavailable = value;
   } else {
     raw.conflict_exit = value;
   }
@@ -429,6 +437,7 @@ void finish_config(const Raw& raw, Config& config) {
                      "renewals need at least " + format_duration(kMinTtl));
   }
   config.grace = parse_duration("--grace", raw.grace);
+  config.unavailable = parse_duration("--unavailable-timeout", raw.unavailable);
   if (raw.wait) config.wait = parse_duration(raw.wait_flag, *raw.wait);
   if (raw.wait && config.no_wait) {
     throw UsageError(raw.wait_flag + " and -n/--no-wait contradict each other; give one");
@@ -1128,6 +1137,7 @@ redlock::LockOptions lock_options(const Config& config, const Runtime& rt) {
   options.ttl = config.ttl;
   options.fencing = config.fencing;
   options.fair = config.fair;
+  options.max_unavailable = config.unavailable;
   options.auto_renew = true;
   options.on_lost = [fd = rt.lost_write](const redlock::LostEvent& event) {
     const auto byte = static_cast<unsigned char>(event.reason);

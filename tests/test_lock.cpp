@@ -716,6 +716,37 @@ TEST_CASE("A wait rides out a server restart and acquires, with one warning and 
   CHECK(log.infos.load() >= 1);
 }
 
+TEST_CASE("A wait gives up after max_unavailable of an unreachable server, lock() too",
+          "[redis][lock][fault]") {
+  std::uint16_t port = 0;
+  {
+    RedisServer gone;
+    port = gone.port();
+  }  // nothing listens there now
+  redlock::Endpoint endpoint;
+  endpoint.host = "127.0.0.1";
+  endpoint.port = port;
+  redlock::Client client(endpoint);
+  auto options = fast();
+  options.max_unavailable = 300ms;
+  redlock::Lock lock(client, key("unavailable-budget"), options);
+  LogCounter log(lock.key());
+  for (int round = 0; round < 2; ++round) {
+    const auto start = Clock::now();
+    if (round == 0) {
+      CHECK_THROWS_AS(lock.lock(), redlock::ConnectionError);
+    } else {
+      CHECK_THROWS_AS(lock.try_lock_for(1h), redlock::ConnectionError);
+    }
+    const auto took = Clock::now() - start;
+    CHECK(took >= 280ms);  // it rode the outage out for max_unavailable...
+    CHECK(took < 5s);      // ...and then gave up instead of waiting for ever
+  }
+  CHECK(log.warnings.load() == 2);  // one per wait
+  options.max_unavailable = -1ms;
+  CHECK_THROWS_AS(redlock::Lock(client, "k", options), std::invalid_argument);
+}
+
 TEST_CASE("Against a Redis without SET NX GET, every attempt in flight falls back to plain SET NX",
           "[redis][lock][fault]") {
   // The proxy plays Redis < 7: "GET" after "PX 10000" becomes "GXT", which the server answers

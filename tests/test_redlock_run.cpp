@@ -507,8 +507,13 @@ TEST_CASE("redlock-run exits 69 when Redis cannot be reached", "[redis][cli]") {
   TempDir dir;
   const std::string ran = dir / "ran";
   std::string err;
-  CHECK(run({"--redis", "redis://" + address, "--key", key("run-down"), "--", "touch", ran},
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(run({"--redis", "redis://" + address, "--key", key("run-down"), "--unavailable-timeout",
+             "1s", "--", "touch", ran},
             &err) == 69);
+  // It rode out the outage for --unavailable-timeout, not for ever.
+  CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(900));
+  CHECK_THAT(err, Catch::Contains("--unavailable-timeout") || Catch::Contains(address));
   CHECK_THAT(err, Catch::Contains(address));
   CHECK_FALSE(exists(ran));
 }
@@ -548,7 +553,9 @@ TEST_CASE("redlock-run never prints a password from a --redis URI", "[redis][cli
       {"--redis", "redis://:" + password + "-wrong@127.0.0.1:" + port, "--key", k, "--", "true"},
       69);
   // Nothing listens on port 1.
-  collect({"--redis", "redis://:" + password + "@127.0.0.1:1", "--key", k, "--", "true"}, 69);
+  collect({"--redis", "redis://:" + password + "@127.0.0.1:1", "--key", k, "--unavailable-timeout",
+           "0.5s", "--", "true"},
+          69);
   // Malformed URIs, an unknown option carrying one, the same server twice.
   collect({"--redis", "redis://:" + password + "@127.0.0.1:99999", "--key", k, "--", "true"}, 64);
   collect({"--redis", "redis://app:" + password + "@[::1", "--key", k, "--", "true"}, 64);

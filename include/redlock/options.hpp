@@ -61,6 +61,13 @@ struct LockOptions {
   // may be handed the lock and hold it, unused, for one ttl. Every client of a key should use
   // the same setting: mixing is safe, but not fair.
   bool fair{false};
+  // How long a wait (lock(), try_lock_for(), try_lock_until()) rides out servers that cannot be
+  // reached (Lock: its server; Redlock: fewer than a quorum answer) before it throws the last
+  // ConnectionError/TimeoutError (QuorumUnavailableError for a Redlock). Counted from the first
+  // failed attempt of the wait; an answer resets it. A wait whose own deadline comes first throws
+  // then. try_lock() never waits: it throws at once. 0: a wait throws at its first failure. At
+  // most 200 years.
+  std::chrono::milliseconds max_unavailable{10'000};
 
   // Renew the lease in the background (about every ttl/3) while it is held.
   bool auto_renew{false};

@@ -286,6 +286,11 @@ LeaseEngine::LeaseEngine(std::vector<std::shared_ptr<ClientImpl>> nodes, std::st
     throw std::invalid_argument(fmt::format(
         "redlock: options.ttl is too large ({} ms; the maximum is 200 years)", ttl_.count()));
   }
+  if (options.max_unavailable.count() < 0 || options.max_unavailable > kMaxTtl) {
+    throw std::invalid_argument(fmt::format(
+        "redlock: options.max_unavailable must be >= 0 ms and at most 200 years (got {} ms)",
+        options.max_unavailable.count()));
+  }
   if (options.retry_delay.count() <= 0 || options.retry_delay > kMaxTtl) {
     throw std::invalid_argument(
         fmt::format("redlock: options.retry_delay must be > 0 ms and at most 200 years (got {} ms)",

@@ -132,8 +132,9 @@ namespace {
 // never unavailability: they always throw.
 class Unavailability {
  public:
-  Unavailability(const std::string& key, Call call, bool forever)
-      : key_(key), call_(call), forever_(forever) {}
+  Unavailability(const std::string& key, Call call, bool forever,
+                 std::chrono::milliseconds max_unavailable)
+      : key_(key), call_(call), forever_(forever), max_(max_unavailable) {}
 
   // The attempt failed with `failure`: rethrows it, or records it and returns.
   void failed(const std::exception_ptr& failure) {
@@ -143,11 +144,14 @@ class Unavailability {
       throw;
     } catch (const Error& e) {
       if (call_ == Call::try_lock) throw;
+      const auto now = SteadyClock::now();
       if (!last_) {
-        logf(LogLevel::warn, "redlock: {} cannot be acquired now ({}); retrying until {}", key_,
-             e.what(), forever_ ? "it can" : "the deadline");
+        since_ = now;
+        logf(LogLevel::warn, "redlock: {} cannot be acquired now ({}); retrying for up to {} ms{}",
+             key_, e.what(), max_.count(), forever_ ? "" : " or until the deadline");
       }
       last_ = failure;
+      if (now - since_ >= max_) throw;
     }
   }
   // The servers answered the attempt (granted or refused).
@@ -166,6 +170,8 @@ class Unavailability {
   const std::string& key_;
   const Call call_;
   const bool forever_;
+  const std::chrono::milliseconds max_;  // LockOptions::max_unavailable
+  SteadyClock::time_point since_{};      // the first failure of the current outage
   std::exception_ptr last_;
 };
 
@@ -383,7 +389,7 @@ bool LockCore::attempts(Call call, SteadyClock::time_point deadline) {
   // Fair mode: send times of the recent attempts; attempt s was sent at sent[(s - 1) % kKept].
   constexpr std::uint64_t kKept = 32;
   SteadyClock::time_point sent[kKept];
-  Unavailability unavailable(engine_->key(), call, wait_forever);
+  Unavailability unavailable(engine_->key(), call, wait_forever, options_.max_unavailable);
   auto attempt = [&](bool contended, AcquireResult& out) {
     std::string token = fair ? fair_token : make_token();
     const auto start = SteadyClock::now();
