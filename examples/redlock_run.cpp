@@ -63,12 +63,15 @@
 #include <exception>    // std::exception
 #include <fstream>      // std::ifstream: --redis-file
 #include <future>       // std::async: pinging Redlock nodes in parallel
+#include <memory>       // std::unique_ptr: what this run holds
 #include <mutex>        // std::mutex: the signal thread's view of the wait
 #include <optional>     // std::optional
 #include <stdexcept>    // std::invalid_argument, std::runtime_error
 #include <string>       // std::string
 #include <string_view>  // std::string_view
 #include <thread>       // std::thread: the signal thread
+#include <type_traits>  // std::is_same_v
+#include <utility>      // std::forward
 #include <vector>       // std::vector
 
 #include <redlock/redlock.hpp>  // Client, Endpoint, Lock, Redlock, errors, set_log_handler
@@ -196,8 +199,7 @@ struct Config {
   bool quiet{false};
   bool verbose{false};
   Mode mode{Mode::run};
-  // --limit N (a semaphore, consul's -n) plugs in here once redlock::Semaphore exists: a count,
-  // and a Semaphore instead of a Lock in run().
+  std::size_t limit{0};  // --limit N: a semaphore of N permits; 0: a plain lock
   std::vector<std::string> command;
 };
 
@@ -231,6 +233,9 @@ Lock:
   --fencing             Issue a fencing token (a counter in KEY:fence that grows with every
                         hold); the command gets it as REDLOCK_FENCE.
   --fair                First come, first served among waiters (one server only).
+  --limit N             A semaphore: at most N commands hold KEY at once, each with its own
+                        lease, fence and renewal (one server only; not with --fair).
+                        Uses KEY:permit:1..N, KEY:permit:fence and KEY:permit:released.
 Command:
   --grace DURATION      After a lost lease or a forwarded stop signal, how long the command's
                         process group has between SIGTERM (or the signal) and SIGKILL
@@ -327,6 +332,7 @@ struct Raw {
   std::string ttl{"30s"};
   std::string grace{"10s"};
   std::string unavailable{"10s"};
+  std::optional<std::string> limit;
   std::optional<std::string> wait;  // with the spelling used
   std::string wait_flag;
   std::optional<std::string> conflict_exit;
@@ -344,6 +350,7 @@ const std::pair<std::string_view, std::string_view> kValueOptions[] = {
     {"--timeout", "--wait"},
     {"--grace", "--grace"},
     {"--unavailable-timeout", "--unavailable-timeout"},
+    {"--limit", "--limit"},
     {"--conflict-exit-code", "-E"},
     {"-E", "-E"}};
 
@@ -374,6 +381,8 @@ void take_value(std::string_view name, const std::string& flag, const std::strin
     raw.grace = value;
   } else if (name == "--unavailable-timeout") {
     raw.unavailable = value;
+  } else if (name == "--limit") {
+    raw.limit = value;
   } else {
     raw.conflict_exit = value;
   }
@@ -399,6 +408,21 @@ bool take_flag(std::string_view flag, Config& config) {
     return false;
   }
   return true;
+}
+
+// --limit N: 1 to 10,000 holders at once, one server, no --fair, no --status.
+std::size_t parse_limit(const std::string& text, const Config& config) {
+  const bool digits = !text.empty() && text.size() <= 5 &&
+                      text.find_first_not_of("0123456789") == std::string::npos;
+  if (!digits || std::stoul(text) < 1 || std::stoul(text) > redlock::Semaphore::kMaxLimit) {
+    throw UsageError("--limit '" + text + "' is not a number of holders (1 to " +
+                     std::to_string(redlock::Semaphore::kMaxLimit) + ")");
+  }
+  if (config.fair) throw UsageError("--limit and --fair cannot be combined; drop one");
+  if (config.mode == Mode::status) {
+    throw UsageError("--status shows plain locks only; drop --limit");
+  }
+  return std::stoul(text);
 }
 
 int parse_exit_code(const std::string& text) {
@@ -438,6 +462,7 @@ void finish_config(const Raw& raw, Config& config) {
   }
   config.grace = parse_duration("--grace", raw.grace);
   config.unavailable = parse_duration("--unavailable-timeout", raw.unavailable);
+  if (raw.limit) config.limit = parse_limit(*raw.limit, config);
   if (raw.wait) config.wait = parse_duration(raw.wait_flag, *raw.wait);
   if (raw.wait && config.no_wait) {
     throw UsageError(raw.wait_flag + " and -n/--no-wait contradict each other; give one");
@@ -447,6 +472,11 @@ void finish_config(const Raw& raw, Config& config) {
     throw UsageError(
         "--fair works with one server only (a queue on several could not agree on "
         "an order); drop --fair or give one --redis");
+  }
+  if (config.limit > 0 && config.uris.size() > 1) {
+    throw UsageError(
+        "--limit works with one server only (a semaphore is not a Redlock); drop "
+        "--limit or give one --redis");
   }
   const bool has_command = !config.command.empty();
   if (config.mode == Mode::run && !has_command) {
@@ -638,30 +668,56 @@ sigset_t stop_signals() {
 // forwarded signal asks the command to stop, and --grace later the group gets SIGKILL.
 bool asks_to_stop(int signo) { return signo != SIGUSR1 && signo != SIGUSR2; }
 
-// The lock object(s) and the pieces the signal thread needs to cancel a wait in progress.
-struct Locks {
-  // LockBase has no virtual destructor: hold the concrete type, use it through the base.
-  std::optional<redlock::Lock> single;
-  std::optional<redlock::Redlock> quorum;
-  redlock::LockBase& base() { return single ? static_cast<redlock::LockBase&>(*single) : *quorum; }
+// What this run holds: a Lock (one server), a Redlock (several) or a Semaphore permit
+// (--limit N), behind one interface so that the wait, the hold and the release are written once.
+class Holdable {
+ public:
+  virtual ~Holdable() = default;
+  virtual bool try_lock() = 0;
+  virtual bool try_lock_until(Clock::time_point deadline) = 0;
+  // Makes the wait in progress (and any later one) give up at once; a fair waiter leaves the
+  // queue. Called from the signal thread.
+  virtual void cancel_waits() noexcept = 0;
+  virtual bool release() = 0;
+  virtual std::uint64_t fence() const noexcept = 0;
+  virtual milliseconds validity() const noexcept = 0;
+  virtual redlock::LeaseToken lease() const noexcept = 0;
+  virtual std::size_t quorum() const noexcept = 0;
 };
 
-// Makes the wait in progress (and any later one) give up at once; a fair waiter leaves the queue.
-void cancel_waits(Locks& locks) noexcept {
-  if (locks.single) {
-    locks.single->cancel_waits();
-  } else if (locks.quorum) {
-    locks.quorum->cancel_waits();
+template <class L>
+class HoldableOf final : public Holdable {
+ public:
+  template <class... Args>
+  explicit HoldableOf(Args&&... args) : lock_(std::forward<Args>(args)...) {}
+  bool try_lock() override { return lock_.try_lock(); }
+  bool try_lock_until(Clock::time_point deadline) override {
+    return lock_.try_lock_until(deadline);
   }
-}
+  void cancel_waits() noexcept override { lock_.cancel_waits(); }
+  bool release() override { return lock_.release(); }
+  std::uint64_t fence() const noexcept override { return lock_.fence(); }
+  milliseconds validity() const noexcept override { return lock_.validity(); }
+  redlock::LeaseToken lease() const noexcept override { return lock_.lease(); }
+  std::size_t quorum() const noexcept override {
+    if constexpr (std::is_same_v<L, redlock::Semaphore>) {
+      return 1;
+    } else {
+      return lock_.quorum();
+    }
+  }
+
+ private:
+  L lock_;
+};
 
 // One thread takes every handled signal (sigwaitinfo: no signal handlers at all). It reports
 // each on a pipe to the main loop and, while a wait for the lock is in progress, cancels it.
 // Shared with that thread and never destroyed: the thread is detached and runs until exit.
 struct SignalState {
   std::mutex mutex;
-  Locks* waiting{nullptr};  // set while a wait is in progress
-  int first_stop{0};        // the first stop signal seen while waiting
+  Holdable* waiting{nullptr};  // set while a wait is in progress
+  int first_stop{0};           // the first stop signal seen while waiting
   int write_fd{-1};
 };
 
@@ -676,7 +732,7 @@ void signal_loop(SignalState* state, sigset_t set) {
     if (signo == SIGCHLD) continue;
     std::lock_guard<std::mutex> guard(state->mutex);
     if (state->first_stop == 0) state->first_stop = signo;
-    if (state->waiting != nullptr) cancel_waits(*state->waiting);
+    if (state->waiting != nullptr) state->waiting->cancel_waits();
   }
 }
 
@@ -730,8 +786,7 @@ std::string join(const std::vector<std::string>& parts) {
 
 // One wait for the lock: a single library call for the whole wait (a fair waiter keeps its
 // place), cancelled by the signal thread if a stop signal comes.
-Acquire acquire(Locks& locks, const Config& config, const Runtime& rt, int& signo) {
-  redlock::LockBase& lock = locks.base();
+Acquire acquire(Holdable& lock, const Config& config, const Runtime& rt, int& signo) {
   if (config.no_wait) return lock.try_lock() ? Acquire::held : Acquire::busy;
   if (config.verbose) {
     try {
@@ -746,7 +801,7 @@ Acquire acquire(Locks& locks, const Config& config, const Runtime& rt, int& sign
     std::lock_guard<std::mutex> guard(rt.signals->mutex);
     signo = rt.signals->first_stop;
     if (signo != 0) return Acquire::interrupted;
-    rt.signals->waiting = &locks;
+    rt.signals->waiting = &lock;
   }
   const auto deadline = config.wait ? Clock::now() + *config.wait : Clock::time_point::max();
   bool got = false;
@@ -890,7 +945,8 @@ struct Outcome {
 // The command's process group (or, with --hold, stdin) from start to finish.
 class Supervisor {
  public:
-  Supervisor(const Config& config, const Runtime& rt, const HolderRecord& holder)
+  // `holder`: the --status record to refresh with the lease, or null (--limit).
+  Supervisor(const Config& config, const Runtime& rt, const HolderRecord* holder)
       : config_(config), rt_(rt), holder_(holder) {}
 
   // Runs until the group `child` leads is gone (child <= 0: --hold, until stdin closes or a
@@ -965,7 +1021,7 @@ class Supervisor {
     if ((fds[1].revents & POLLIN) != 0) drain(rt_.lost_read, [this](int r) { on_lost(r); });
     if ((fds[2].revents & (POLLIN | POLLHUP)) != 0) on_stdin();
     if (Clock::now() >= next_refresh_ && !out_.lost) {
-      holder_.refresh();
+      if (holder_ != nullptr) holder_->refresh();
       next_refresh_ = Clock::now() + config_.ttl / 3;
     }
   }
@@ -1012,7 +1068,7 @@ class Supervisor {
 
   const Config& config_;
   const Runtime& rt_;
-  const HolderRecord& holder_;
+  const HolderRecord* holder_;
   pid_t child_{-1};
   Outcome out_;
   bool child_done_{false};
@@ -1023,7 +1079,7 @@ class Supervisor {
   Clock::time_point next_refresh_{kNever};
 };
 
-std::vector<std::string> child_environment(const Config& config, const redlock::LockBase& lock) {
+std::vector<std::string> child_environment(const Config& config, const Holdable& lock) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string_view entry(*e);
@@ -1043,7 +1099,7 @@ std::vector<std::string> child_environment(const Config& config, const redlock::
 
 // Releases the lock. Returns true if the lease was still ours, or if that is unknown because no
 // server answered (then says so, unless the lease is known to be lost anyway). Never throws.
-bool release(redlock::LockBase& lock, const Config& config, bool report_failure) {
+bool release(Holdable& lock, const Config& config, bool report_failure) {
   try {
     return lock.release();
   } catch (const std::exception& e) {
@@ -1063,7 +1119,7 @@ int foreground_tty() {
 }
 
 // Starts the command. Returns its pid (the leader of its process group), or -exit status.
-pid_t launch(const Config& config, Runtime& rt, const redlock::LockBase& lock) {
+pid_t launch(const Config& config, Runtime& rt, const Holdable& lock) {
   ChildPlan plan;
   plan.args = config.command;
   plan.env = child_environment(config, lock);
@@ -1093,14 +1149,16 @@ pid_t launch(const Config& config, Runtime& rt, const redlock::LockBase& lock) {
 
 // Holds the lock (acquired) while the command runs, or until stdin closes with --hold.
 int hold(const std::vector<redlock::Client>& clients, const Config& config, Runtime& rt,
-         redlock::LockBase& lock) {
+         Holdable& lock) {
   if (config.verbose) {
     say("acquired " + config.key + " (fence " + std::to_string(lock.fence()) + ", validity " +
         format_duration(lock.validity()) + ")");
   }
   const redlock::LeaseToken lease = lock.lease();
-  const HolderRecord holder(clients, config);
-  holder.write();
+  // With --limit there are several holders: --status shows plain locks only.
+  std::optional<HolderRecord> holder;
+  if (config.limit == 0) holder.emplace(clients, config);
+  if (holder) holder->write();
   pid_t child = 0;
   if (config.mode == Mode::hold) {
     std::printf("held %s fence %llu\n", config.key.c_str(),
@@ -1110,12 +1168,12 @@ int hold(const std::vector<redlock::Client>& clients, const Config& config, Runt
   if (config.mode == Mode::run) {
     child = launch(config, rt, lock);
     if (child < 0) {
-      holder.erase();
+      if (holder) holder->erase();
       release(lock, config, /*report_failure=*/true);
       return -child;
     }
   }
-  Outcome outcome = Supervisor(config, rt, holder).run(child);
+  Outcome outcome = Supervisor(config, rt, holder ? &*holder : nullptr).run(child);
   if (rt.tty_handed) ::tcsetpgrp(STDIN_FILENO, ::getpgrp());  // back to us; SIGTTOU is blocked
   if (!outcome.lost && lease.lost()) {
     // Lost just as the command ended, before on_lost was reported.
@@ -1123,7 +1181,7 @@ int hold(const std::vector<redlock::Client>& clients, const Config& config, Runt
     say("lease on " + config.key + " lost (" + redlock::to_string(lease.reason()) +
         ") before the command finished");
   }
-  holder.erase();
+  if (holder) holder->erase();
   if (!release(lock, config, /*report_failure=*/!outcome.lost) && !outcome.lost) {
     outcome.lost = true;
     say("lease on " + config.key + " lost (expired) before the command finished");
@@ -1152,13 +1210,16 @@ int run(const Config& config, Runtime& rt) {
   for (const auto& uri : config.uris) clients.emplace_back(redlock::Endpoint::parse(uri));
   if (config.mode == Mode::status) return show_status(clients, config);
 
-  Locks locks;
+  std::unique_ptr<Holdable> held;
   const auto options = lock_options(config, rt);
   try {
-    if (clients.size() == 1) {
-      locks.single.emplace(clients.front(), config.key, options);
+    if (config.limit > 0) {
+      held = std::make_unique<HoldableOf<redlock::Semaphore>>(clients.front(), config.key,
+                                                              config.limit, options);
+    } else if (clients.size() == 1) {
+      held = std::make_unique<HoldableOf<redlock::Lock>>(clients.front(), config.key, options);
     } else {
-      locks.quorum.emplace(clients, config.key, options);
+      held = std::make_unique<HoldableOf<redlock::Redlock>>(clients, config.key, options);
     }
   } catch (const std::invalid_argument& e) {
     const std::string what = e.what();
@@ -1167,12 +1228,12 @@ int run(const Config& config, Runtime& rt) {
     }
     throw UsageError("--key or --ttl: " + in_our_words(what));
   }
-  redlock::LockBase& lock = locks.base();
+  Holdable& lock = *held;
 
   int signo = 0;
   Acquire got = Acquire::busy;
   try {
-    got = acquire(locks, config, rt, signo);
+    got = acquire(lock, config, rt, signo);
   } catch (const redlock::Error& e) {
     say("cannot lock " + config.key + ": " + in_our_words(e.what()));
     return kExitUnavailable;

@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -990,4 +991,39 @@ TEST_CASE("redlock-run: what the command leaves running in its group is stopped 
   CHECK(left.empty());
   CHECK_THAT(tool.err(), Catch::Contains("left running"));
   CHECK_FALSE(held(server, k));
+}
+
+// --limit N: a semaphore. Each run marks itself in a directory while it holds a permit; a run
+// that sees more than N marks records it. The limit is reached, never passed, and the usage
+// errors name the flag.
+TEST_CASE("redlock-run --limit 2 lets at most two commands hold the key at once",
+          "[redis][cli][semaphore]") {
+  RedisServer server;
+  TempDir dir;
+  const auto k = key("run-limit");
+  const std::string marks = dir / "marks";
+  const std::string over = dir / "over";
+  const std::string peak = dir / "peak";
+  REQUIRE(::mkdir(marks.c_str(), 0700) == 0);
+  // Marks itself, records how many marks it saw, waits, unmarks.
+  const std::string script = "touch " + marks + "/$$; n=$(ls " + marks + " | wc -l); echo $n >> " +
+                             peak + "; [ $n -le 2 ] || touch " + over + "; sleep 0.4; rm " + marks +
+                             "/$$";
+  std::vector<std::unique_ptr<Tool>> runs;
+  for (int i = 0; i < 5; ++i) {
+    runs.push_back(std::make_unique<Tool>(std::vector<std::string>{"--redis", uri(server), "--key",
+                                                                   k, "--limit", "2", "--fencing",
+                                                                   "--", "sh", "-c", script}));
+  }
+  for (auto& run : runs) CHECK(run->wait(20s) == 0);
+  CHECK_FALSE(exists(over));
+  CHECK_THAT(slurp(peak), Catch::Contains("2"));  // two did hold it at once
+  CHECK(server.raw({"GET", k + ":permit:fence"}).str() == "5");
+
+  std::string err;
+  CHECK(run({"--redis", uri(server), "--key", k, "--limit", "0", "--", "true"}, &err) == 64);
+  CHECK_THAT(err, Catch::Contains("--limit"));
+  CHECK(run({"--redis", uri(server), "--key", k, "--limit", "2", "--fair", "--", "true"}, &err) ==
+        64);
+  CHECK_THAT(err, Catch::Contains("--fair"));
 }
