@@ -1,5 +1,5 @@
-// Pure parts of the engine: quorum and validity arithmetic with a fake clock, SHA-1, tokens,
-// jitter, duration saturation.
+// Pure parts of the engine: quorum and validity arithmetic with a fake clock, the loss rules,
+// SHA-1, tokens, jitter, duration saturation.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -9,6 +9,7 @@
 #include <redlock/detail/chrono.hpp>
 
 #include "core/quorum.hpp"
+#include "core/tally.hpp"
 #include "util/sha1.hpp"
 #include "util/token.hpp"
 
@@ -44,6 +45,49 @@ TEST_CASE("decide: held iff quorum granted and validity stays positive", "[unit]
   // Elapsed eats the validity: ttl 100 ms, drift 3 ms, 97 ms elapsed -> exactly zero: not held.
   CHECK_FALSE(decide(3, 3, 100ms, 0.01, t0, t0 + 97ms).held);
   CHECK(decide(3, 3, 100ms, 0.01, t0, t0 + 96ms).held);
+}
+
+TEST_CASE("loss rules: refusals, lapses and extends name one reason each", "[unit][engine]") {
+  using redlock::LostReason;
+  using namespace redlock::detail;
+  // Refusals lose the quorum once fewer than a quorum could still confirm.
+  CHECK(refusals_lose_quorum(1, 1));
+  CHECK_FALSE(refusals_lose_quorum(1, 0));
+  CHECK_FALSE(refusals_lose_quorum(5, 2));
+  CHECK(refusals_lose_quorum(5, 3));
+  CHECK(refusal_reason(1) == LostReason::refused);
+  CHECK(refusal_reason(3) == LostReason::no_quorum);
+  CHECK(lapse_reason(1) == LostReason::expired);
+  CHECK(lapse_reason(3) == LostReason::no_quorum);
+  CHECK(extend_reason(1, 0) == LostReason::refused);
+  CHECK(extend_reason(3, 0) == LostReason::refused);
+  CHECK(extend_reason(3, 1) == LostReason::no_quorum);
+}
+
+TEST_CASE("judge_renewal: renewed, lost for good, or retried", "[unit][engine]") {
+  using redlock::LostReason;
+  using namespace redlock::detail;
+  RenewalOutcome o;
+  o.nodes = 3;
+  o.held_in_time = true;
+  CHECK(judge_renewal(o).what == Renewal::renewed);
+  o.held_in_time = false;
+  o.refused = 1;  // one refusal, two silent: a quorum may still confirm later
+  CHECK(judge_renewal(o).what == Renewal::retry);
+  o.lapsed = true;
+  CHECK(judge_renewal(o).what == Renewal::lost);
+  CHECK(judge_renewal(o).reason == LostReason::no_quorum);
+  o.lapsed = false;
+  o.refused = 2;
+  CHECK(judge_renewal(o).what == Renewal::lost);
+  CHECK(judge_renewal(o).reason == LostReason::no_quorum);
+  RenewalOutcome single;
+  single.nodes = 1;
+  single.refused = 1;
+  CHECK(judge_renewal(single).reason == LostReason::refused);
+  single.refused = 0;
+  single.lapsed = true;
+  CHECK(judge_renewal(single).reason == LostReason::expired);
 }
 
 TEST_CASE("SHA-1 matches the FIPS 180 test vectors", "[unit][engine]") {

@@ -5,10 +5,11 @@
 
 #include <algorithm>
 #include <map>
-#include <unordered_map>
 
 #include <redlock/errors.hpp>
 
+#include "core/extend.hpp"
+#include "core/tally.hpp"
 #include "util/log_internal.hpp"
 #include "util/token.hpp"
 #include "watch/watchdog_impl.hpp"
@@ -250,150 +251,133 @@ void WatchdogImpl::renew_loop() noexcept {
   }
 }
 
-void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::time_point now) {
-  struct Work {
-    std::size_t slot;
-    Entry* entry;
-    std::vector<std::pair<std::size_t, std::size_t>> where;  // (batch index, command index)
-  };
-  std::vector<Work> work;
-  std::unordered_map<ClientImpl*, std::size_t> batch_of;
-  std::vector<NodeBatch> batches;
-  std::vector<std::unique_ptr<FixedCommand<6>>> storage;
+bool WatchdogImpl::at_cap(const Entry& entry, SteadyClock::time_point now) const {
+  const WatchSettings& s = entry.settings;
+  const HoldState& hold = *entry.hold;
+  return (s.max_renewals > 0 && hold.renewals() >= s.max_renewals) ||
+         (s.max_hold.count() > 0 && now - hold.acquired() >= s.max_hold);
+}
 
+bool WatchdogImpl::begin(Entry& entry, SteadyClock::time_point now) {
+  HoldState& hold = *entry.hold;
+  if (hold.ending()) return false;
+  if (at_cap(entry, now)) {
+    // The seeds' advice: at the cap, give the lock up rather than hold it forever. The holder
+    // is told first: once the key is deleted (and the release published) another process may
+    // hold the lock, so owns_lock() must already be false by then.
+    if (hold.begin_end()) {
+      lose(entry, LostReason::cap_reached);
+      try {
+        entry.engine->release(hold.token(), Announce::waiters);
+      } catch (...) {
+      }
+    }
+    return false;
+  }
+  if (hold.lost(now)) {
+    lose(entry, LostReason::expired);
+    return false;
+  }
+  const auto ttl = entry.engine->ttl();
+  return hold.begin_renewal(now + std::chrono::nanoseconds(ttl) -
+                            drift_of(ttl, entry.engine->drift_factor()));
+}
+
+void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::time_point now) {
+  std::vector<Renewing> renewing;
+  std::vector<ExtendItem> items;
   for (std::size_t slot : slots) {
     Entry* entry;
     {
       std::lock_guard<std::mutex> guard(mutex_);
       entry = entries_[slot].get();
     }
-    HoldState& hold = *entry->hold;
-    if (hold.ending()) {
+    if (!begin(*entry, now)) {
       entry->done = true;
       continue;
     }
-    const WatchSettings& s = entry->settings;
-    const bool cap = (s.max_renewals > 0 && hold.renewals() >= s.max_renewals) ||
-                     (s.max_hold.count() > 0 && now - hold.acquired() >= s.max_hold);
-    if (cap) {
-      // The seeds' advice: at the cap, give the lock up rather than hold it forever. The holder
-      // is told first: once the key is deleted (and the release published) another process may
-      // hold the lock, so owns_lock() must already be false by then.
-      if (hold.begin_end()) {
-        lose(*entry, LostReason::cap_reached);
-        try {
-          entry->engine->release(hold.token());
-        } catch (...) {
-        }
-      }
-      entry->done = true;
-      continue;
-    }
-    if (hold.lost(now)) {
-      lose(*entry, LostReason::expired);
-      entry->done = true;
-      continue;
-    }
-    const auto ttl = entry->engine->ttl();
-    if (!hold.begin_renewal(now + std::chrono::nanoseconds(ttl) -
-                            drift_of(ttl, entry->engine->drift_factor()))) {
-      entry->done = true;
-      continue;
-    }
-    Work w{slot, entry, {}};
-    for (const auto& node : entry->engine->nodes()) {
-      auto [it, inserted] = batch_of.try_emplace(node.get(), batches.size());
-      if (inserted) {
-        batches.emplace_back();
-        batches.back().node = node.get();
-      }
-      storage.push_back(std::make_unique<FixedCommand<6>>(
-          entry->engine->extend_command(hold.token(), entry->ttl_ms)));
-      batches[it->second].commands.push_back(storage.back()->view());
-      w.where.emplace_back(it->second, batches[it->second].commands.size() - 1);
-    }
-    work.push_back(std::move(w));
+    renewing.push_back(Renewing{slot, entry});
+    ExtendItem item;
+    item.engine = entry->engine.get();
+    item.token = &entry->hold->token();
+    item.ttl = entry->engine->ttl();
+    item.ttl_ms = &entry->ttl_ms;
+    items.push_back(std::move(item));
   }
-
   // Every begin_renewal() above must be matched by an end_renewal(), also if something below
   // throws (bad_alloc): otherwise a release would wait for this renewal forever.
   struct Unwind {
-    std::vector<Work>& work;
+    std::vector<Renewing>& renewing;
     std::size_t ended{0};
     ~Unwind() {
-      for (std::size_t i = ended; i < work.size(); ++i) {
-        work[i].entry->hold->end_renewal(false);
+      for (std::size_t i = ended; i < renewing.size(); ++i) {
+        renewing[i].entry->hold->end_renewal(false);
       }
     }
-  } unwind{work};
+  } unwind{renewing};
   const auto started = SteadyClock::now();
-  if (!batches.empty()) {
-    execute(batches.data(), batches.size());
+  if (!items.empty()) {
+    const std::size_t round_trips = extend_many(items.data(), items.size(), Finish::every_node);
     std::lock_guard<std::mutex> guard(mutex_);
-    round_trips_ += batches.size();
+    round_trips_ += round_trips;
   }
   const auto done = SteadyClock::now();
-
-  for (Work& w : work) {
-    Entry& entry = *w.entry;
-    const LeaseEngine& engine = *entry.engine;
-    std::size_t confirmed = 0;
-    std::size_t refused = 0;
-    for (auto [b, c] : w.where) {
-      const NodeBatch& batch = batches[b];
-      if (batch.error || is_error(batch.replies[c].get())) continue;
-      if (LeaseEngine::extend_confirmed(batch.replies[c].get())) {
-        ++confirmed;
-      } else {
-        ++refused;
-      }
-    }
-    if (refused > 0) {
-      std::lock_guard<std::mutex> guard(mutex_);
-      refused_ += refused;
-    }
-    const std::size_t n = engine.nodes().size();
-    const Decision d = decide(n, confirmed, engine.ttl(), engine.drift_factor(), started, done);
-    logf(LogLevel::debug, "redlock: renewal of {} confirmed by {} of {} nodes", engine.key(),
-         confirmed, n);
-    const bool in_time = done < entry.hold->valid_until();
+  for (std::size_t k = 0; k < renewing.size(); ++k) {
+    HoldState& hold = *renewing[k].entry->hold;
+    RenewalOutcome outcome;
+    outcome.nodes = items[k].engine->size();
+    outcome.confirmed = items[k].result.confirmed;
+    outcome.refused = items[k].refused;
+    outcome.held_in_time = items[k].result.held && done < hold.valid_until();
     // The hold's validity after this is capped by any extend(ttl) that overlapped it.
-    entry.hold->end_renewal(d.held && in_time);
+    hold.end_renewal(outcome.held_in_time);
     ++unwind.ended;
-    if (d.held && in_time) {
-      {
-        std::lock_guard<std::mutex> guard(mutex_);
-        ++renewals_;
-      }
-      // Never later than halfway to the hold's validity (shorter than planned after a short
-      // extend(ttl) overlapped this renewal).
-      entry.due =
-          std::min(next_due(entry, started), started + (entry.hold->valid_until() - started) / 2);
-    } else if (n - refused < engine.quorum()) {
-      // Enough nodes said "not yours" that no quorum can confirm: lost for good.
-      lose(entry, n > 1 ? LostReason::no_quorum : LostReason::refused);
-      entry.done = true;
-      continue;
-    } else if (entry.hold->lost(SteadyClock::now())) {
-      lose(entry, n > 1 ? LostReason::no_quorum : LostReason::expired);
-      entry.done = true;
-      continue;
-    } else {
-      // Transient failure (timeouts): try again soon, but no later than the validity deadline,
-      // where the hold is declared expired.
-      const auto retry = done + std::chrono::nanoseconds(engine.ttl()) / 10;
-      entry.due = std::min(retry, entry.hold->valid_until());
-    }
-    std::lock_guard<std::mutex> guard(mutex_);
-    queue_.push(Due{entry.due, w.slot});
+    outcome.lapsed = hold.lost(SteadyClock::now());
+    conclude(renewing[k], outcome, started, done);
   }
-
   // Destroyed after unlocking: an entry may hold the last reference to the Watchdog (through
   // its on_lost callback), whose destruction takes mutex_.
   std::vector<std::unique_ptr<Entry>> dead;
   dead.reserve(slots.size());
   std::lock_guard<std::mutex> guard(mutex_);
   close_batch(slots, dead);
+}
+
+void WatchdogImpl::conclude(const Renewing& renewing, const RenewalOutcome& outcome,
+                            SteadyClock::time_point started, SteadyClock::time_point done) {
+  Entry& entry = *renewing.entry;
+  if (outcome.refused > 0) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    refused_ += outcome.refused;
+  }
+  logf(LogLevel::debug, "redlock: renewal of {} confirmed by {} of {} nodes", entry.engine->key(),
+       outcome.confirmed, outcome.nodes);
+  const RenewalVerdict verdict = judge_renewal(outcome);
+  switch (verdict.what) {
+    case Renewal::renewed: {
+      {
+        std::lock_guard<std::mutex> guard(mutex_);
+        ++renewals_;
+      }
+      // Never later than halfway to the hold's validity (shorter than planned after a short
+      // extend(ttl) overlapped this renewal).
+      const auto valid_until = entry.hold->valid_until();
+      entry.due = std::min(next_due(entry, started), started + (valid_until - started) / 2);
+      break;
+    }
+    case Renewal::lost:
+      lose(entry, verdict.reason);
+      entry.done = true;
+      return;
+    case Renewal::retry:
+      // Transient failure (timeouts): try again soon, but no later than the validity deadline,
+      // where the hold is declared expired.
+      entry.due = std::min(done + std::chrono::nanoseconds(entry.engine->ttl()) / 10,
+                           entry.hold->valid_until());
+      break;
+  }
+  std::lock_guard<std::mutex> guard(mutex_);
+  queue_.push(Due{entry.due, renewing.slot});
 }
 
 void WatchdogImpl::close_batch(const std::vector<std::size_t>& slots,
