@@ -11,6 +11,7 @@
 
 #include "core/extend.hpp"
 #include "core/tally.hpp"
+#include "protocol/features.hpp"
 #include "util/log_internal.hpp"
 
 namespace redlock {
@@ -90,9 +91,7 @@ void LeaseEngine::build(Round& a) const {
     } else if (fencing_) {
       build_acquire_fenced(c, keys_, a.token, ttl_ms_);
     } else {
-      a.dialects[i] = nodes_[i]->set_nx_get.load(std::memory_order_relaxed)
-                          ? AcquireDialect::set_nx_get
-                          : AcquireDialect::set_nx;
+      a.dialects[i] = set_dialect(*nodes_[i]);
       build_set_nx(c, keys_, a.token, ttl_ms_, a.dialects[i]);
     }
     NodeBatch& b = a.batches[i];
@@ -135,7 +134,7 @@ void LeaseEngine::read_node(Round& a, std::size_t i, AcquireResult& result) cons
       // Redis < 7.0: SET NX GET unsupported; plain SET NX from now on. Every attempt that sent
       // GET retries, not only the first to notice (others were in flight meanwhile).
       if (dialect == AcquireDialect::set_nx_get) {
-        nodes_[i]->set_nx_get.store(false);
+        learned_no_set_get(*nodes_[i]);
         a.old_server = true;
       }
       [[fallthrough]];

@@ -18,6 +18,7 @@
 #include <redlock/watchdog.hpp>
 
 #include "core/engine.hpp"
+#include "core/extend.hpp"
 #include "core/hold.hpp"
 #include "core/tally.hpp"
 
@@ -88,6 +89,8 @@ class WatchdogImpl : public std::enable_shared_from_this<WatchdogImpl> {
   // Renews the due leases in `slots` with one extend-many (one round trip per node).
   void renew_batch(std::vector<std::size_t>& slots, SteadyClock::time_point now);
   bool at_cap(const Entry& entry, SteadyClock::time_point now) const;
+  // The extend-many item renewing `entry` (points into it).
+  static ExtendItem item_for(const Entry& entry);
   // Checks a due lease (ending, cap, expiry) and begins its renewal. False: not renewed now.
   bool begin(Entry& entry, SteadyClock::time_point now);
   // Applies a renewal's verdict: reschedules the lease, or declares it lost.
