@@ -1,6 +1,8 @@
-// Pure parts of the engine: quorum and validity arithmetic with a fake clock, SHA-1, tokens,
-// jitter, duration saturation.
+// Pure parts of the engine: quorum and validity arithmetic with a fake clock, the loss rules,
+// reply decoding, SHA-1, tokens, jitter, duration saturation.
 #include <catch2/catch.hpp>
+
+#include <hiredis/hiredis.h>
 
 #include <chrono>
 #include <set>
@@ -9,6 +11,8 @@
 #include <redlock/detail/chrono.hpp>
 
 #include "core/quorum.hpp"
+#include "core/tally.hpp"
+#include "protocol/replies.hpp"
 #include "util/sha1.hpp"
 #include "util/token.hpp"
 
@@ -44,6 +48,111 @@ TEST_CASE("decide: held iff quorum granted and validity stays positive", "[unit]
   // Elapsed eats the validity: ttl 100 ms, drift 3 ms, 97 ms elapsed -> exactly zero: not held.
   CHECK_FALSE(decide(3, 3, 100ms, 0.01, t0, t0 + 97ms).held);
   CHECK(decide(3, 3, 100ms, 0.01, t0, t0 + 96ms).held);
+}
+
+TEST_CASE("loss rules: refusals, lapses and extends name one reason each", "[unit][engine]") {
+  using redlock::LostReason;
+  using namespace redlock::detail;
+  // Refusals lose the quorum once fewer than a quorum could still confirm.
+  CHECK(refusals_lose_quorum(1, 1));
+  CHECK_FALSE(refusals_lose_quorum(1, 0));
+  CHECK_FALSE(refusals_lose_quorum(5, 2));
+  CHECK(refusals_lose_quorum(5, 3));
+  CHECK(refusal_reason(1) == LostReason::refused);
+  CHECK(refusal_reason(3) == LostReason::no_quorum);
+  CHECK(lapse_reason(1) == LostReason::expired);
+  CHECK(lapse_reason(3) == LostReason::no_quorum);
+  CHECK(extend_reason(1, 0) == LostReason::refused);
+  CHECK(extend_reason(3, 0) == LostReason::refused);
+  CHECK(extend_reason(3, 1) == LostReason::no_quorum);
+}
+
+TEST_CASE("judge_renewal: renewed, lost for good, or retried", "[unit][engine]") {
+  using redlock::LostReason;
+  using namespace redlock::detail;
+  RenewalOutcome o;
+  o.nodes = 3;
+  o.held_in_time = true;
+  CHECK(judge_renewal(o).what == Renewal::renewed);
+  o.held_in_time = false;
+  o.refused = 1;  // one refusal, two silent: a quorum may still confirm later
+  CHECK(judge_renewal(o).what == Renewal::retry);
+  o.lapsed = true;
+  CHECK(judge_renewal(o).what == Renewal::lost);
+  CHECK(judge_renewal(o).reason == LostReason::no_quorum);
+  o.lapsed = false;
+  o.refused = 2;
+  CHECK(judge_renewal(o).what == Renewal::lost);
+  CHECK(judge_renewal(o).reason == LostReason::no_quorum);
+  RenewalOutcome single;
+  single.nodes = 1;
+  single.refused = 1;
+  CHECK(judge_renewal(single).reason == LostReason::refused);
+  single.refused = 0;
+  single.lapsed = true;
+  CHECK(judge_renewal(single).reason == LostReason::expired);
+}
+
+namespace {
+
+// One reply parsed from RESP bytes by hiredis's reader (what the I/O layer hands on).
+struct ParsedReply {
+  explicit ParsedReply(const std::string& resp) {
+    redisReader* reader = redisReaderCreate();
+    redisReaderFeed(reader, resp.data(), resp.size());
+    void* raw = nullptr;
+    if (redisReaderGetReply(reader, &raw) == REDIS_OK) reply = static_cast<redisReply*>(raw);
+    redisReaderFree(reader);
+  }
+  ~ParsedReply() {
+    if (reply != nullptr) freeReplyObject(reply);
+  }
+  ParsedReply(const ParsedReply&) = delete;
+  ParsedReply& operator=(const ParsedReply&) = delete;
+  redisReply* reply{nullptr};
+};
+
+}  // namespace
+
+TEST_CASE("replies: acquire dialects, extend and release answers", "[unit][engine]") {
+  using namespace redlock::detail;
+  const ParsedReply nil("$-1\r\n"), ok("+OK\r\n"), mine("$3\r\ntok\r\n"), theirs("$5\r\nother\r\n"),
+      syntax("-ERR syntax error\r\n"), one(":1\r\n"), zero(":0\r\n"), three(":3\r\n"),
+      pttl(":1500\r\n"), fenced("*2\r\n:1\r\n:7\r\n"), busy("*2\r\n:0\r\n:900\r\n");
+  // SET NX without GET: OK granted, nil refused (the pipelined PTTL is the holder's).
+  CHECK(read_acquire_reply(ok.reply, nullptr, AcquireDialect::set_nx, "tok").answer ==
+        Answer::granted);
+  const AcquireReply refused =
+      read_acquire_reply(nil.reply, pttl.reply, AcquireDialect::set_nx, "tok");
+  CHECK(refused.answer == Answer::refused);
+  CHECK(refused.holder_pttl == 1500);
+  // SET NX GET: nil granted, our own token granted (a resend), another token refused.
+  CHECK(read_acquire_reply(nil.reply, nullptr, AcquireDialect::set_nx_get, "tok").answer ==
+        Answer::granted);
+  CHECK(read_acquire_reply(mine.reply, nullptr, AcquireDialect::set_nx_get, "tok").answer ==
+        Answer::granted);
+  CHECK(read_acquire_reply(theirs.reply, nullptr, AcquireDialect::set_nx_get, "tok").answer ==
+        Answer::refused);
+  CHECK(read_acquire_reply(syntax.reply, nullptr, AcquireDialect::set_nx_get, "tok").problem ==
+        AcquireReply::Problem::syntax_error);
+  CHECK(read_acquire_reply(syntax.reply, nullptr, AcquireDialect::script, "tok").problem ==
+        AcquireReply::Problem::server_error);
+  const AcquireReply granted =
+      read_acquire_reply(fenced.reply, nullptr, AcquireDialect::script, "tok");
+  CHECK(granted.answer == Answer::granted);
+  CHECK(granted.fence == 7);
+  CHECK(read_acquire_reply(busy.reply, nullptr, AcquireDialect::script, "tok").holder_pttl == 900);
+  CHECK(read_acquire_reply(ok.reply, nullptr, AcquireDialect::script, "tok").problem ==
+        AcquireReply::Problem::unexpected);
+  CHECK(confirmed(one.reply));
+  CHECK_FALSE(confirmed(zero.reply));
+  CHECK_FALSE(confirmed(syntax.reply));
+  CHECK(read_release_reply(zero.reply).kind == ReleaseReply::Kind::refused);
+  CHECK(read_release_reply(three.reply).kind == ReleaseReply::Kind::released);
+  CHECK(read_release_reply(three.reply).listeners == 2);
+  CHECK(read_release_reply(ok.reply).kind == ReleaseReply::Kind::other);
+  CHECK(error_text(syntax.reply) == "ERR syntax error");
+  CHECK(error_text(ok.reply).empty());
 }
 
 TEST_CASE("SHA-1 matches the FIPS 180 test vectors", "[unit][engine]") {

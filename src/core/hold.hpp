@@ -1,5 +1,5 @@
-// src/core/hold.hpp: the state of one hold (one successful acquire until release or loss), shared by
-// the lock, its LeaseTokens and the watchdog.
+// src/core/hold.hpp: the state of one hold (one successful acquire until release or loss), shared
+// by the lock, its LeaseTokens and the watchdog.
 #ifndef REDLOCK_SRC_HOLD_HPP
 #define REDLOCK_SRC_HOLD_HPP
 
@@ -20,6 +20,34 @@
 namespace redlock {
 namespace detail {
 
+// The states of a hold, and who moves it between them.
+//
+//   state      flags (ending_, lost_, released_)   valid_until
+//   live       no, no, no                         moves: extends lower it at once to their floor
+//                                                 and set it on a confirmed result
+//   lapsed     no, no, no; now >= valid_until     lost() is true; nothing is marked yet
+//   ending     yes, no, no                        frozen: no renewal may begin
+//   lost       yes, yes, no   (terminal)          reason() says why
+//   released   yes, no, yes   (terminal)
+//
+//   event             from             to        triggered by
+//   begin_renewal     live, lapsed     same      watchdog thread (false, and no renewal, from
+//                                                ending/lost/released); at most one in flight
+//   end_renewal       any              same      watchdog thread, once per begin_renewal; applied
+//                                                only if confirmed and not ending
+//   begin_extend /    live, lapsed     same      owner thread (Lock::extend); end_extend returns
+//     end_extend                                 false once ending
+//   begin_end         live, lapsed     ending    owner (release), watchdog (cap), orphan cleanup;
+//                                                waits for a renewal in flight; false if already
+//                                                ending (the first caller owns the end)
+//   mark_lost         any but released lost      watchdog (renewal verdict, cap, expiry) or owner
+//                                                (extend/release found it gone); first call wins
+//   mark_released     any              released  owner, after its release round trip (on a lost
+//                                                hold both flags end up set; lost() stays true)
+//
+// The end hook runs once, on whichever of mark_lost / mark_released ends the hold first; lost
+// callbacks run only on mark_lost and are dropped by mark_released. Lock order: the lock's own
+// mutex is never held while calling into a HoldState that may block (begin_end).
 class HoldState {
  public:
   HoldState(std::string token, std::uint64_t fence, SteadyClock::time_point acquired,

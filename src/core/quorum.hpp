@@ -1,4 +1,5 @@
-// src/core/quorum.hpp: the Redlock arithmetic, pure and clock-free (tests drive it with fake times).
+// src/core/quorum.hpp: the Redlock arithmetic, pure and clock-free (tests drive it with fake
+// times).
 //
 // A single-instance Lock is the N = 1 case of the same rules: quorum(1) = 1.
 #ifndef REDLOCK_SRC_QUORUM_HPP

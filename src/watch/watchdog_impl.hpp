@@ -18,7 +18,9 @@
 #include <redlock/watchdog.hpp>
 
 #include "core/engine.hpp"
+#include "core/extend.hpp"
 #include "core/hold.hpp"
+#include "core/tally.hpp"
 
 namespace redlock {
 namespace detail {
@@ -79,7 +81,21 @@ class WatchdogImpl : public std::enable_shared_from_this<WatchdogImpl> {
   void ensure_started();  // mutex_ held
   void renew_loop() noexcept;
   void callback_loop() noexcept;
+  // A lease whose renewal was begun in this batch.
+  struct Renewing {
+    std::size_t slot;
+    Entry* entry;
+  };
+  // Renews the due leases in `slots` with one extend-many (one round trip per node).
   void renew_batch(std::vector<std::size_t>& slots, SteadyClock::time_point now);
+  bool at_cap(const Entry& entry, SteadyClock::time_point now) const;
+  // The extend-many item renewing `entry` (points into it).
+  static ExtendItem item_for(const Entry& entry);
+  // Checks a due lease (ending, cap, expiry) and begins its renewal. False: not renewed now.
+  bool begin(Entry& entry, SteadyClock::time_point now);
+  // Applies a renewal's verdict: reschedules the lease, or declares it lost.
+  void conclude(const Renewing& renewing, const RenewalOutcome& outcome,
+                SteadyClock::time_point started, SteadyClock::time_point done);
   void lose(Entry& entry, LostReason reason);
   void post(std::function<void()> task);
   SteadyClock::time_point next_due(const Entry& entry, SteadyClock::time_point from) const;

@@ -13,9 +13,10 @@
 #include <string_view>
 
 #include "io/connection.hpp"
-#include "core/engine.hpp"
+#include "protocol/replies.hpp"
 #include "watch/subscriber.hpp"
 
+using redlock::detail::AcquireDialect;
 using redlock::detail::AcquireReply;
 using redlock::detail::Answer;
 
@@ -58,11 +59,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     void* raw = nullptr;
     if (redisReaderGetReply(reader, &raw) != REDIS_OK || raw == nullptr) break;
     auto* reply = static_cast<redisReply*>(raw);
-    check(redlock::detail::read_acquire_reply(reply, previous, false, false, token), false);
-    check(redlock::detail::read_acquire_reply(reply, previous, false, true, token), false);
-    check(redlock::detail::read_acquire_reply(reply, nullptr, true, false, token), true);
-    const AcquireReply own = redlock::detail::read_acquire_reply(reply, previous, false, true,
-                                                                 binary_token);
+    check(redlock::detail::read_acquire_reply(reply, previous, AcquireDialect::set_nx, token),
+          false);
+    check(redlock::detail::read_acquire_reply(reply, previous, AcquireDialect::set_nx_get, token),
+          false);
+    check(redlock::detail::read_acquire_reply(reply, nullptr, AcquireDialect::script, token), true);
+    const AcquireReply own = redlock::detail::read_acquire_reply(
+        reply, previous, AcquireDialect::set_nx_get, binary_token);
     check(own, false);
     // SET ... GET answering exactly the (binary) token is our own grant, byte for byte.
     const bool exact = reply->type == REDIS_REPLY_STRING &&
@@ -75,7 +78,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       (void)redlock::detail::parse_grant(std::string_view(reply->str, reply->len), seq, fence,
                                          sha1);
     }
-    (void)redlock::detail::LeaseEngine::extend_confirmed(reply);
+    (void)redlock::detail::confirmed(reply);
+    (void)redlock::detail::read_release_reply(reply);
+    (void)redlock::detail::error_text(reply);
     (void)redlock::detail::to_reply(reply);
     if (previous != nullptr) freeReplyObject(previous);
     previous = reply;

@@ -1,0 +1,120 @@
+// src/core/engine_setup.cpp: what a lease engine accepts (nodes, key, options) and the names it
+// derives from the key.
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "core/engine.hpp"
+
+namespace redlock {
+namespace detail {
+namespace {
+
+// Several nodes: none may be another Client for a server already in the list (identity() asks
+// the server for its run_id; a single-instance Lock connects nothing here).
+void check_nodes(const std::vector<std::shared_ptr<ClientImpl>>& nodes,
+                 const LockOptions& options) {
+  if (nodes.empty()) throw std::invalid_argument("redlock: instances must not be empty");
+  if (options.fair && nodes.size() > 1) {
+    throw std::invalid_argument(
+        "redlock: options.fair is supported by a single-instance Lock only (a queue on several "
+        "independent servers cannot agree on an order)");
+  }
+  std::map<std::string, std::size_t> identities;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (!nodes[i]) throw std::invalid_argument("redlock: instances contains an empty Client");
+    if (nodes.size() == 1) break;
+    const auto [at, fresh] = identities.try_emplace(nodes[i]->identity(), i);
+    if (!fresh) {
+      throw std::invalid_argument(fmt::format(
+          "redlock: instances[{}] ({}) and instances[{}] ({}) are the same Redis server; each "
+          "server may count only once towards the quorum",
+          at->second, nodes[at->second]->address(), i, nodes[i]->address()));
+    }
+  }
+}
+
+void check_key(const std::string& key) {
+  if (key.empty()) throw std::invalid_argument("redlock: key must not be empty");
+  if (key.size() > kMaxKeyBytes) {
+    throw std::invalid_argument(
+        fmt::format("redlock: key is {} bytes; the maximum is {} bytes", key.size(), kMaxKeyBytes));
+  }
+}
+
+void check_durations(const LockOptions& options) {
+  const auto ttl = options.ttl;
+  if (ttl.count() <= 0) {
+    throw std::invalid_argument(
+        fmt::format("redlock: options.ttl must be > 0 ms (got {} ms)", ttl.count()));
+  }
+  if (ttl > kMaxTtl) {
+    throw std::invalid_argument(fmt::format(
+        "redlock: options.ttl is too large ({} ms; the maximum is 200 years)", ttl.count()));
+  }
+  if (options.max_unavailable.count() < 0 || options.max_unavailable > kMaxTtl) {
+    throw std::invalid_argument(fmt::format(
+        "redlock: options.max_unavailable must be >= 0 ms and at most 200 years (got {} ms)",
+        options.max_unavailable.count()));
+  }
+  if (options.retry_delay.count() <= 0 || options.retry_delay > kMaxTtl) {
+    throw std::invalid_argument(
+        fmt::format("redlock: options.retry_delay must be > 0 ms and at most 200 years (got {} ms)",
+                    options.retry_delay.count()));
+  }
+  if (options.max_hold > kMaxTtl) {
+    throw std::invalid_argument("redlock: options.max_hold must be at most 200 years");
+  }
+}
+
+void check_drift(const LockOptions& options) {
+  const double factor = options.clock_drift_factor;
+  if (!(factor >= 0.0 && factor < 1.0)) {
+    throw std::invalid_argument(
+        fmt::format("redlock: options.clock_drift_factor must be in [0, 1) (got {})", factor));
+  }
+  if (drift_of(options.ttl, factor) >= options.ttl) {
+    throw std::invalid_argument(
+        fmt::format("redlock: options.ttl of {} ms leaves no validity after the drift allowance of "
+                    "ttl * {} + 2 ms; use a longer ttl",
+                    options.ttl.count(), factor));
+  }
+  if (options.max_hold.count() < 0) {
+    throw std::invalid_argument("redlock: options.max_hold must be >= 0 ms");
+  }
+}
+
+}  // namespace
+
+void validate_lock_options(const std::string& key, const LockOptions& options) {
+  check_key(key);
+  check_durations(options);
+  check_drift(options);
+}
+
+LeaseEngine::LeaseEngine(std::vector<std::shared_ptr<ClientImpl>> nodes, std::string key,
+                         const LockOptions& options)
+    : nodes_(std::move(nodes)),
+      ttl_(options.ttl),
+      drift_factor_(options.clock_drift_factor),
+      fencing_(options.fencing),
+      fair_(options.fair) {
+  check_nodes(nodes_, options);
+  validate_lock_options(key, options);
+  keys_.key = std::move(key);
+  keys_.fence = keys_.key + ":fence";
+  keys_.channel = keys_.key + ":released";
+  keys_.grant_channel = keys_.channel + ":" + nodes_[0]->waiter_id();
+  keys_.queue = keys_.key + ":queue";
+  keys_.queue_info = keys_.key + ":queue:info";
+  ttl_ms_ = std::to_string(ttl_.count());
+  // A waiter refreshes its place at least every 1.5 * retry_delay (the longest jittered wait).
+  queue_alive_ =
+      std::min(kMaxTtl, std::max(options.retry_delay * 5, std::chrono::milliseconds(250)));
+  queue_alive_ms_ = std::to_string(queue_alive_.count());
+}
+
+}  // namespace detail
+}  // namespace redlock

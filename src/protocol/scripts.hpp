@@ -1,0 +1,50 @@
+// src/protocol/scripts.hpp: the library's Lua scripts: their text and their Script objects (SHA1
+// computed once).
+#ifndef REDLOCK_SRC_PROTOCOL_SCRIPTS_HPP
+#define REDLOCK_SRC_PROTOCOL_SCRIPTS_HPP
+
+#include <redlock/client.hpp>
+
+namespace redlock {
+namespace detail {
+
+// The Lua scripts, shared by every lock (SHA1 computed once).
+struct Scripts {
+  // KEYS[1] lock key; ARGV[1] token; ARGV[2] release channel. Deletes the key if it still holds
+  // the token and publishes on the channel. Returns 1 + the number of subscribers that heard
+  // the release if deleted, 0 if it was not ours.
+  Script release;
+  // KEYS[1] lock key; ARGV[1] token; ARGV[2] ttl ms. PEXPIREs the key if it still holds the token.
+  // Returns 1 if extended, 0 if not ours.
+  Script extend;
+  // KEYS[1] lock key, KEYS[2] fence counter; ARGV[1] token; ARGV[2] ttl ms.
+  // SET NX PX and INCR the counter in one step. Returns {1, fence} or {0, pttl of the holder}.
+  Script acquire_fenced;
+  // KEYS[1] lock key, KEYS[2] fence counter; ARGV[1] token; ARGV[2] fence.
+  // If the key still holds the token, raises the counter to at least fence. Returns 1 or 0.
+  Script raise_fence;
+  // KEYS[1] lock key; ARGV[1] token. Compare-and-delete without publishing. Returns 1 or 0.
+  Script undo;
+  // Fair mode. KEYS[1] lock key, KEYS[2] queue (list of tokens), KEYS[3] queue info (hash:
+  // token -> "alive_until_ms:ttl_ms:seq:fenced:grant channel"), KEYS[4] fence counter. ARGV[1]
+  // token, ARGV[2] ttl ms, ARGV[3] "1" to queue (or refresh the place in the queue) when
+  // refused, ARGV[4] how long the place stays without a refresh (ms), ARGV[5] attempt sequence
+  // number, ARGV[6] "1" with fencing, ARGV[7] the channel to announce a hand-over on. Takes the
+  // lock if it is free and nobody live is queued ahead; a key already holding the token (a
+  // hand-over whose message was missed) is re-armed to the full ttl. Returns {1, fence (0 without
+  // fencing)} or {0, pttl of the holder}.
+  Script fair_acquire;
+  // Fair mode. KEYS as fair_acquire; ARGV[1] token, ARGV[2] release channel. Leaves the queue;
+  // then, if the key holds the token, hands it to the first live queued waiter (SET PX its ttl,
+  // publish "grant:<seq>:<fence>:<sha1 of token>" on that waiter's grant channel) or deletes it
+  // and publishes the token on ARGV[2]. Returns 0 if it was not ours, 1 if handed over, 1 + the
+  // number of subscribers if deleted. The message names the waiter by SHA1(token): a live holder's
+  // token is never published.
+  Script fair_release;
+  static const Scripts& get();
+};
+
+}  // namespace detail
+}  // namespace redlock
+
+#endif  // REDLOCK_SRC_PROTOCOL_SCRIPTS_HPP

@@ -1,0 +1,164 @@
+// src/watch/renewal.cpp: one renewal batch of the watchdog: which due leases renew, one
+// extend-many for all of them (core/extend.hpp), and each lease's verdict applied.
+#include <algorithm>
+
+#include "core/extend.hpp"
+#include "core/tally.hpp"
+#include "util/log_internal.hpp"
+#include "watch/watchdog_impl.hpp"
+
+namespace redlock {
+namespace detail {
+
+bool WatchdogImpl::at_cap(const Entry& entry, SteadyClock::time_point now) const {
+  const WatchSettings& s = entry.settings;
+  const HoldState& hold = *entry.hold;
+  return (s.max_renewals > 0 && hold.renewals() >= s.max_renewals) ||
+         (s.max_hold.count() > 0 && now - hold.acquired() >= s.max_hold);
+}
+
+bool WatchdogImpl::begin(Entry& entry, SteadyClock::time_point now) {
+  HoldState& hold = *entry.hold;
+  if (hold.ending()) return false;
+  if (at_cap(entry, now)) {
+    // The seeds' advice: at the cap, give the lock up rather than hold it forever. The holder
+    // is told first: once the key is deleted (and the release published) another process may
+    // hold the lock, so owns_lock() must already be false by then.
+    if (hold.begin_end()) {
+      lose(entry, LostReason::cap_reached);
+      try {
+        entry.engine->release(hold.token(), Announce::waiters);
+      } catch (...) {
+      }
+    }
+    return false;
+  }
+  if (hold.lost(now)) {
+    lose(entry, LostReason::expired);
+    return false;
+  }
+  const auto ttl = entry.engine->ttl();
+  return hold.begin_renewal(now + std::chrono::nanoseconds(ttl) -
+                            drift_of(ttl, entry.engine->drift_factor()));
+}
+
+ExtendItem WatchdogImpl::item_for(const Entry& entry) {
+  ExtendItem item;
+  item.engine = entry.engine.get();
+  item.token = &entry.hold->token();
+  item.ttl = entry.engine->ttl();
+  item.ttl_ms = &entry.ttl_ms;
+  return item;
+}
+
+void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::time_point now) {
+  std::vector<Renewing> renewing;
+  std::vector<ExtendItem> items;
+  for (std::size_t slot : slots) {
+    Entry* entry;
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      entry = entries_[slot].get();
+    }
+    if (!begin(*entry, now)) {
+      entry->done = true;
+      continue;
+    }
+    renewing.push_back(Renewing{slot, entry});
+    items.push_back(item_for(*entry));
+  }
+  // Every begin_renewal() above must be matched by an end_renewal(), also if something below
+  // throws (bad_alloc): otherwise a release would wait for this renewal forever.
+  struct Unwind {
+    std::vector<Renewing>& renewing;
+    std::size_t ended{0};
+    ~Unwind() {
+      for (std::size_t i = ended; i < renewing.size(); ++i) {
+        renewing[i].entry->hold->end_renewal(false);
+      }
+    }
+  } unwind{renewing};
+  const auto started = SteadyClock::now();
+  if (!items.empty()) {
+    const std::size_t round_trips = extend_many(items.data(), items.size(), Finish::every_node);
+    std::lock_guard<std::mutex> guard(mutex_);
+    round_trips_ += round_trips;
+  }
+  const auto done = SteadyClock::now();
+  for (std::size_t k = 0; k < renewing.size(); ++k) {
+    HoldState& hold = *renewing[k].entry->hold;
+    RenewalOutcome outcome;
+    outcome.nodes = items[k].engine->size();
+    outcome.confirmed = items[k].result.confirmed;
+    outcome.refused = items[k].refused;
+    outcome.held_in_time = items[k].result.held && done < hold.valid_until();
+    // The hold's validity after this is capped by any extend(ttl) that overlapped it.
+    hold.end_renewal(outcome.held_in_time);
+    ++unwind.ended;
+    outcome.lapsed = hold.lost(SteadyClock::now());
+    conclude(renewing[k], outcome, started, done);
+  }
+  // Destroyed after unlocking: an entry may hold the last reference to the Watchdog (through
+  // its on_lost callback), whose destruction takes mutex_.
+  std::vector<std::unique_ptr<Entry>> dead;
+  dead.reserve(slots.size());
+  std::lock_guard<std::mutex> guard(mutex_);
+  close_batch(slots, dead);
+}
+
+void WatchdogImpl::conclude(const Renewing& renewing, const RenewalOutcome& outcome,
+                            SteadyClock::time_point started, SteadyClock::time_point done) {
+  Entry& entry = *renewing.entry;
+  if (outcome.refused > 0) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    refused_ += outcome.refused;
+  }
+  logf(LogLevel::debug, "redlock: renewal of {} confirmed by {} of {} nodes", entry.engine->key(),
+       outcome.confirmed, outcome.nodes);
+  const RenewalVerdict verdict = judge_renewal(outcome);
+  switch (verdict.what) {
+    case Renewal::renewed: {
+      {
+        std::lock_guard<std::mutex> guard(mutex_);
+        ++renewals_;
+      }
+      // Never later than halfway to the hold's validity (shorter than planned after a short
+      // extend(ttl) overlapped this renewal).
+      const auto valid_until = entry.hold->valid_until();
+      entry.due = std::min(next_due(entry, started), started + (valid_until - started) / 2);
+      break;
+    }
+    case Renewal::lost:
+      lose(entry, verdict.reason);
+      entry.done = true;
+      return;
+    case Renewal::retry:
+      // Transient failure (timeouts): try again soon, but no later than the validity deadline,
+      // where the hold is declared expired.
+      entry.due = std::min(done + std::chrono::nanoseconds(entry.engine->ttl()) / 10,
+                           entry.hold->valid_until());
+      break;
+  }
+  std::lock_guard<std::mutex> guard(mutex_);
+  queue_.push(Due{entry.due, renewing.slot});
+}
+
+void WatchdogImpl::close_batch(const std::vector<std::size_t>& slots,
+                               std::vector<std::unique_ptr<Entry>>& dead) {
+  for (std::size_t slot : slots) {
+    Entry& entry = *entries_[slot];
+    entry.in_batch = false;
+    if (entry.done || entry.dropped) {
+      dead.push_back(free_slot(slot));
+      continue;
+    }
+    if (entry.hurry < entry.due) {  // an extend(ttl) during the batch moved the renewal up
+      entry.due = entry.hurry;
+      queue_.push(Due{entry.due, slot});
+    }
+    entry.hurry = SteadyClock::time_point::max();
+  }
+}
+
+}  // namespace detail
+}  // namespace redlock
