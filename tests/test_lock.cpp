@@ -193,6 +193,41 @@ TEST_CASE("Threads of one process queue locally on a shared Lock", "[redis][lock
   CHECK(got.load());
 }
 
+TEST_CASE("Threads queueing on one Lock object are served first come, first served",
+          "[redis][lock]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  redlock::Lock lock(client, key("local-fifo"), fast());
+  lock.lock();
+  constexpr int kThreads = 6;
+  std::mutex order_mutex;
+  std::vector<int> order;
+  std::vector<std::thread> threads;
+  std::atomic<bool> timed_out_waiter_held{true};
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      lock.lock();
+      {
+        std::lock_guard<std::mutex> guard(order_mutex);
+        order.push_back(i);
+      }
+      lock.unlock();
+    });
+    // Generous: each thread is in the local queue long before the next one arrives.
+    std::this_thread::sleep_for(150ms);
+    if (i == 2) {
+      // A waiter that leaves the queue at its deadline does not disturb the others' order.
+      std::thread leaver([&] { timed_out_waiter_held = lock.try_lock_for(100ms); });
+      leaver.join();
+    }
+  }
+  lock.unlock();
+  for (auto& t : threads) t.join();
+  CHECK_FALSE(timed_out_waiter_held.load());
+  REQUIRE(order.size() == kThreads);
+  for (int i = 0; i < kThreads; ++i) CHECK(order[i] == i);
+}
+
 TEST_CASE("An expired hold cannot release or extend the next holder's lock",
           "[redis][lock][slow]") {
   RedisServer server;

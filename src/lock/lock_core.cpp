@@ -53,6 +53,8 @@ ThreadHolds& thread_holds() {
 }
 
 constexpr auto kNoDeadline = SteadyClock::time_point::max();
+constexpr CallWords kWords{"lock() of ",
+                           " by the thread that owns it, but its hold was lost; unlock() it first"};
 
 }  // namespace
 
@@ -66,25 +68,8 @@ LockCore::LockCore(std::vector<std::shared_ptr<ClientImpl>> nodes, std::string k
 }
 
 bool LockCore::acquire(Call call, SteadyClock::time_point deadline) {
-  switch (ownership_.enter(call, deadline)) {
-    case Ownership::Entry::reentered:
-      return true;
-    case Ownership::Entry::lost:
-      // lock() must not return without the lock, and this thread cannot wait for itself; a lost
-      // hold is not silently re-acquired (try_lock*() report false).
-      if (call == Call::lock) {
-        throw Error("redlock: lock() of " + backend_->key() +
-                    " by the thread that owns it, but its hold was lost; unlock() it first");
-      }
-      return false;
-    case Ownership::Entry::busy:
-    case Ownership::Entry::timed_out:
-      return false;
-    case Ownership::Entry::cancelled:
-      return give_up(call);
-    case Ownership::Entry::entered:
-      break;
-  }
+  const Ownership::Entry entry = ownership_.enter(call, deadline);
+  if (entry != Ownership::Entry::entered) return entry_result(entry, call, backend_->key(), kWords);
   return gated_acquire(call, deadline);
 }
 
@@ -107,14 +92,6 @@ bool LockCore::gated_acquire(Call call, SteadyClock::time_point deadline) {
   }
   if (!held) ownership_.open_gate();
   return held;
-}
-
-bool LockCore::give_up(Call call) const {
-  if (call == Call::lock) {
-    throw CancelledError("redlock: lock() of " + backend_->key() +
-                         " was cancelled by cancel_waits()");
-  }
-  return false;
 }
 
 // The wait strategy is chosen once per call and lives on this stack frame.
@@ -165,7 +142,7 @@ bool LockCore::wait_loop(Round& r) {
   for (;;) {
     if (ownership_.cancelled()) {
       r.wait.leave();  // passes on a hand-over that came meanwhile
-      return give_up(r.call);
+      return cancelled_result(r.call, backend_->key(), kWords);
     }
     const auto now = SteadyClock::now();
     if (r.deadline != kNoDeadline && now >= r.deadline) {

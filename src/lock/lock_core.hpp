@@ -57,7 +57,6 @@ class LockCore : public std::enable_shared_from_this<LockCore> {
   bool settle(Round& round, Try attempt);
   bool take_hand_over(WaitStrategy& wait);
   SteadyClock::time_point next_wake(const Round& round, SteadyClock::time_point now) const;
-  bool give_up(Call call) const;
   bool take(const AcquireResult& result, std::string token, SteadyClock::time_point start);
   void hold_back_after(SteadyClock::time_point release_start);
   void report_lost(const std::shared_ptr<HoldState>& hold, LostReason reason);

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <utility>
 
+#include <redlock/errors.hpp>
+
 namespace redlock {
 namespace detail {
 
@@ -136,6 +138,32 @@ Ownership::Watching::~Watching() {
   std::lock_guard<std::mutex> guard(ownership_.mutex_);
   auto& waiting = ownership_.waiting_;
   waiting.erase(std::find(waiting.begin(), waiting.end(), &watch_));
+}
+
+bool entry_result(Ownership::Entry entry, Call call, const std::string& key,
+                  const CallWords& words) {
+  switch (entry) {
+    case Ownership::Entry::reentered:
+      return true;
+    case Ownership::Entry::lost:
+      if (call == Call::lock) throw Error(std::string("redlock: ") + words.call + key + words.lost);
+      return false;
+    case Ownership::Entry::cancelled:
+      return cancelled_result(call, key, words);
+    case Ownership::Entry::entered:
+    case Ownership::Entry::busy:
+    case Ownership::Entry::timed_out:
+      break;
+  }
+  return false;
+}
+
+bool cancelled_result(Call call, const std::string& key, const CallWords& words) {
+  if (call == Call::lock) {
+    throw CancelledError(std::string("redlock: ") + words.call + key +
+                         " was cancelled by cancel_waits()");
+  }
+  return false;
 }
 
 }  // namespace detail

@@ -13,6 +13,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -100,6 +101,20 @@ class Ownership {
   std::atomic<bool> cancelled_{false};
   std::vector<ReleaseWatch*> waiting_;  // watches of the waits in progress
 };
+
+// How an object's messages name a call: "redlock: " + call + key + lost.
+struct CallWords {
+  const char* call;  // e.g. "lock() of "
+  const char* lost;  // e.g. " by the thread that owns it, but its hold was lost; unlock() it first"
+};
+
+// What an acquire call returns when enter() gave anything but Entry::entered: true (re-entered)
+// or false; throws Error for lock() of a lost hold (it must not return without the lock, and
+// the thread cannot wait for itself) and CancelledError for a cancelled lock().
+bool entry_result(Ownership::Entry entry, Call call, const std::string& key,
+                  const CallWords& words);
+// A wait ended by cancel_waits(): false, or CancelledError for lock().
+bool cancelled_result(Call call, const std::string& key, const CallWords& words);
 
 }  // namespace detail
 }  // namespace redlock

@@ -1,17 +1,13 @@
 // src/lock/semaphore.cpp: Semaphore. A permit is a lease on one of `limit` slot keys: one script
 // takes the first free slot; extend, renewal (the Watchdog, through a LeaseEngine per slot key),
-// release and loss are the lease machinery a Lock uses. This file adds the slot choice, thread
-// ownership, local queueing, waiting (jittered backoff bounded by the earliest slot expiry, plus
-// wake-on-release) and cancellation.
+// release and loss are the lease machinery a Lock uses. This file adds the slot choice and
+// waiting (jittered backoff bounded by the earliest slot expiry, plus wake-on-release); thread
+// ownership, the local queue and cancellation are a Lock's (lock/ownership.hpp).
 #include <redlock/semaphore.hpp>
 
 #include <algorithm>
-#include <condition_variable>
-#include <mutex>
-#include <set>
 #include <stdexcept>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -23,9 +19,10 @@
 #include "core/engine.hpp"
 #include "core/hold.hpp"
 #include "io/connection.hpp"
+#include "lock/ownership.hpp"
 #include "util/log_internal.hpp"
 #include "util/token.hpp"
-#include "watch/subscriber.hpp"
+#include "watch/release_watch.hpp"
 #include "watch/watchdog_impl.hpp"
 
 namespace redlock {
@@ -149,37 +146,24 @@ LockOptions validated(std::size_t limit, const std::string& key, LockOptions opt
 
 }  // namespace
 
+constexpr CallWords kWords{"acquire() of a permit of ",
+                           " by the thread that owns one, but it was lost; release() it first"};
+
 class SemaphoreCore {
  public:
-  enum class Wait { once, until_deadline, forever };
-
   SemaphoreCore(Client client, std::string key, std::size_t limit, LockOptions options);
 
-  bool acquire(Wait mode, SteadyClock::time_point deadline);
+  bool acquire(Call call, SteadyClock::time_point deadline);
   bool release();
   void destroy() noexcept;
-  void cancel() noexcept;
+  void cancel() noexcept { ownership_.cancel(); }
 
-  bool owns() const noexcept {
-    std::lock_guard<std::mutex> guard(mutex_);
-    return owner_ == std::this_thread::get_id() && hold_ && !hold_->lost(SteadyClock::now());
-  }
-  std::shared_ptr<HoldState> hold() const noexcept {
-    std::lock_guard<std::mutex> guard(mutex_);
-    return hold_;
-  }
-  std::size_t slot() const noexcept {
-    std::lock_guard<std::mutex> guard(mutex_);
-    return hold_ ? slot_ : 0;
-  }
+  const Ownership& ownership() const noexcept { return ownership_; }
   const std::string& key() const noexcept { return key_; }
   std::size_t limit() const noexcept { return permit_keys_.size(); }
   const LockOptions& options() const noexcept { return options_; }
 
  private:
-  // Registers a wait for cancel_waits() and, with wake_on_release, for release announcements.
-  class Waiter;
-
   struct Attempt {
     bool held{false};
     std::chrono::milliseconds holder_pttl{-1};
@@ -187,25 +171,13 @@ class SemaphoreCore {
   Attempt attempt();
   SlotReply run_acquire(const std::string& token);
   void undo(const std::string& token) noexcept;
-  bool wait_loop(Wait mode, SteadyClock::time_point deadline);
-  bool give_up(Wait mode) const;
+  bool wait_loop(Call call, SteadyClock::time_point deadline);
+  std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline);
   void take(const SlotReply& reply, std::string token, SteadyClock::time_point start,
             SteadyClock::time_point valid_until);
   long long release_slot(std::size_t slot, const std::string& token);
   std::shared_ptr<LeaseEngine> engine_for(std::size_t slot);
   void report_lost(const std::shared_ptr<HoldState>& hold, LostReason reason);
-  // Clears the ownership of the current permit and returns its hold (null if none).
-  std::shared_ptr<HoldState> disown() noexcept {
-    std::lock_guard<std::mutex> guard(mutex_);
-    owner_ = {};
-    depth_ = 0;
-    return std::move(hold_);
-  }
-  void free_gate() {
-    std::lock_guard<std::mutex> guard(mutex_);
-    busy_ = false;
-    local_.notify_one();
-  }
 
   Client client_;
   std::string key_;
@@ -214,57 +186,9 @@ class SemaphoreCore {
   std::string fence_key_;
   std::string channel_;
   std::string ttl_ms_;
-
-  mutable std::mutex mutex_;
-  std::condition_variable local_;  // threads of this process queueing for this object
-  bool busy_{false};               // a thread of this process is acquiring or holds a permit
-  bool cancelled_{false};          // cancel_waits() was called (sticky)
-  std::set<WakeSlot*> waiting_;    // waits in progress, woken by cancel_waits()
-  std::thread::id owner_{};
-  std::size_t depth_{0};
-  std::shared_ptr<HoldState> hold_;
-  std::size_t slot_{0};
-  std::vector<std::shared_ptr<LeaseEngine>> engines_;  // per slot, made when first held
-};
-
-class SemaphoreCore::Waiter {
- public:
-  Waiter(SemaphoreCore& core, SteadyClock::time_point deadline) : core_(core) {
-    {
-      std::lock_guard<std::mutex> guard(core_.mutex_);
-      core_.waiting_.insert(&slot_);
-      if (core_.cancelled_) slot_.notify();
-    }
-    if (!core_.options_.wake_on_release) return;
-    ClientImpl& node = *Access::client(core_.client_);
-    try {
-      subscriber_ = &node.subscriber();
-      subscriber_->watch(core_.channel_, &slot_);
-    } catch (const std::exception& e) {
-      subscriber_ = nullptr;
-      logf(LogLevel::debug, "redlock: cannot subscribe for {}: {}", core_.key_, e.what());
-      return;
-    }
-    // Attempts after this cannot miss a release (an unconfirmed watch leaves it to the timer).
-    const auto& ep = node.endpoint();
-    subscriber_->confirmed(
-        core_.channel_,
-        std::min(SteadyClock::now() + ep.connect_timeout + ep.command_timeout, deadline));
-  }
-  ~Waiter() {
-    if (subscriber_ != nullptr) subscriber_->unwatch(core_.channel_, &slot_);
-    std::lock_guard<std::mutex> guard(core_.mutex_);
-    core_.waiting_.erase(&slot_);
-  }
-  Waiter(const Waiter&) = delete;
-  Waiter& operator=(const Waiter&) = delete;
-
-  void wait_until(SteadyClock::time_point until) { slot_.wait_until(until); }
-
- private:
-  SemaphoreCore& core_;
-  WakeSlot slot_;
-  Subscriber* subscriber_{nullptr};
+  Ownership ownership_;
+  // Per slot, made when first held. Only the thread with the ownership gate touches it.
+  std::vector<std::shared_ptr<LeaseEngine>> engines_;
 };
 
 SemaphoreCore::SemaphoreCore(Client client, std::string key, std::size_t limit, LockOptions options)
@@ -295,67 +219,43 @@ std::shared_ptr<LeaseEngine> SemaphoreCore::engine_for(std::size_t slot) {
   return engine;
 }
 
-bool SemaphoreCore::acquire(Wait mode, SteadyClock::time_point deadline) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (owner_ == std::this_thread::get_id()) {
-    if (hold_ && !hold_->lost(SteadyClock::now())) {
-      ++depth_;
-      return true;
-    }
-    if (mode == Wait::forever) {
-      throw Error("redlock: acquire() of a permit of " + key_ +
-                  " by the thread that owns one, but it was lost; release() it first");
-    }
-    return false;
+bool SemaphoreCore::acquire(Call call, SteadyClock::time_point deadline) {
+  const Ownership::Entry entry = ownership_.enter(call, deadline);
+  if (entry != Ownership::Entry::entered) return entry_result(entry, call, key_, kWords);
+  if (ownership_.cancelled()) {  // try_acquire() too ends after cancel_waits()
+    ownership_.open_gate();
+    return cancelled_result(call, key_, kWords);
   }
-  // Queue behind other threads of this process: only one of them talks to Redis at a time.
-  const auto free = [this] { return !busy_ || cancelled_; };
-  if (mode == Wait::once) {
-    if (busy_) return false;
-  } else if (mode == Wait::forever || deadline == SteadyClock::time_point::max()) {
-    local_.wait(lock, free);
-  } else if (!local_.wait_until(lock, deadline, free)) {
-    return false;
-  }
-  if (cancelled_) {
-    lock.unlock();
-    return give_up(mode);
-  }
-  busy_ = true;
-  lock.unlock();
   bool held = false;
   try {
-    held = wait_loop(mode, deadline);
+    held = wait_loop(call, deadline);
   } catch (...) {
-    free_gate();
+    ownership_.open_gate();
     throw;
   }
-  if (!held) free_gate();
+  if (!held) ownership_.open_gate();
   return held;
 }
 
-bool SemaphoreCore::give_up(Wait mode) const {
-  if (mode == Wait::forever) {
-    // TODO CancelledError after merge
-    throw Error("redlock: acquire() of a permit of " + key_ + " was cancelled by cancel_waits()");
-  }
-  return false;
+// Subscribed to the permits' release channel with wake_on_release, else a timer only.
+std::unique_ptr<ReleaseWatch> SemaphoreCore::watch(SteadyClock::time_point deadline) {
+  if (!options_.wake_on_release) return make_timer_watch();
+  static const std::string no_grants;
+  return make_release_watch({Access::client(client_)}, WatchChannels{channel_, no_grants, key_},
+                            deadline, std::string());
 }
 
-// Waiting means: subscribe to releases first, then try again, so a release between a refused
+// Waiting means: watch for releases first, then try again, so a release between a refused
 // attempt and the wait cannot be missed. A wait never sleeps past the earliest slot expiry
 // (expiry is not announced), nor past the caller's deadline.
-bool SemaphoreCore::wait_loop(Wait mode, SteadyClock::time_point deadline) {
+bool SemaphoreCore::wait_loop(Call call, SteadyClock::time_point deadline) {
   Attempt a = attempt();
-  if (a.held || mode == Wait::once) return a.held;
-  const bool forever = mode == Wait::forever;
-  Waiter waiter(*this, forever ? SteadyClock::time_point::max() : deadline);
+  if (a.held || call == Call::try_lock) return a.held;
+  const bool forever = deadline == SteadyClock::time_point::max();
+  const std::unique_ptr<ReleaseWatch> watch = this->watch(deadline);
+  const Ownership::Watching registered(ownership_, *watch);
   const auto base = std::chrono::nanoseconds(options_.retry_delay);
-  for (;;) {
-    {
-      std::lock_guard<std::mutex> guard(mutex_);
-      if (cancelled_) break;
-    }
+  while (!ownership_.cancelled()) {
     a = attempt();
     if (a.held) return true;
     const auto now = SteadyClock::now();
@@ -364,9 +264,9 @@ bool SemaphoreCore::wait_loop(Wait mode, SteadyClock::time_point deadline) {
     if (a.holder_pttl.count() >= 0) {
       wait = std::min<std::chrono::nanoseconds>(wait, a.holder_pttl + std::chrono::milliseconds(1));
     }
-    waiter.wait_until(forever ? now + wait : std::min(now + wait, deadline));
+    watch->wait_until(forever ? now + wait : std::min(now + wait, deadline));
   }
-  return give_up(mode);
+  return cancelled_result(call, key_, kWords);
 }
 
 SemaphoreCore::Attempt SemaphoreCore::attempt() {
@@ -438,16 +338,9 @@ void SemaphoreCore::undo(const std::string& token) noexcept {
 void SemaphoreCore::take(const SlotReply& reply, std::string token, SteadyClock::time_point start,
                          SteadyClock::time_point valid_until) {
   auto hold = std::make_shared<HoldState>(std::move(token), reply.fence, start, valid_until);
-  std::shared_ptr<LeaseEngine> engine;
-  {
-    std::lock_guard<std::mutex> guard(mutex_);
-    owner_ = std::this_thread::get_id();
-    depth_ = 1;
-    hold_ = hold;
-    slot_ = reply.slot;
-    if (options_.auto_renew) engine = engine_for(reply.slot);
-  }
-  if (!engine) return;
+  ownership_.own(Held{hold, reply.slot});
+  if (!options_.auto_renew) return;
+  const std::shared_ptr<LeaseEngine> engine = engine_for(reply.slot);
   try {
     // on_lost names the semaphore's key, not the slot key the watchdog renews.
     WatchSettings settings{options_.max_renewals, options_.max_hold, {}};
@@ -461,7 +354,7 @@ void SemaphoreCore::take(const SlotReply& reply, std::string token, SteadyClock:
     Access::watchdog(*options_.watchdog).watch(engine, hold, std::move(settings));
   } catch (...) {
     // Renewal could not start: do not hand out a permit the caller believes is renewed.
-    disown();
+    ownership_.disown();
     hold->mark_released();
     try {
       release_slot(reply.slot, hold->token());
@@ -484,23 +377,21 @@ void SemaphoreCore::report_lost(const std::shared_ptr<HoldState>& hold, LostReas
 }
 
 bool SemaphoreCore::release() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (owner_ != std::this_thread::get_id() || !hold_) {
-    lock.unlock();
-    logf(LogLevel::warn,
-         "redlock: release of a permit of {} by a thread that holds none; nothing was done", key_);
-    return false;
+  Held last;
+  switch (ownership_.exit(last)) {
+    case Ownership::Exit::not_owner:
+      logf(LogLevel::warn,
+           "redlock: release of a permit of {} by a thread that holds none; nothing was done",
+           key_);
+      return false;
+    case Ownership::Exit::nested_valid:
+      return true;
+    case Ownership::Exit::nested_lost:
+      return false;
+    case Ownership::Exit::last:
+      break;
   }
-  if (depth_ > 1) {
-    --depth_;
-    return !hold_->lost(SteadyClock::now());
-  }
-  auto hold = std::move(hold_);
-  const std::size_t slot = slot_;
-  owner_ = {};
-  depth_ = 0;
-  lock.unlock();
-
+  const std::shared_ptr<HoldState>& hold = last.hold;
   // Stop renewal before the key is deleted, and wait out a renewal in flight.
   const bool was_valid = hold->begin_end() && !hold->lost(SteadyClock::now());
   const bool capped = hold->marked_lost() && hold->reason() == LostReason::cap_reached;
@@ -508,7 +399,7 @@ bool SemaphoreCore::release() {
   std::exception_ptr error;
   if (!capped) {  // after a cap the watchdog has already released it
     try {
-      released = release_slot(slot, hold->token());
+      released = release_slot(last.slot, hold->token());
     } catch (...) {
       error = std::current_exception();
     }
@@ -518,19 +409,18 @@ bool SemaphoreCore::release() {
     report_lost(hold, was_valid ? LostReason::refused : LostReason::expired);
   }
   hold->mark_released();
-  free_gate();
+  ownership_.open_gate();
   if (error) std::rethrow_exception(error);
   return kept;
 }
 
 void SemaphoreCore::destroy() noexcept {
-  const std::size_t slot = this->slot();
-  const std::shared_ptr<HoldState> hold = disown();
-  if (!hold) return;
+  const Held held = ownership_.disown();
+  if (!held.hold) return;
   try {
-    hold->begin_end();
-    if (!(hold->marked_lost() && hold->reason() == LostReason::cap_reached)) {
-      release_slot(slot, hold->token());
+    held.hold->begin_end();
+    if (!(held.hold->marked_lost() && held.hold->reason() == LostReason::cap_reached)) {
+      release_slot(held.slot, held.hold->token());
     }
   } catch (const std::exception& e) {
     logf(LogLevel::warn,
@@ -539,21 +429,12 @@ void SemaphoreCore::destroy() noexcept {
          key_, e.what());
   } catch (...) {
   }
-  hold->mark_released();
-}
-
-void SemaphoreCore::cancel() noexcept {
-  std::lock_guard<std::mutex> guard(mutex_);
-  cancelled_ = true;
-  for (WakeSlot* slot : waiting_) slot->notify();
-  local_.notify_all();
+  held.hold->mark_released();
 }
 
 }  // namespace detail
 
 // ---- Semaphore -----------------------------------------------------------------------------
-
-using Wait = detail::SemaphoreCore::Wait;
 
 Semaphore::Semaphore(Client client, std::string key, std::size_t limit, LockOptions options)
     : core_(std::make_shared<detail::SemaphoreCore>(std::move(client), std::move(key), limit,
@@ -561,18 +442,22 @@ Semaphore::Semaphore(Client client, std::string key, std::size_t limit, LockOpti
 
 Semaphore::~Semaphore() { core_->destroy(); }
 
-void Semaphore::acquire() { core_->acquire(Wait::forever, detail::SteadyClock::time_point::max()); }
+void Semaphore::acquire() {
+  core_->acquire(detail::Call::lock, detail::SteadyClock::time_point::max());
+}
 
-bool Semaphore::try_acquire() { return core_->acquire(Wait::once, detail::SteadyClock::now()); }
+bool Semaphore::try_acquire() {
+  return core_->acquire(detail::Call::try_lock, detail::SteadyClock::now());
+}
 
 bool Semaphore::try_acquire_for_ns(std::chrono::nanoseconds timeout) {
   if (timeout <= std::chrono::nanoseconds::zero()) return try_acquire();
   const auto now = detail::SteadyClock::now();
   if (timeout >= detail::SteadyClock::time_point::max() - now) {
     // Effectively forever, but cancellation still answers false.
-    return core_->acquire(Wait::until_deadline, detail::SteadyClock::time_point::max());
+    return core_->acquire(detail::Call::try_lock_for, detail::SteadyClock::time_point::max());
   }
-  return core_->acquire(Wait::until_deadline, now + timeout);
+  return core_->acquire(detail::Call::try_lock_for, now + timeout);
 }
 
 bool Semaphore::release() { return core_->release(); }
@@ -590,20 +475,22 @@ void Semaphore::unlock() noexcept {
 
 void Semaphore::cancel_waits() noexcept { core_->cancel(); }
 
-bool Semaphore::owns_permit() const noexcept { return core_->owns(); }
+bool Semaphore::owns_permit() const noexcept { return core_->ownership().owns(); }
 
 std::chrono::milliseconds Semaphore::validity() const noexcept {
-  return detail::validity_of(core_->hold().get());
+  return detail::validity_of(core_->ownership().hold().get());
 }
 
 std::uint64_t Semaphore::fence() const noexcept {
-  auto hold = core_->hold();
+  auto hold = core_->ownership().hold();
   return hold ? hold->fence() : 0;
 }
 
-LeaseToken Semaphore::lease() const noexcept { return detail::Access::lease(core_->hold()); }
+LeaseToken Semaphore::lease() const noexcept {
+  return detail::Access::lease(core_->ownership().hold());
+}
 
-std::size_t Semaphore::slot() const noexcept { return core_->slot(); }
+std::size_t Semaphore::slot() const noexcept { return core_->ownership().slot(); }
 
 const std::string& Semaphore::key() const noexcept { return core_->key(); }
 
