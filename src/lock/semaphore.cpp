@@ -1,13 +1,11 @@
-// src/lock/semaphore.cpp: Semaphore. A permit is a lease on one of `limit` slot keys: one script
-// takes the first free slot; extend, renewal (the Watchdog, through a LeaseEngine per slot key),
-// release and loss are the lease machinery a Lock uses. This file adds the slot choice and
-// waiting (jittered backoff bounded by the earliest slot expiry, plus wake-on-release); thread
-// ownership, the local queue and cancellation are a Lock's (lock/ownership.hpp).
+// src/lock/semaphore.cpp: Semaphore: acquiring and waiting for a permit (jittered backoff bounded
+// by the earliest slot expiry, plus wake-on-release), its validity, renewal hand-off, release and
+// loss. The slot keys and their scripts are lock/permit_store; thread ownership, the local queue
+// and cancellation are a Lock's (lock/ownership).
 #include <redlock/semaphore.hpp>
 
 #include <algorithm>
 #include <stdexcept>
-#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -18,8 +16,8 @@
 #include "api/access.hpp"
 #include "core/engine.hpp"
 #include "core/hold.hpp"
-#include "io/connection.hpp"
 #include "lock/ownership.hpp"
+#include "lock/permit_store.hpp"
 #include "util/log_internal.hpp"
 #include "util/token.hpp"
 #include "watch/release_watch.hpp"
@@ -28,100 +26,6 @@
 namespace redlock {
 namespace detail {
 namespace {
-
-// KEYS[1..n] the slot keys, KEYS[n+1] the fence counter; ARGV[1] token, ARGV[2] ttl ms, ARGV[3]
-// "1" with fencing. Takes the first free slot (SET PX). A repeat of the same attempt (a retried
-// connection) finds its token and re-arms that slot; it gets a fresh fence, so no two holds ever
-// share one. Returns {slot, fence (0 without fencing)} or {0, smallest pttl of the slots (-1:
-// none expires)}. GET on a slot holding another type fails the script with WRONGTYPE.
-const char kAcquireLua[] = R"(local n = #KEYS - 1
-local free = 0
-local pttl = -1
-local function fence()
-  if ARGV[3] ~= '1' then return 0 end
-  return redis.call('incr', KEYS[n + 1])
-end
-for i = 1, n do
-  local holder = redis.call('get', KEYS[i])
-  if holder == ARGV[1] then
-    redis.call('pexpire', KEYS[i], ARGV[2])
-    return {i, fence()}
-  end
-  if not holder then
-    if free == 0 then free = i end
-  else
-    local left = redis.call('pttl', KEYS[i])
-    if left >= 0 and (pttl < 0 or left < pttl) then pttl = left end
-  end
-end
-if free == 0 then return {0, pttl} end
-redis.call('set', KEYS[free], ARGV[1], 'PX', ARGV[2])
-return {free, fence()})";
-
-// The rollback of an attempt whose outcome is unknown (timed out, connection lost): KEYS the
-// slot keys; ARGV[1] token, ARGV[2] release channel. Deletes the slot holding the token, if any,
-// and announces it.
-const char kUndoLua[] = R"(for i = 1, #KEYS do
-  if redis.call('get', KEYS[i]) == ARGV[1] then
-    redis.call('del', KEYS[i])
-    return 1 + redis.call('publish', ARGV[2], ARGV[1])
-  end
-end
-return 0)";
-
-// Never destroyed, like Scripts::get(): semaphores with static storage may still use them.
-const Script& acquire_script() {
-  static const Script& script = *new Script(kAcquireLua);
-  return script;
-}
-const Script& undo_script() {
-  static const Script& script = *new Script(kUndoLua);
-  return script;
-}
-
-// An acquire script's reply: granted a slot, or refused with the earliest expiry.
-struct SlotReply {
-  std::size_t slot{0};  // 1..limit if granted
-  std::uint64_t fence{0};
-  std::chrono::milliseconds holder_pttl{-1};
-};
-
-SlotReply read_slot_reply(const redisReply* r, std::size_t limit, const std::string& address) {
-  if (r != nullptr && r->type == REDIS_REPLY_ERROR) {
-    std::rethrow_exception(server_error(address, "the semaphore acquire script", text(r)));
-  }
-  const bool shape = r != nullptr && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-                     r->element[0]->type == REDIS_REPLY_INTEGER &&
-                     r->element[1]->type == REDIS_REPLY_INTEGER;
-  const long long slot = shape ? r->element[0]->integer : -1;
-  const long long value = shape ? r->element[1]->integer : -1;
-  if (slot < 0 || static_cast<unsigned long long>(slot) > limit || (slot > 0 && value < 0)) {
-    throw ProtocolError(
-        fmt::format("redlock: unexpected reply to the semaphore acquire script from {}", address));
-  }
-  SlotReply out;
-  out.slot = static_cast<std::size_t>(slot);
-  if (slot > 0) {
-    out.fence = static_cast<std::uint64_t>(value);
-  } else {
-    out.holder_pttl = std::chrono::milliseconds(value);
-  }
-  return out;
-}
-
-// argv storage for one command with a variable number of arguments.
-struct Argv {
-  std::vector<const char*> argv;
-  std::vector<std::size_t> lens;
-  Argv& arg(std::string_view value) {
-    argv.push_back(value.data());
-    lens.push_back(value.size());
-    return *this;
-  }
-  CommandView view(const Script* script = nullptr) const {
-    return CommandView{static_cast<int>(argv.size()), argv.data(), lens.data(), script};
-  }
-};
 
 LockOptions validated(std::size_t limit, const std::string& key, LockOptions options) {
   if (limit == 0 || limit > Semaphore::kMaxLimit) {
@@ -160,7 +64,7 @@ class SemaphoreCore {
 
   const Ownership& ownership() const noexcept { return ownership_; }
   const std::string& key() const noexcept { return key_; }
-  std::size_t limit() const noexcept { return permit_keys_.size(); }
+  std::size_t limit() const noexcept { return store_.limit(); }
   const LockOptions& options() const noexcept { return options_; }
 
  private:
@@ -169,55 +73,22 @@ class SemaphoreCore {
     std::chrono::milliseconds holder_pttl{-1};
   };
   Attempt attempt();
-  SlotReply run_acquire(const std::string& token);
-  void undo(const std::string& token) noexcept;
   bool wait_loop(Call call, SteadyClock::time_point deadline);
   std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline);
   void take(const SlotReply& reply, std::string token, SteadyClock::time_point start,
             SteadyClock::time_point valid_until);
-  long long release_slot(std::size_t slot, const std::string& token);
-  std::shared_ptr<LeaseEngine> engine_for(std::size_t slot);
   void report_lost(const std::shared_ptr<HoldState>& hold, LostReason reason);
 
-  Client client_;
   std::string key_;
   LockOptions options_;
-  std::vector<std::string> permit_keys_;  // slot i is permit_keys_[i - 1]
-  std::string fence_key_;
-  std::string channel_;
-  std::string ttl_ms_;
+  PermitStore store_;
   Ownership ownership_;
-  // Per slot, made when first held. Only the thread with the ownership gate touches it.
-  std::vector<std::shared_ptr<LeaseEngine>> engines_;
 };
 
 SemaphoreCore::SemaphoreCore(Client client, std::string key, std::size_t limit, LockOptions options)
-    : client_(std::move(client)),
-      key_(std::move(key)),
-      options_(validated(limit, key_, std::move(options))) {
-  permit_keys_.reserve(limit);
-  for (std::size_t i = 1; i <= limit; ++i)
-    permit_keys_.push_back(key_ + ":permit:" + std::to_string(i));
-  fence_key_ = key_ + ":permit:fence";
-  channel_ = key_ + ":permit:released";
-  ttl_ms_ = std::to_string(options_.ttl.count());
-  engines_.resize(limit);
-  engine_for(1);  // validates the options as a Lock's engine does
-}
-
-// The lease engine of one slot key: what the watchdog renews (and releases at a cap). No fencing
-// of its own (the semaphore's counter is per key), never fair.
-std::shared_ptr<LeaseEngine> SemaphoreCore::engine_for(std::size_t slot) {
-  std::shared_ptr<LeaseEngine>& engine = engines_[slot - 1];
-  if (!engine) {
-    LockOptions slot_options = options_;
-    slot_options.fencing = false;
-    engine = std::make_shared<LeaseEngine>(
-        std::vector<std::shared_ptr<ClientImpl>>{Access::client(client_)}, permit_keys_[slot - 1],
-        slot_options);
-  }
-  return engine;
-}
+    : key_(std::move(key)),
+      options_(validated(limit, key_, std::move(options))),
+      store_(std::move(client), key_, limit, options_) {}
 
 bool SemaphoreCore::acquire(Call call, SteadyClock::time_point deadline) {
   const Ownership::Entry entry = ownership_.enter(call, deadline);
@@ -241,7 +112,7 @@ bool SemaphoreCore::acquire(Call call, SteadyClock::time_point deadline) {
 std::unique_ptr<ReleaseWatch> SemaphoreCore::watch(SteadyClock::time_point deadline) {
   if (!options_.wake_on_release) return make_timer_watch();
   static const std::string no_grants;
-  return make_release_watch({Access::client(client_)}, WatchChannels{channel_, no_grants, key_},
+  return make_release_watch({store_.node()}, WatchChannels{store_.channel(), no_grants, key_},
                             deadline, std::string());
 }
 
@@ -272,7 +143,7 @@ bool SemaphoreCore::wait_loop(Call call, SteadyClock::time_point deadline) {
 SemaphoreCore::Attempt SemaphoreCore::attempt() {
   std::string token = make_token();
   const auto start = SteadyClock::now();
-  const SlotReply reply = run_acquire(token);
+  const SlotReply reply = store_.acquire(token);
   Attempt out;
   if (reply.slot == 0) {
     out.holder_pttl = reply.holder_pttl;
@@ -282,7 +153,7 @@ SemaphoreCore::Attempt SemaphoreCore::attempt() {
       decide(1, 1, options_.ttl, options_.clock_drift_factor, start, SteadyClock::now());
   if (!d.held) {  // granted too late to be of use: give the slot back
     try {
-      release_slot(reply.slot, token);
+      store_.release(reply.slot, token);
     } catch (...) {  // best effort; it expires by its ttl
     }
     out.holder_pttl = std::chrono::milliseconds(0);
@@ -293,54 +164,12 @@ SemaphoreCore::Attempt SemaphoreCore::attempt() {
   return out;
 }
 
-SlotReply SemaphoreCore::run_acquire(const std::string& token) {
-  const Script& script = acquire_script();
-  const std::string numkeys = std::to_string(permit_keys_.size() + 1);
-  Argv command;
-  command.arg("EVALSHA").arg(script.sha1()).arg(numkeys);
-  for (const auto& k : permit_keys_) command.arg(k);
-  command.arg(fence_key_).arg(token).arg(ttl_ms_).arg(options_.fencing ? "1" : "0");
-  // A server too slow to answer may still run it: the rollback follows on the same connection.
-  Argv rollback;
-  rollback.arg("EVAL").arg(kUndoLua).arg(std::to_string(permit_keys_.size()));
-  for (const auto& k : permit_keys_) rollback.arg(k);
-  rollback.arg(token).arg(channel_);
-  NodeBatch batch;
-  batch.node = Access::client(client_).get();
-  batch.commands.push_back(command.view(&script));
-  batch.on_timeout.push_back(rollback.view());
-  execute(&batch, 1);
-  if (batch.error) {
-    bool timed_out = false;
-    try {
-      std::rethrow_exception(batch.error);
-    } catch (const TimeoutError&) {
-      timed_out = true;
-    } catch (...) {
-    }
-    if (!timed_out) undo(token);  // the request may have run before the connection died
-    std::rethrow_exception(batch.error);
-  }
-  return read_slot_reply(batch.replies[0].get(), permit_keys_.size(),
-                         Access::client(client_)->address());
-}
-
-void SemaphoreCore::undo(const std::string& token) noexcept {
-  try {
-    std::vector<std::string_view> keys(permit_keys_.begin(), permit_keys_.end());
-    client_.eval(undo_script(), keys, {token, channel_});
-  } catch (const std::exception& e) {
-    logf(LogLevel::debug, "redlock: rollback of an attempt on {}: {}", key_, e.what());
-  } catch (...) {
-  }
-}
-
 void SemaphoreCore::take(const SlotReply& reply, std::string token, SteadyClock::time_point start,
                          SteadyClock::time_point valid_until) {
   auto hold = std::make_shared<HoldState>(std::move(token), reply.fence, start, valid_until);
   ownership_.own(Held{hold, reply.slot});
   if (!options_.auto_renew) return;
-  const std::shared_ptr<LeaseEngine> engine = engine_for(reply.slot);
+  const std::shared_ptr<LeaseEngine> engine = store_.engine_for(reply.slot);
   try {
     // on_lost names the semaphore's key, not the slot key the watchdog renews.
     WatchSettings settings{options_.max_renewals, options_.max_hold, {}};
@@ -357,17 +186,11 @@ void SemaphoreCore::take(const SlotReply& reply, std::string token, SteadyClock:
     ownership_.disown();
     hold->mark_released();
     try {
-      release_slot(reply.slot, hold->token());
+      store_.release(reply.slot, hold->token());
     } catch (...) {
     }
     throw;
   }
-}
-
-// Compare-and-delete of the slot key, announced to waiters. Returns 0 if it was not ours.
-long long SemaphoreCore::release_slot(std::size_t slot, const std::string& token) {
-  const Reply r = client_.eval(Scripts::get().release, {permit_keys_[slot - 1]}, {token, channel_});
-  return r.type() == Reply::Type::integer ? r.integer() : 0;
 }
 
 void SemaphoreCore::report_lost(const std::shared_ptr<HoldState>& hold, LostReason reason) {
@@ -399,7 +222,7 @@ bool SemaphoreCore::release() {
   std::exception_ptr error;
   if (!capped) {  // after a cap the watchdog has already released it
     try {
-      released = release_slot(last.slot, hold->token());
+      released = store_.release(last.slot, hold->token());
     } catch (...) {
       error = std::current_exception();
     }
@@ -420,7 +243,7 @@ void SemaphoreCore::destroy() noexcept {
   try {
     held.hold->begin_end();
     if (!(held.hold->marked_lost() && held.hold->reason() == LostReason::cap_reached)) {
-      release_slot(held.slot, held.hold->token());
+      store_.release(held.slot, held.hold->token());
     }
   } catch (const std::exception& e) {
     logf(LogLevel::warn,
