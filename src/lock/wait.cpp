@@ -10,10 +10,7 @@
 namespace redlock {
 namespace detail {
 
-bool WaitStrategy::hand_over(Try& out) {
-  (void)out;
-  return false;
-}
+bool WaitStrategy::hand_over(Try& /*out*/) { return false; }
 
 void WaitStrategy::start_watch(Ownership& ownership, SteadyClock::time_point deadline) {
   watch_ = make_watch(deadline);
@@ -28,8 +25,7 @@ Try PollingWait::attempt(Attempt how) {
   return out;
 }
 
-std::unique_ptr<ReleaseWatch> PollingWait::make_watch(SteadyClock::time_point deadline) {
-  (void)deadline;
+std::unique_ptr<ReleaseWatch> PollingWait::make_watch(SteadyClock::time_point /*deadline*/) {
   return make_timer_watch();
 }
 
