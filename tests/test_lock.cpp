@@ -228,6 +228,33 @@ TEST_CASE("Threads queueing on one Lock object are served first come, first serv
   for (int i = 0; i < kThreads; ++i) CHECK(order[i] == i);
 }
 
+TEST_CASE("A thread that unlocks and locks again at once does not overtake a queued thread",
+          "[redis][lock]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  redlock::Lock lock(client, key("local-no-barging"), fast());
+  std::mutex order_mutex;
+  std::vector<std::string> order;
+  const auto record = [&](const char* who) {
+    std::lock_guard<std::mutex> guard(order_mutex);
+    order.emplace_back(who);
+  };
+  lock.lock();
+  std::thread waiter([&] {
+    lock.lock();
+    record("waiter");
+    lock.unlock();
+  });
+  std::this_thread::sleep_for(200ms);  // generous: the waiter is in the local queue
+  lock.unlock();
+  lock.lock();  // queues behind the waiter
+  record("releaser");
+  lock.unlock();
+  waiter.join();
+  REQUIRE(order.size() == 2);
+  CHECK(order[0] == "waiter");
+}
+
 TEST_CASE("An expired hold cannot release or extend the next holder's lock",
           "[redis][lock][slow]") {
   RedisServer server;
