@@ -193,6 +193,68 @@ TEST_CASE("Threads of one process queue locally on a shared Lock", "[redis][lock
   CHECK(got.load());
 }
 
+TEST_CASE("Threads queueing on one Lock object are served first come, first served",
+          "[redis][lock]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  redlock::Lock lock(client, key("local-fifo"), fast());
+  lock.lock();
+  constexpr int kThreads = 6;
+  std::mutex order_mutex;
+  std::vector<int> order;
+  std::vector<std::thread> threads;
+  std::atomic<bool> timed_out_waiter_held{true};
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      lock.lock();
+      {
+        std::lock_guard<std::mutex> guard(order_mutex);
+        order.push_back(i);
+      }
+      lock.unlock();
+    });
+    // Generous: each thread is in the local queue long before the next one arrives.
+    std::this_thread::sleep_for(150ms);
+    if (i == 2) {
+      // A waiter that leaves the queue at its deadline does not disturb the others' order.
+      std::thread leaver([&] { timed_out_waiter_held = lock.try_lock_for(100ms); });
+      leaver.join();
+    }
+  }
+  lock.unlock();
+  for (auto& t : threads) t.join();
+  CHECK_FALSE(timed_out_waiter_held.load());
+  REQUIRE(order.size() == kThreads);
+  for (int i = 0; i < kThreads; ++i) CHECK(order[i] == i);
+}
+
+TEST_CASE("A thread that unlocks and locks again at once does not overtake a queued thread",
+          "[redis][lock]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  redlock::Lock lock(client, key("local-no-barging"), fast());
+  std::mutex order_mutex;
+  std::vector<std::string> order;
+  const auto record = [&](const char* who) {
+    std::lock_guard<std::mutex> guard(order_mutex);
+    order.emplace_back(who);
+  };
+  lock.lock();
+  std::thread waiter([&] {
+    lock.lock();
+    record("waiter");
+    lock.unlock();
+  });
+  std::this_thread::sleep_for(200ms);  // generous: the waiter is in the local queue
+  lock.unlock();
+  lock.lock();  // queues behind the waiter
+  record("releaser");
+  lock.unlock();
+  waiter.join();
+  REQUIRE(order.size() == 2);
+  CHECK(order[0] == "waiter");
+}
+
 TEST_CASE("An expired hold cannot release or extend the next holder's lock",
           "[redis][lock][slow]") {
   RedisServer server;
@@ -277,14 +339,18 @@ TEST_CASE("An acquire sent twice (a retried stale connection) is one grant, in e
       const auto k = key("repeat") + (fencing ? ":f" : "") + (fair ? ":q" : "");
       redlock::detail::LeaseEngine engine({redlock::detail::Access::client(client)}, k, options);
       const std::string token = "0123456789abcdef0123456789abcdef01234567";
-      const auto first = engine.acquire(token, false);
+      const std::string another = "another-token";
+      redlock::detail::AcquireRequest request;
+      request.token = &token;
+      const auto first = engine.acquire(request);
       REQUIRE(first.held);
-      const auto repeat = engine.acquire(token, false);
+      const auto repeat = engine.acquire(request);
       INFO("fencing " << fencing << ", fair " << fair);
       CHECK(repeat.held);
       CHECK(repeat.fence == first.fence);
-      CHECK_FALSE(engine.acquire("another-token", false).held);
-      CHECK(engine.release(token).released == 1);
+      request.token = &another;
+      CHECK_FALSE(engine.acquire(request).held);
+      CHECK(engine.release(token, redlock::detail::Announce::waiters).released == 1);
     }
   }
 }

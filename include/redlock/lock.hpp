@@ -17,11 +17,11 @@
 //
 // Threads: an object is shared by the threads of a process like a std::mutex. The thread that
 // acquired owns the hold; it may lock() again (re-entrant: each lock() needs one unlock(), the
-// last one releases). Threads of one process waiting on the same object queue locally, so only
-// one of them talks to Redis at a time. unlock() by a thread that does not own the hold does
-// nothing but log a warning. A thread that exits while it holds releases the hold as it exits
-// (best effort, logged as a warning), so a new thread with a recycled std::thread::id never
-// inherits it.
+// last one releases). Threads of one process waiting on the same object queue locally, first
+// come, first served, so only one of them talks to Redis at a time. unlock() by a thread that does
+// not own the hold does nothing but log a warning. A thread that exits while it holds releases the
+// hold as it exits (best effort, logged as a warning), so a new thread with a recycled
+// std::thread::id never inherits it.
 //
 // What a lease can promise, and what it cannot, is in the README ("Safety model"): in short, a
 // holder paused for longer than validity() may still believe it holds the lock. Use fence()

@@ -26,8 +26,9 @@
 // Threads: an object holds at most one permit and is shared by the threads of a process like a
 // std::mutex, exactly like a Lock: the thread that acquired owns the permit and may acquire
 // again (re-entrant: each acquire needs one release, the last one gives the permit back);
-// other threads of the process queue on the object locally. For N permits in one process, use
-// N objects. release() by a thread that does not own the permit does nothing (returns false).
+// other threads of the process queue on the object locally, first come, first served. For N permits
+// in one process, use N objects. release() by a thread that does not own the permit does nothing
+// (returns false).
 #ifndef REDLOCK_SEMAPHORE_HPP
 #define REDLOCK_SEMAPHORE_HPP
 
@@ -66,7 +67,7 @@ class Semaphore {
 
   // Waits until the calling thread holds a permit. Throws Error if the server cannot be reached,
   // ServerError for error replies (e.g. WRONGTYPE: a reserved key holds something else), Error
-  // after cancel_waits() (CancelledError once available), and Error when the calling thread owns
+  // after cancel_waits() (CancelledError), and Error when the calling thread owns
   // a permit that has been lost (release() it first). Thread-safe.
   void acquire();
 

@@ -83,6 +83,8 @@ class ReleaseWatch {
   virtual void wait_until(SteadyClock::time_point until) = 0;
   // Fair mode: a hand-over that arrived for this waiter (attempt `seq`, fence `fence`).
   virtual bool take_grant(std::uint64_t& seq, std::uint64_t& fence) noexcept = 0;
+  // Ends a wait_until in progress (or the next one) at once: cancel_waits(). Any thread.
+  virtual void wake() noexcept = 0;
 };
 
 class LeaseBackend {

@@ -13,15 +13,10 @@
 #include "core/tally.hpp"
 #include "protocol/features.hpp"
 #include "util/log_internal.hpp"
+#include "watch/release_watch.hpp"
 
 namespace redlock {
 namespace detail {
-
-// Provided by watch/release_watch.cpp (pinned in ARCH_PLAN: the Redis ReleaseWatch).
-std::unique_ptr<ReleaseWatch> make_release_watch(const LeaseEngine& engine,
-                                                 SteadyClock::time_point deadline,
-                                                 std::string token_sha1);
-bool release_watch_live(const LeaseEngine& engine) noexcept;
 
 namespace {
 
@@ -270,16 +265,6 @@ AcquireResult LeaseEngine::acquire(const AcquireRequest& request) {
   return result;
 }
 
-AcquireResult LeaseEngine::acquire(const std::string& token, bool want_pttl, bool enqueue,
-                                   std::uint64_t seq) {
-  AcquireRequest request;
-  request.token = &token;
-  request.attempt = want_pttl ? Attempt::contended : Attempt::first;
-  request.queue = enqueue ? Queue::join : Queue::none;
-  request.seq = seq;
-  return acquire(request);
-}
-
 AcquireResult LeaseEngine::handed_over(std::uint64_t fence, SteadyClock::time_point sent) const {
   const Decision d = decide(1, 1, ttl_, drift_factor_, sent, SteadyClock::now());
   AcquireResult result;
@@ -303,10 +288,6 @@ ExtendResult LeaseEngine::extend(const std::string& token, std::chrono::millisec
 
 ReleaseResult LeaseEngine::release(const std::string& token, Announce announce) {
   return release_on(token, nullptr, announce);
-}
-
-ReleaseResult LeaseEngine::release(const std::string& token, const bool* only, bool announce) {
-  return release_on(token, only, announce ? Announce::waiters : Announce::quietly);
 }
 
 ReleaseResult LeaseEngine::release_on(const std::string& token, const bool* only,

@@ -49,13 +49,6 @@ class LeaseEngine final : public LeaseBackend {
   std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline,
                                       std::string token_sha1) override;
 
-  // TRANSITIONAL, for lock/ and tests until they call the LeaseBackend methods: the same
-  // operations with today's parameters (`want_pttl`: Attempt::contended; `enqueue`:
-  // Queue::join; `announce`: Announce::waiters).
-  AcquireResult acquire(const std::string& token, bool want_pttl, bool enqueue = false,
-                        std::uint64_t seq = 0);
-  ReleaseResult release(const std::string& token, const bool* only = nullptr, bool announce = true);
-
   const std::vector<std::shared_ptr<ClientImpl>>& nodes() const noexcept { return nodes_; }
   // The pub/sub channel releases are announced on: key + ":released".
   const std::string& channel() const noexcept { return keys_.channel; }
@@ -90,6 +83,13 @@ class LeaseEngine final : public LeaseBackend {
 
 // Checks what LeaseEngine's constructor accepts (key, options). Throws std::invalid_argument.
 void validate_lock_options(const std::string& key, const LockOptions& options);
+
+// The lease backend of a Lock or Redlock on `nodes` (a standalone server is N = 1). Throws
+// std::invalid_argument for bad options or duplicate nodes.
+inline std::shared_ptr<LeaseEngine> make_lease_engine(
+    std::vector<std::shared_ptr<ClientImpl>> nodes, std::string key, const LockOptions& options) {
+  return std::make_shared<LeaseEngine>(std::move(nodes), std::move(key), options);
+}
 
 // The documented maximum key length. Redis would take up to 512 MB, but a lock name that large
 // is a bug, and every operation sends the key (and the release channel) again.

@@ -1,0 +1,53 @@
+// src/lock/fair_wait.hpp: fair mode's wait strategy, the one place fair waiting lives: one token
+// is the waiter's place in the server's queue for the whole wait, attempts refresh it, a release
+// hands the lock over without a round trip, and a waiter that gives up leaves the queue.
+#ifndef REDLOCK_SRC_LOCK_FAIR_WAIT_HPP
+#define REDLOCK_SRC_LOCK_FAIR_WAIT_HPP
+
+#include <cstdint>
+#include <string>
+
+#include "lock/wait.hpp"
+
+namespace redlock {
+namespace detail {
+
+// How a fair waiter learns of releases and hand-overs.
+enum class FairWake { timer, releases };
+
+// A release hands the lock over by setting the key to the waiter's token and publishing
+// "grant:<seq>:<fence>:<SHA1 of the token>" on this process's own channel, where seq numbers the
+// last attempt the server had seen; that attempt was sent before the key was set, so a lease
+// counted from its send time ends no later than the server's. An attempt after which the backend
+// ran fair_release with the token (a rollback: AcquireResult::left_queue) voids every hand-over
+// naming it or an earlier attempt.
+class FairWait final : public WaitStrategy {
+ public:
+  // Makes the waiter's token. Throws what token generation throws.
+  FairWait(LeaseBackend& backend, FairWake wake);
+  ~FairWait() override;
+
+  Try attempt(Attempt how) override;
+  bool hand_over(Try& out) override;
+  void leave() noexcept override;
+  bool watch_is_free() const noexcept override;
+
+ protected:
+  std::unique_ptr<ReleaseWatch> make_watch(SteadyClock::time_point deadline) override;
+
+ private:
+  static constexpr std::uint64_t kKept = 32;  // send times remembered (recent attempts)
+
+  const FairWake wake_;
+  const std::string token_;
+  const std::string token_sha1_;
+  std::uint64_t seq_{0};
+  std::uint64_t void_through_{0};        // hand-overs naming attempts up to this are void
+  bool queued_{false};                   // a contended attempt may have taken a place in the queue
+  SteadyClock::time_point sent_[kKept];  // attempt s was sent at sent_[(s - 1) % kKept]
+};
+
+}  // namespace detail
+}  // namespace redlock
+
+#endif  // REDLOCK_SRC_LOCK_FAIR_WAIT_HPP

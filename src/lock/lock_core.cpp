@@ -1,0 +1,339 @@
+// src/lock/lock_core.cpp: LockCore: the acquire loop of a Lock or Redlock over its wait
+// strategy, release, extend, the watchdog hand-off, and the release of holds whose thread exited.
+#include "lock/lock_core.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <thread>
+
+#include <redlock/errors.hpp>
+#include <redlock/watchdog.hpp>
+
+#include "api/access.hpp"
+#include "core/engine.hpp"
+#include "lock/fair_wait.hpp"
+#include "util/log_internal.hpp"
+#include "util/token.hpp"
+#include "watch/watchdog_impl.hpp"
+
+namespace redlock {
+namespace detail {
+namespace {
+
+// One per thread that ever acquired: when the thread exits, the locks it still holds are
+// released (their owner id may be given to a new thread).
+class ThreadHolds {
+ public:
+  ThreadHolds() = default;
+  ThreadHolds(const ThreadHolds&) = delete;
+  ThreadHolds& operator=(const ThreadHolds&) = delete;
+  ~ThreadHolds() {
+    for (auto& weak : cores_) {
+      if (auto core = weak.lock()) core->orphaned();
+    }
+  }
+  void add(const std::shared_ptr<LockCore>& core) {
+    cores_.erase(std::remove_if(cores_.begin(), cores_.end(),
+                                [](const std::weak_ptr<LockCore>& w) { return w.expired(); }),
+                 cores_.end());
+    for (const auto& weak : cores_) {
+      if (weak.lock() == core) return;
+    }
+    cores_.push_back(core);
+  }
+
+ private:
+  std::vector<std::weak_ptr<LockCore>> cores_;
+};
+
+ThreadHolds& thread_holds() {
+  thread_local ThreadHolds holds;
+  return holds;
+}
+
+constexpr auto kNoDeadline = SteadyClock::time_point::max();
+constexpr CallWords kWords{"lock() of ",
+                           " by the thread that owns it, but its hold was lost; unlock() it first"};
+
+}  // namespace
+
+LockCore::LockCore(std::vector<std::shared_ptr<ClientImpl>> nodes, std::string key,
+                   LockOptions options)
+    : options_(std::move(options)),
+      renewal_(make_lease_engine(std::move(nodes), std::move(key), options_)),
+      backend_(renewal_) {
+  if ((options_.auto_renew || options_.on_lost) && !options_.watchdog) {
+    options_.watchdog = Watchdog::shared();
+  }
+}
+
+bool LockCore::acquire(Call call, SteadyClock::time_point deadline) {
+  const Ownership::Entry entry = ownership_.enter(call, deadline);
+  if (entry != Ownership::Entry::entered) return entry_result(entry, call, backend_->key(), kWords);
+  return gated_acquire(call, deadline);
+}
+
+// This thread alone of this process talks to the servers for this object until it holds the
+// lock or gives up.
+bool LockCore::gated_acquire(Call call, SteadyClock::time_point deadline) {
+  // This object just released a lock others were waiting for: give the woken waiter the few
+  // round trips it needs before competing again (no barging; see release()).
+  const SteadyClock::time_point courtesy{
+      SteadyClock::duration(courtesy_until_.load(std::memory_order_acquire))};
+  if (call != Call::try_lock && SteadyClock::now() < courtesy) {
+    std::this_thread::sleep_until(std::min(courtesy, deadline));
+  }
+  bool held = false;
+  try {
+    held = attempts(call, deadline);
+  } catch (...) {
+    ownership_.open_gate();
+    throw;
+  }
+  if (!held) ownership_.open_gate();
+  return held;
+}
+
+// The wait strategy is chosen once per call and lives on this stack frame.
+bool LockCore::attempts(Call call, SteadyClock::time_point deadline) {
+  const auto round = [&](WaitStrategy& wait) {
+    Round r{call, deadline, wait,
+            Unavailability(backend_->key(), call, deadline, options_.max_unavailable)};
+    return attempts(r);
+  };
+  if (backend_->fair()) {
+    FairWait wait(*backend_, options_.wake_on_release ? FairWake::releases : FairWake::timer);
+    return round(wait);
+  }
+  if (options_.wake_on_release) {
+    WakeOnReleaseWait wait(*backend_);
+    return round(wait);
+  }
+  PollingWait wait(*backend_);
+  return round(wait);
+}
+
+// Waiting means: watch for releases first, then try again (and queue, in fair mode). A release
+// after the watch is confirmed cannot be missed; one before it is seen by the attempt (in fair
+// mode the key then holds our token, and the attempt re-arms it). When watching is free (this
+// process is subscribed already) the watch comes first and the very first attempt counts.
+// Unavailability (the servers cannot be reached) ends try_lock() with the error; a wait rides it
+// out until its deadline, and throws it if the last attempt failed that way.
+bool LockCore::attempts(Round& r) {
+  WaitStrategy& wait = r.wait;
+  try {
+    if (r.call != Call::try_lock && wait.watch_is_free()) wait.start_watch(ownership_, r.deadline);
+    if (settle(r, wait.attempt(wait.watching() ? Attempt::contended : Attempt::first))) return true;
+    if (r.call == Call::try_lock) return false;
+    if (!wait.watching()) {
+      if (r.deadline != kNoDeadline && SteadyClock::now() >= r.deadline) {
+        return r.unavailable.give_up();
+      }
+      wait.start_watch(ownership_, r.deadline);
+      if (!ownership_.cancelled() && settle(r, wait.attempt(Attempt::contended))) return true;
+    }
+    return wait_loop(r);
+  } catch (...) {
+    wait.leave();
+    throw;
+  }
+}
+
+bool LockCore::wait_loop(Round& r) {
+  for (;;) {
+    if (ownership_.cancelled()) {
+      r.wait.leave();  // passes on a hand-over that came meanwhile
+      return cancelled_result(r.call, backend_->key(), kWords);
+    }
+    const auto now = SteadyClock::now();
+    if (r.deadline != kNoDeadline && now >= r.deadline) {
+      if (take_hand_over(r.wait)) return true;  // it came in time
+      r.wait.leave();
+      return r.unavailable.give_up();
+    }
+    r.wait.wait_until(next_wake(r, now));
+    if (ownership_.cancelled()) continue;
+    if (take_hand_over(r.wait) || settle(r, r.wait.attempt(Attempt::contended))) return true;
+  }
+}
+
+// Jittered retry_delay, never past the holder's lease end (it may end by expiry, unannounced)
+// nor past the deadline.
+SteadyClock::time_point LockCore::next_wake(const Round& r, SteadyClock::time_point now) const {
+  auto wait = jittered(std::chrono::nanoseconds(options_.retry_delay));
+  if (r.holder_pttl.count() >= 0) {
+    wait = std::min<std::chrono::nanoseconds>(wait, r.holder_pttl + std::chrono::milliseconds(1));
+  }
+  const auto until = now + wait;
+  return r.deadline == kNoDeadline ? until : std::min(until, r.deadline);
+}
+
+// Applies one attempt's outcome: a failure goes to the unavailability rule, a grant is taken.
+bool LockCore::settle(Round& r, Try attempt) {
+  r.holder_pttl = attempt.result.holder_pttl;
+  if (attempt.result.failure) {
+    r.unavailable.failed(attempt.result.failure);
+    return false;
+  }
+  r.unavailable.answered();
+  return attempt.result.held && take(attempt.result, std::move(attempt.token), attempt.sent);
+}
+
+bool LockCore::take_hand_over(WaitStrategy& wait) {
+  Try handed;
+  return wait.hand_over(handed) && take(handed.result, std::move(handed.token), handed.sent);
+}
+
+bool LockCore::take(const AcquireResult& result, std::string token, SteadyClock::time_point start) {
+  auto hold =
+      std::make_shared<HoldState>(std::move(token), result.fence, start, result.valid_until);
+  ownership_.own(Held{hold, 0});
+  thread_holds().add(shared_from_this());
+  if (!options_.auto_renew) return true;
+  try {
+    Access::watchdog(*options_.watchdog)
+        .watch(renewal_, hold,
+               WatchSettings{options_.max_renewals, options_.max_hold, options_.on_lost});
+  } catch (...) {
+    // Could not start renewal (thread creation failed): do not hand out a hold the caller
+    // believes is renewed. Roll back and report.
+    ownership_.disown();
+    hold->mark_released();
+    try {
+      backend_->release(hold->token(), Announce::waiters);
+    } catch (...) {
+    }
+    throw;
+  }
+  return true;
+}
+
+bool LockCore::release() {
+  Held last;
+  switch (ownership_.exit(last)) {
+    case Ownership::Exit::not_owner:
+      logf(LogLevel::warn,
+           "redlock: release of {} by a thread that does not hold it; nothing was done",
+           backend_->key());
+      return false;
+    case Ownership::Exit::nested_valid:
+      return true;
+    case Ownership::Exit::nested_lost:
+      return false;
+    case Ownership::Exit::last:
+      break;
+  }
+  const std::shared_ptr<HoldState>& hold = last.hold;
+  // Stop renewal before the key is deleted, and wait out a renewal in flight.
+  const bool was_valid = hold->begin_end() && !hold->lost(SteadyClock::now());
+  const bool capped = hold->marked_lost() && hold->reason() == LostReason::cap_reached;
+  ReleaseResult result;
+  std::exception_ptr error;
+  if (!capped) {  // after a cap the watchdog has already released it
+    const auto start = SteadyClock::now();
+    try {
+      result = backend_->release(hold->token(), Announce::waiters);
+      error = result.failure;
+    } catch (...) {
+      error = std::current_exception();
+    }
+    if (result.listeners > 0 && !backend_->fair()) hold_back_after(start);  // fair: queue decides
+  }
+  // Kept unless it had expired or the backend found that no quorum can have held it.
+  const bool kept = was_valid && result.quorum_kept;
+  if (!capped && !error && !kept) {
+    // The lease turned out to be gone: that is a loss, and LeaseToken listeners hear of it.
+    report_lost(hold, was_valid ? result.reason : LostReason::expired);
+  }
+  hold->mark_released();
+  ownership_.open_gate();
+  if (error) std::rethrow_exception(error);
+  return kept;
+}
+
+// Waiters heard a release that started at `release_start`. Hold back this object's next acquire
+// for about as long as a woken waiter needs to answer (4 round trips of it, 250 us .. 5 ms).
+void LockCore::hold_back_after(SteadyClock::time_point release_start) {
+  const auto rtt = SteadyClock::now() - release_start;
+  const auto pause = std::clamp<SteadyClock::duration>(4 * rtt, std::chrono::microseconds(250),
+                                                       std::chrono::milliseconds(5));
+  courtesy_until_.store((SteadyClock::now() + pause).time_since_epoch().count(),
+                        std::memory_order_release);
+}
+
+bool LockCore::extend(std::chrono::milliseconds ttl) {
+  if (ttl.count() <= 0 || ttl > kMaxTtl || drift_of(ttl, options_.clock_drift_factor) >= ttl) {
+    throw std::invalid_argument(
+        "redlock: extend: ttl must be longer than the drift allowance "
+        "(ttl * clock_drift_factor + 2 ms) and at most 200 years (got " +
+        std::to_string(ttl.count()) + " ms)");
+  }
+  const std::shared_ptr<HoldState> hold = ownership_.hold_of_caller();
+  if (!hold) return false;
+  const auto start = SteadyClock::now();
+  if (hold->ending() || hold->lost(start)) return false;
+  // From here the server may apply the new ttl at any moment, even if it is shorter than what
+  // is left, and a watchdog renewal may be in flight too: the hold tracks what is safe.
+  const auto id = hold->begin_extend(start + std::chrono::nanoseconds(ttl) -
+                                     drift_of(ttl, options_.clock_drift_factor));
+  ExtendResult result;
+  try {
+    result = backend_->extend(hold->token(), ttl);
+  } catch (...) {
+    hold->end_extend(id, false);
+    throw;
+  }
+  // Held only if a quorum confirmed before the old validity ran out.
+  const bool in_time = result.held && SteadyClock::now() < hold->valid_until();
+  const bool held = hold->end_extend(id, in_time && !result.failure);
+  if (result.failure) std::rethrow_exception(result.failure);
+  if (held) {
+    // A short ttl must not outlive the watchdog's schedule: its next renewal moves up.
+    if (options_.auto_renew) Access::watchdog(*options_.watchdog).reschedule(*hold);
+    return true;
+  }
+  report_lost(hold, result.reason);
+  return false;
+}
+
+void LockCore::report_lost(const std::shared_ptr<HoldState>& hold, LostReason reason) {
+  if (hold->mark_lost(reason) && options_.on_lost && options_.watchdog) {
+    Access::watchdog(*options_.watchdog)
+        .report_lost(backend_->key(), hold, options_.on_lost, reason);
+  }
+}
+
+// Ends `hold` and releases it unless the watchdog already did (cap); failures are logged and
+// the lease expires by its ttl.
+void LockCore::release_quietly(HoldState& hold, const char* when) noexcept {
+  try {
+    hold.begin_end();
+    if (!(hold.marked_lost() && hold.reason() == LostReason::cap_reached)) {
+      const ReleaseResult r = backend_->release(hold.token(), Announce::waiters);
+      if (r.failure) std::rethrow_exception(r.failure);
+    }
+  } catch (const std::exception& e) {
+    logf(LogLevel::warn, "redlock: could not release {}{} ({}); it expires by its ttl",
+         backend_->key(), when, e.what());
+  } catch (...) {
+  }
+}
+
+void LockCore::orphaned() noexcept {
+  const Held held = ownership_.disown_caller();
+  if (!held.hold) return;
+  logf(LogLevel::warn, "redlock: a thread exited holding {}; releasing it", backend_->key());
+  release_quietly(*held.hold, "");
+  held.hold->mark_released();
+  ownership_.open_gate();
+}
+
+void LockCore::destroy() noexcept {
+  const Held held = ownership_.disown();
+  if (!held.hold) return;
+  release_quietly(*held.hold, " while destroying the lock");
+  held.hold->mark_released();
+}
+
+}  // namespace detail
+}  // namespace redlock

@@ -1,0 +1,80 @@
+// src/lock/lock_core.hpp: LockCore, what a Lock or Redlock object is: a lease backend, the
+// object's ownership (lock/ownership.hpp) and the acquire loop over a wait strategy
+// (lock/wait.hpp), plus the watchdog hand-off and loss reporting.
+#ifndef REDLOCK_SRC_LOCK_LOCK_CORE_HPP
+#define REDLOCK_SRC_LOCK_LOCK_CORE_HPP
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <redlock/options.hpp>
+
+#include "core/backend.hpp"
+#include "core/hold.hpp"
+#include "lock/ownership.hpp"
+#include "lock/wait.hpp"
+
+namespace redlock {
+namespace detail {
+
+class ClientImpl;
+class LeaseEngine;
+
+class LockCore : public std::enable_shared_from_this<LockCore> {
+ public:
+  // Throws std::invalid_argument for bad options or duplicate nodes.
+  LockCore(std::vector<std::shared_ptr<ClientImpl>> nodes, std::string key, LockOptions options);
+
+  // `deadline` max(): no deadline. Returns held; throws as LockBase::lock/try_lock*.
+  bool acquire(Call call, SteadyClock::time_point deadline);
+  bool release();
+  bool extend(std::chrono::milliseconds ttl);
+  void destroy() noexcept;
+  void cancel_waits() noexcept { ownership_.cancel(); }
+  // The thread that owns the hold is exiting: release the hold (best effort), so that no thread
+  // that gets the same std::thread::id later inherits it.
+  void orphaned() noexcept;
+
+  const Ownership& ownership() const noexcept { return ownership_; }
+  const LockOptions& options() const noexcept { return options_; }
+  const LeaseBackend& backend() const noexcept { return *backend_; }
+
+ private:
+  // One acquire call's state across its attempts.
+  struct Round {
+    Call call;
+    SteadyClock::time_point deadline;
+    WaitStrategy& wait;
+    Unavailability unavailable;
+    std::chrono::milliseconds holder_pttl{-1};  // from the last attempt (-1: unknown)
+  };
+  bool gated_acquire(Call call, SteadyClock::time_point deadline);
+  bool attempts(Call call, SteadyClock::time_point deadline);
+  bool attempts(Round& round);
+  bool wait_loop(Round& round);
+  bool settle(Round& round, Try attempt);
+  bool take_hand_over(WaitStrategy& wait);
+  SteadyClock::time_point next_wake(const Round& round, SteadyClock::time_point now) const;
+  bool take(const AcquireResult& result, std::string token, SteadyClock::time_point start);
+  void hold_back_after(SteadyClock::time_point release_start);
+  void report_lost(const std::shared_ptr<HoldState>& hold, LostReason reason);
+  void release_quietly(HoldState& hold, const char* when) noexcept;
+
+  LockOptions options_;
+  // The Redis lease engine, for the watchdog only: its renewals batch leases of many locks per
+  // node (core/extend.hpp), which the seam does not cover yet. Everything else in lock/ goes
+  // through backend_.
+  std::shared_ptr<LeaseEngine> renewal_;
+  std::shared_ptr<LeaseBackend> backend_;
+  Ownership ownership_;
+  // No acquire attempt before this (anti-barging), steady_clock ticks since its epoch.
+  std::atomic<SteadyClock::rep> courtesy_until_{0};
+};
+
+}  // namespace detail
+}  // namespace redlock
+
+#endif  // REDLOCK_SRC_LOCK_LOCK_CORE_HPP

@@ -1,0 +1,122 @@
+// src/lock/ownership.hpp: which thread of this process owns a Lock, Redlock or Semaphore object,
+// how often it re-entered, the first come, first served queue of this process's threads waiting
+// for the object, and cancel_waits(). Shared by lock_core.cpp and semaphore.cpp.
+//
+// Lock order: Ownership::mutex_ is taken alone; nothing is called under it except notifying
+// condition variables and ReleaseWatch::wake().
+#ifndef REDLOCK_SRC_LOCK_OWNERSHIP_HPP
+#define REDLOCK_SRC_LOCK_OWNERSHIP_HPP
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/backend.hpp"
+#include "core/hold.hpp"
+
+namespace redlock {
+namespace detail {
+
+// How a caller waits: try_lock() once, try_lock_for/until() until a deadline, or lock().
+enum class Call { try_lock, try_lock_for, lock };
+
+// What the owner thread holds: the hold and, for a Semaphore, the permit's slot (0 for a lock).
+struct Held {
+  std::shared_ptr<HoldState> hold;
+  std::size_t slot{0};
+};
+
+class Ownership {
+ public:
+  // What enter() decided.
+  enum class Entry {
+    reentered,  // the caller owns a valid hold: its depth was counted, it holds the object
+    lost,       // the caller owns a hold that was lost (lock() must not wait for itself)
+    entered,    // the caller has the gate: it alone of this process may now acquire
+    busy,       // try_lock(): another thread has the gate
+    timed_out,  // the deadline passed in the local queue
+    cancelled,  // cancel_waits() (not for try_lock(), which never waits)
+  };
+  // What exit() did.
+  enum class Exit { not_owner, nested_valid, nested_lost, last };
+
+  // Re-entry, else a place in the local queue until the gate is free (FIFO), the deadline
+  // (max(): none) or cancel_waits(). After `entered`, call own() or open_gate(). Thread-safe.
+  Entry enter(Call call, SteadyClock::time_point deadline);
+  // The gate's holder gives the gate to the next queued thread (or frees it). Thread-safe.
+  void open_gate() noexcept;
+  // The gate's holder (the calling thread) now owns `held`, at depth 1.
+  void own(Held held) noexcept;
+  // Clears the ownership and returns what was held (null hold if none). The gate stays closed.
+  Held disown() noexcept;
+  // As disown(), only if the calling thread is the owner.
+  Held disown_caller() noexcept;
+  // The caller's release: not_owner, a nested level (the hold stays), or the last level (`last`
+  // gets the hold; the gate stays closed until open_gate()).
+  Exit exit(Held& last) noexcept;
+
+  std::shared_ptr<HoldState> hold() const noexcept;
+  std::shared_ptr<HoldState> hold_of_caller() const noexcept;
+  std::size_t slot() const noexcept;
+  // The calling thread owns a hold that is not lost.
+  bool owns() const noexcept;
+
+  bool cancelled() const noexcept { return cancelled_.load(std::memory_order_acquire); }
+  // Sticky: every wait in progress or to come ends (queued threads and registered watches).
+  void cancel() noexcept;
+
+  // Registers a wait's watch for its lifetime, so that cancel() wakes it.
+  class Watching {
+   public:
+    Watching(Ownership& ownership, ReleaseWatch& watch);
+    ~Watching();
+    Watching(const Watching&) = delete;
+    Watching& operator=(const Watching&) = delete;
+
+   private:
+    Ownership& ownership_;
+    ReleaseWatch& watch_;
+  };
+
+ private:
+  struct Queued {
+    std::condition_variable cv;
+    bool granted{false};
+  };
+  Entry reenter() noexcept;  // mutex_ held, caller is the owner
+  Entry queue(std::unique_lock<std::mutex>& lock, SteadyClock::time_point deadline);
+
+  mutable std::mutex mutex_;
+  bool busy_{false};           // a thread of this process has the gate (acquiring or holding)
+  std::deque<Queued*> queue_;  // threads waiting for the gate, in arrival order
+  std::thread::id owner_{};
+  std::size_t depth_{0};
+  Held held_;
+  std::atomic<bool> cancelled_{false};
+  std::vector<ReleaseWatch*> waiting_;  // watches of the waits in progress
+};
+
+// How an object's messages name a call: "redlock: " + call + key + lost.
+struct CallWords {
+  const char* call;  // e.g. "lock() of "
+  const char* lost;  // e.g. " by the thread that owns it, but its hold was lost; unlock() it first"
+};
+
+// What an acquire call returns when enter() gave anything but Entry::entered: true (re-entered)
+// or false; throws Error for lock() of a lost hold (it must not return without the lock, and
+// the thread cannot wait for itself) and CancelledError for a cancelled lock().
+bool entry_result(Ownership::Entry entry, Call call, const std::string& key,
+                  const CallWords& words);
+// A wait ended by cancel_waits(): false, or CancelledError for lock().
+bool cancelled_result(Call call, const std::string& key, const CallWords& words);
+
+}  // namespace detail
+}  // namespace redlock
+
+#endif  // REDLOCK_SRC_LOCK_OWNERSHIP_HPP

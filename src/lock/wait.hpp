@@ -1,0 +1,120 @@
+// src/lock/wait.hpp: how one acquire call of a Lock or Redlock makes its attempts and waits
+// between them, as one strategy interface with three kinds: polling (a timer), wake-on-release
+// (a subscription to the lock's releases) and fair (lock/fair_wait.hpp: the server's queue and
+// hand-overs); plus the unavailability rule every kind shares.
+//
+// A strategy is one call's object on the caller's stack (no allocation until a wait begins); it
+// is not thread-safe, except that cancel_waits() may wake its watch from any thread.
+#ifndef REDLOCK_SRC_LOCK_WAIT_HPP
+#define REDLOCK_SRC_LOCK_WAIT_HPP
+
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/backend.hpp"
+#include "lock/ownership.hpp"
+
+namespace redlock {
+namespace detail {
+
+// One attempt's outcome: the backend's result, the token it was made with and when it was sent
+// (a lease is counted from then).
+struct Try {
+  AcquireResult result;
+  std::string token;
+  SteadyClock::time_point sent{};
+};
+
+class WaitStrategy {
+ public:
+  explicit WaitStrategy(LeaseBackend& backend) noexcept : backend_(backend) {}
+  virtual ~WaitStrategy() = default;
+  WaitStrategy(const WaitStrategy&) = delete;
+  WaitStrategy& operator=(const WaitStrategy&) = delete;
+
+  // One acquire attempt on the backend. Throws what the backend throws.
+  virtual Try attempt(Attempt how) = 0;
+  // Fair mode: a hand-over that arrived and can still be trusted, as a held Try. False otherwise.
+  virtual bool hand_over(Try& out);
+  // Fair mode: gives up the place in the server's queue, if an attempt took one (passing on a
+  // hand-over that came meanwhile). Idempotent; never throws.
+  virtual void leave() noexcept {}
+  // True if watching costs no round trip now (this process is subscribed already): the wait
+  // then watches before its first attempt.
+  virtual bool watch_is_free() const noexcept { return false; }
+
+  // Starts watching for releases, registered with `ownership` so that cancel_waits() wakes it;
+  // subscription confirmations are awaited at most until `deadline`. Attempts made after it
+  // cannot miss a release.
+  void start_watch(Ownership& ownership, SteadyClock::time_point deadline);
+  bool watching() const noexcept { return watch_ != nullptr; }
+  // Sleeps until a release is announced, cancel_waits(), or `until`. start_watch() first.
+  void wait_until(SteadyClock::time_point until) { watch_->wait_until(until); }
+
+ protected:
+  virtual std::unique_ptr<ReleaseWatch> make_watch(SteadyClock::time_point deadline) = 0;
+
+  LeaseBackend& backend_;
+  std::unique_ptr<ReleaseWatch> watch_;
+
+ private:
+  std::optional<Ownership::Watching> registered_;  // destroyed before watch_
+};
+
+// Retries at jittered retry_delay; nothing is subscribed.
+class PollingWait : public WaitStrategy {
+ public:
+  using WaitStrategy::WaitStrategy;
+  Try attempt(Attempt how) override;
+
+ protected:
+  std::unique_ptr<ReleaseWatch> make_watch(SteadyClock::time_point deadline) override;
+};
+
+// As polling, and a release announced by the holder wakes the wait at once.
+class WakeOnReleaseWait final : public PollingWait {
+ public:
+  using PollingWait::PollingWait;
+  bool watch_is_free() const noexcept override { return backend_.watch_live(); }
+
+ protected:
+  std::unique_ptr<ReleaseWatch> make_watch(SteadyClock::time_point deadline) override;
+};
+
+// The unavailability rule of one wait: try_lock() throws a transport failure at once; a wait
+// logs one warning when attempts start failing that way, one info when the servers answer again,
+// and at its deadline throws the failure if the last attempt was one. Server error replies are
+// never unavailability: they always throw.
+class Unavailability {
+ public:
+  // `max_unavailable`: LockOptions::max_unavailable, how long an outage may last in a wait.
+  Unavailability(const std::string& key, Call call, SteadyClock::time_point deadline,
+                 std::chrono::milliseconds max_unavailable)
+      : key_(key),
+        call_(call),
+        forever_(deadline == SteadyClock::time_point::max()),
+        max_(max_unavailable) {}
+
+  // The attempt failed with `failure`: rethrows it, or records it and returns.
+  void failed(const std::exception_ptr& failure);
+  // The servers answered the attempt (granted or refused).
+  void answered();
+  // The deadline passed: returns false (contention), or throws the last failure.
+  bool give_up() const;
+
+ private:
+  const std::string& key_;
+  const Call call_;
+  const bool forever_;
+  const std::chrono::milliseconds max_;
+  SteadyClock::time_point since_{};  // the first failure of the current outage
+  std::exception_ptr last_;
+};
+
+}  // namespace detail
+}  // namespace redlock
+
+#endif  // REDLOCK_SRC_LOCK_WAIT_HPP
