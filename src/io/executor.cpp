@@ -121,6 +121,7 @@ void retry_noscript(Pending& p) {
   for (std::size_t i : redo) append(*p.connection, p.batch->commands[i], Dialect::as_eval);
   p.replies.clear();
   p.expected = redo.size();
+  p.trailing = false;  // alone in this loop: awaited until its own deadline
   start_writing(p);
   run_poll_loop(&p, 1, Clock::now(), nullptr);
   if (p.done) return;
