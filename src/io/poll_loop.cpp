@@ -158,8 +158,8 @@ void expire(Pending& p, Cut cut) {
   // Connected, and cut short by the early finish rather than its own deadline: reachable.
   p.batch->abandoned = cut != Cut::own_deadline;
   const char* doing = p.stage == Stage::reading ? "read from" : "send to";
-  auto error = transport_error(IoResult{0, IoError::timeout, ETIMEDOUT}, address(p), doing,
-                               command_timeout(p));
+  auto error =
+      transport_error(IoResult{0, IoError::timeout, EAGAIN}, address(p), doing, command_timeout(p));
   send_on_timeout(p);
   fail(p, std::move(error));
 }

@@ -80,7 +80,7 @@ void write_all(Connection& connection, const std::string& address) {
     const short events = connection.transport.wanted(POLLOUT);
     if (!await(connection.transport.fd(), events,
                std::chrono::steady_clock::now() + connection.timeout)) {
-      std::rethrow_exception(transport_error(IoResult{0, IoError::timeout, ETIMEDOUT}, address,
+      std::rethrow_exception(transport_error(IoResult{0, IoError::timeout, EAGAIN}, address,
                                              "send to", connection.timeout));
     }
   }
@@ -92,13 +92,13 @@ std::exception_ptr transport_error(const IoResult& result, const std::string& ad
     case IoError::timeout:
     case IoError::again:
       return std::make_exception_ptr(TimeoutError(fmt::format(
-          "redlock: {} did not answer within {} ms while trying to {} it; the server may be "
-          "paused, overloaded or unreachable",
-          address, limit.count(), doing)));
+          "redlock: {} did not answer within {} ms while trying to {} it ({}); the server may "
+          "be paused, overloaded or unreachable",
+          address, limit.count(), doing, std::strerror(result.code != 0 ? result.code : EAGAIN))));
     case IoError::closed:
       return std::make_exception_ptr(ConnectionError(fmt::format(
-          "redlock: {} closed the connection; it may have restarted or killed this client, "
-          "the next call reconnects",
+          "redlock: {} closed the connection (end of stream); it may have restarted or killed "
+          "this client, the next call reconnects",
           address)));
     default:
       return std::make_exception_ptr(ConnectionError(

@@ -50,7 +50,8 @@ bool await(int fd, short events, SteadyTime deadline);
 void write_all(Connection& connection, const std::string& address);
 
 // The exception for a failed read or write (`doing` is "read from", "send to", ...): TimeoutError
-// for IoError::timeout (`limit` is what ran out), else ConnectionError.
+// for IoError::timeout (`limit` is what ran out; the message quotes strerror(result.code), or
+// EAGAIN's text when our own deadline ran out), else ConnectionError.
 std::exception_ptr transport_error(const IoResult& result, const std::string& address,
                                    std::string_view doing, std::chrono::milliseconds limit);
 // The exception for a server that did not accept a connection within `limit`.
