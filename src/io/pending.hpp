@@ -47,6 +47,7 @@ struct Pending {
   bool connection_attempted{false};  // false when skipped by the circuit breaker
   bool reused{false};                // the request went out on a pooled connection
   bool trailing{false};              // in back-off: not waited for once the others are done
+  bool waited{false};                // the one blocking read for the first reply was made
   Cut cut{Cut::none};
 };
 

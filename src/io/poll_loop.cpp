@@ -82,8 +82,8 @@ void drain(Pending& p) {
   }
 }
 
-void read_step(Pending& p) {
-  const IoResult result = read_some(*p.connection);
+void read_step(Pending& p, ReadMode mode = ReadMode::now) {
+  const IoResult result = read_some(*p.connection, mode);
   if (result.error == IoError::again) return;
   if (result.error != IoError::none) {
     fail(p, transport_error(result, address(p), "read from", command_timeout(p)));
@@ -236,6 +236,11 @@ int poll_timeout(const PerNode<Pending*>& owners, Clock::time_point next, Clock:
   return static_cast<int>(std::max<std::int64_t>(wait.count(), 0));
 }
 
+// True for a node whose request is written and that has not read anything yet.
+bool waits_first_reply(const Pending& p) {
+  return p.stage == Stage::reading && !p.waited && p.replies.empty();
+}
+
 }  // namespace
 
 void send(Pending& p) {
@@ -254,6 +259,7 @@ void send(Pending& p) {
 
 void start_writing(Pending& p) {
   p.deadline = Clock::now() + command_timeout(p);
+  p.waited = false;
   p.stage = Stage::writing;
   write_step(p);
 }
@@ -270,6 +276,13 @@ void run_poll_loop(Pending* pending, std::size_t count, Clock::time_point start,
     }
     const auto next_deadline = collect(pending, count, now, grace, fds, owners);
     if (fds.empty()) return;
+    if (count == 1 && waits_first_reply(*owners[0])) {
+      // One node, its request just written: one blocking read (bounded by command_timeout, the
+      // socket's receive timeout) instead of poll + read. Later reads use the poll.
+      owners[0]->waited = true;
+      read_step(*owners[0], ReadMode::waiting);
+      continue;
+    }
     const int rc = ::poll(fds.data(), fds.size(), poll_timeout(owners, next_deadline, now));
     if (rc < 0) {
       if (errno == EINTR) continue;

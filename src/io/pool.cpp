@@ -94,6 +94,7 @@ std::unique_ptr<Connection> ClientImpl::adopt(Dial& dial) const {
   logf(LogLevel::debug, "redlock: connected to {}", address_);
   auto connection = std::make_unique<Connection>();
   connection->transport = std::move(transport);
+  connection->transport.allow_waiting(endpoint_.command_timeout);  // a failure costs a poll
   connection->timeout = endpoint_.command_timeout;
   connection->authenticated = handshake_.empty();
   return connection;

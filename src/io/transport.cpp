@@ -1,9 +1,11 @@
 // src/io/transport.cpp: non-blocking socket reads and writes, and their errors classified by errno.
 #include "io/transport.hpp"
 
+#include <fcntl.h>
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -53,12 +55,15 @@ Transport::Transport(int fd, std::unique_ptr<SecureLayer> layer) noexcept
 Transport::~Transport() { close(); }
 
 Transport::Transport(Transport&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)), layer_(std::move(other.layer_)) {}
+    : fd_(std::exchange(other.fd_, -1)),
+      may_wait_(std::exchange(other.may_wait_, false)),
+      layer_(std::move(other.layer_)) {}
 
 Transport& Transport::operator=(Transport&& other) noexcept {
   if (this != &other) {
     close();
     fd_ = std::exchange(other.fd_, -1);
+    may_wait_ = std::exchange(other.may_wait_, false);
     layer_ = std::move(other.layer_);
   }
   return *this;
@@ -84,6 +89,22 @@ IoResult Transport::write(const char* from, std::size_t length) noexcept {
   if (layer_) return layer_->write(fd_, from, length);
   // MSG_NOSIGNAL: a peer that closed makes this EPIPE, never a SIGPIPE in the caller.
   return from_syscall(::send(fd_, from, length, MSG_NOSIGNAL | MSG_DONTWAIT));
+}
+
+bool Transport::allow_waiting(std::chrono::milliseconds limit) noexcept {
+  if (layer_ || fd_ < 0) return false;
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(limit.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((limit.count() % 1000) * 1000);
+  const int flags = ::fcntl(fd_, F_GETFL);
+  may_wait_ = flags >= 0 && ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0 &&
+              ::fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK) == 0;
+  return may_wait_;
+}
+
+IoResult Transport::read_waiting(char* into, std::size_t capacity) noexcept {
+  if (!may_wait_) return read(into, capacity);
+  return from_syscall(::recv(fd_, into, capacity, 0));  // bounded by SO_RCVTIMEO
 }
 
 short Transport::wanted(short natural) const noexcept {

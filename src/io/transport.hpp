@@ -13,6 +13,7 @@
 
 #include <poll.h>
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 
@@ -80,6 +81,14 @@ class Transport {
   IoResult read(char* into, std::size_t capacity) noexcept;
   // Writes as much of [from, from + length) as the socket takes, without SIGPIPE. Never blocks.
   IoResult write(const char* from, std::size_t length) noexcept;
+  // Plain sockets only (false with a SecureLayer, which needs a non-blocking socket): lets
+  // read_waiting() block for at most `limit`. Every other operation stays non-blocking (they pass
+  // MSG_DONTWAIT). Returns false if the socket could not be configured (then never wait).
+  bool allow_waiting(std::chrono::milliseconds limit) noexcept;
+  // Like read(), but waits up to the allow_waiting() limit for the first byte (one system call
+  // instead of poll + read, for a single node awaiting its reply); `again` when the limit passed.
+  // Only after allow_waiting() returned true; otherwise it is read().
+  IoResult read_waiting(char* into, std::size_t capacity) noexcept;
   // The poll events to wait for before retrying an operation that answered `again` in the
   // direction `natural` (POLLIN for reads, POLLOUT for writes).
   short wanted(short natural) const noexcept;
@@ -97,6 +106,7 @@ class Transport {
   void close() noexcept;
 
   int fd_{-1};
+  bool may_wait_{false};  // allow_waiting() succeeded
   std::unique_ptr<SecureLayer> layer_;
 };
 

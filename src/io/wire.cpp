@@ -45,9 +45,11 @@ IoResult write_some(Connection& connection) noexcept {
   return IoResult{};
 }
 
-IoResult read_some(Connection& connection) noexcept {
+IoResult read_some(Connection& connection, ReadMode mode) noexcept {
   char buffer[16 * 1024];
-  const IoResult result = connection.transport.read(buffer, sizeof buffer);
+  Transport& transport = connection.transport;
+  const IoResult result = mode == ReadMode::waiting ? transport.read_waiting(buffer, sizeof buffer)
+                                                    : transport.read(buffer, sizeof buffer);
   if (result.error == IoError::none && !connection.in.feed(buffer, result.bytes)) {
     return IoResult{0, IoError::other, ENOMEM};
   }

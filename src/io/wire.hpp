@@ -37,9 +37,13 @@ void append(Connection& connection, const CommandView& command, Dialect dialect)
 // Writes buffered output until it is all written (error none), the socket is full (again), or
 // it failed. Never blocks.
 IoResult write_some(Connection& connection) noexcept;
-// One read of what the server sent, fed to the decoder. Never blocks. A decoder out of memory is
-// reported as IoError::other with ENOMEM.
-IoResult read_some(Connection& connection) noexcept;
+// Whether a read may wait for data (Transport::read_waiting) or returns at once.
+enum class ReadMode : unsigned char { now, waiting };
+
+// One read of what the server sent, fed to the decoder. Blocks only with ReadMode::waiting (then
+// for at most the transport's wait limit). A decoder out of memory is reported as
+// IoError::other with ENOMEM.
+IoResult read_some(Connection& connection, ReadMode mode = ReadMode::now) noexcept;
 
 // Waits until socket `fd` is ready for `events` or `deadline` passes. Returns false on timeout.
 // Throws ConnectionError if poll fails.
