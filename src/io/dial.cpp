@@ -1,7 +1,6 @@
 // src/io/dial.cpp: non-blocking connect, finished by the caller's poll loop.
 #include "io/dial.hpp"
 
-#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -94,26 +93,12 @@ Dial start_dial(const Endpoint& endpoint, const std::string& address) {
   refused(address, error);
 }
 
-redisContext* finish_dial(Dial& dial, const std::string& address) {
+Transport finish_dial(Dial& dial, const std::string& address) {
   int error = 0;
   socklen_t length = sizeof error;
   if (::getsockopt(dial.fd(), SOL_SOCKET, SO_ERROR, &error, &length) != 0) error = errno;
   if (error != 0) refused(address, error);
-  // hiredis's blocking context expects a blocking socket (its timeouts are SO_RCVTIMEO/SNDTIMEO).
-  const int flags = ::fcntl(dial.fd(), F_GETFL);
-  if (flags < 0 || ::fcntl(dial.fd(), F_SETFL, flags & ~O_NONBLOCK) != 0) refused(address, errno);
-  redisContext* context = redisConnectFd(dial.fd());
-  if (context == nullptr) {
-    throw ConnectionError(fmt::format(
-        "redlock: cannot connect to {}: out of memory allocating a connection", address));
-  }
-  dial.release();  // the context owns the socket now (redisFree closes it)
-  if (context->err != 0) {
-    const std::string why = context->errstr;
-    redisFree(context);
-    throw ConnectionError(fmt::format("redlock: cannot connect to {} ({})", address, why));
-  }
-  return context;
+  return Transport(dial.release());
 }
 
 }  // namespace detail

@@ -5,18 +5,19 @@
 //
 //   Dial dial = start_dial(endpoint);            // throws ConnectionError on refusal
 //   pollfd fd{dial.fd(), POLLOUT, 0};  ::poll(&fd, 1, timeout_ms);
-//   ContextPtr context = finish_dial(dial);      // throws ConnectionError; hiredis from here on
+//   Transport transport = finish_dial(dial);     // throws ConnectionError; still non-blocking
 //
-// Only hiredis's public API is used: the connected socket is handed to redisConnectFd().
+// A TLS connection will wrap the returned transport's socket in its SecureLayer and finish its
+// handshake in the same poll loop (see io/transport.hpp).
 #ifndef REDLOCK_SRC_IO_DIAL_HPP
 #define REDLOCK_SRC_IO_DIAL_HPP
-
-#include <hiredis/hiredis.h>
 
 #include <memory>
 #include <string>
 
 #include <redlock/endpoint.hpp>
+
+#include "io/transport.hpp"
 
 namespace redlock {
 namespace detail {
@@ -49,10 +50,10 @@ class Dial {
 // (naming `address`) if every address refused at once. Thread-safe.
 Dial start_dial(const Endpoint& endpoint, const std::string& address);
 
-// Completes a connect that poll() reported writable (or failed): checks SO_ERROR, switches the
-// socket back to blocking mode, and wraps it in a blocking hiredis context (not yet given a
-// command timeout). Throws ConnectionError naming `address`. Thread-safe.
-redisContext* finish_dial(Dial& dial, const std::string& address);
+// Completes a connect that poll() reported writable (or failed): checks SO_ERROR and hands the
+// socket (still non-blocking) to a plain Transport. Throws ConnectionError naming `address`.
+// Thread-safe.
+Transport finish_dial(Dial& dial, const std::string& address);
 
 }  // namespace detail
 }  // namespace redlock

@@ -7,86 +7,22 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <string_view>
+#include <utility>
 #include <vector>
 
-#include "io/connection.hpp"
+#include <fmt/format.h>
+
+#include <redlock/errors.hpp>
+
+#include "io/wire.hpp"
 #include "util/log_internal.hpp"
 
 namespace redlock {
 namespace detail {
 
-void WakeSlot::notify() noexcept {
-  {
-    std::lock_guard<std::mutex> guard(mutex_);
-    notified_ = true;
-  }
-  cv_.notify_all();
-}
-
-void WakeSlot::grant(std::uint64_t seq, std::uint64_t fence) noexcept {
-  {
-    std::lock_guard<std::mutex> guard(mutex_);
-    notified_ = true;
-    granted_ = true;
-    grant_seq_ = seq;
-    grant_fence_ = fence;
-  }
-  cv_.notify_all();
-}
-
-bool WakeSlot::take_grant(std::uint64_t& seq, std::uint64_t& fence) noexcept {
-  std::lock_guard<std::mutex> guard(mutex_);
-  if (!granted_) return false;
-  granted_ = false;
-  notified_ = false;  // consumed: a grant is never passed on to another waiter
-  seq = grant_seq_;
-  fence = grant_fence_;
-  return true;
-}
-
-namespace {
-bool parse_number(std::string_view& rest, std::uint64_t& out) noexcept {
-  const auto colon = rest.find(':');
-  if (colon == 0 || colon == std::string_view::npos || colon > 19) return false;
-  std::uint64_t value = 0;
-  for (std::size_t i = 0; i < colon; ++i) {
-    const char c = rest[i];
-    if (c < '0' || c > '9') return false;
-    value = value * 10 + static_cast<std::uint64_t>(c - '0');
-  }
-  out = value;
-  rest.remove_prefix(colon + 1);
-  return true;
-}
-}  // namespace
-
-bool parse_grant(std::string_view payload, std::uint64_t& seq, std::uint64_t& fence,
-                 std::string_view& token_sha1) noexcept {
-  constexpr std::string_view kPrefix = "grant:";
-  if (payload.substr(0, kPrefix.size()) != kPrefix) return false;
-  payload.remove_prefix(kPrefix.size());
-  if (!parse_number(payload, seq) || !parse_number(payload, fence) || payload.empty()) {
-    return false;
-  }
-  token_sha1 = payload;
-  return true;
-}
-
-bool WakeSlot::pending() noexcept {
-  std::lock_guard<std::mutex> guard(mutex_);
-  return notified_;
-}
-
-bool WakeSlot::wait_until(std::chrono::steady_clock::time_point deadline) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  cv_.wait_until(lock, deadline, [this] { return notified_; });
-  const bool was = notified_;
-  notified_ = false;
-  return was;
-}
-
-Subscriber::Subscriber(ClientImpl& node) : node_(node) {
+Subscriber::Subscriber(SubscriberLink link) : link_(std::move(link)) {
   event_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);  // not inherited across exec
   thread_ = std::thread([this] { run(); });
 }
@@ -109,8 +45,8 @@ void Subscriber::wake_thread() noexcept {
   }
 }
 
-void Subscriber::enqueue(bool subscribe, const std::string& channel) {
-  outgoing_.push_back(Outgoing{subscribe, channel});
+void Subscriber::enqueue(Op op, const std::string& channel) {
+  outgoing_.push_back(Outgoing{op, channel});
 }
 
 void Subscriber::watch(const std::string& channel, WakeSlot* slot) {
@@ -122,7 +58,7 @@ void Subscriber::watch(const std::string& channel, WakeSlot* slot) {
     it->second.waiters.push_back(slot);
     if (inserted && connected_) {
       try {
-        enqueue(true, channel);
+        enqueue(Op::subscribe, channel);
       } catch (...) {
         it->second.waiters.pop_back();
         if (it->second.waiters.empty()) channels_.erase(it);
@@ -214,173 +150,213 @@ void Subscriber::refuse(std::string_view error) {
   logf(LogLevel::warn,
        "redlock: {} refused SUBSCRIBE ({}); waiters on this server poll at retry_delay instead "
        "of waking on release (grant the ACL user the lock channels, e.g. &<key prefix>*)",
-       node_.address(), error);
+       link_.address, error);
 }
 
 void Subscriber::run() noexcept {
   std::unique_ptr<Connection> connection;
   auto backoff = std::chrono::milliseconds(10);
-  std::deque<Outgoing> sent;  // commands sent whose confirmation has not arrived, in order
   for (;;) {
     try {
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        if (stop_) return;
-        if (drop_requested_) {
-          drop_requested_ = false;
-          connection.reset();
-          connected_ = false;
-        }
-      }
-      if (!connection) {
-        try {
-          connection = node_.connect_ready();
-        } catch (const std::exception& e) {
-          node_.note_health(false, e.what());
-          std::unique_lock<std::mutex> lock(mutex_);
-          failing_ = true;
-          confirmed_.notify_all();
-          confirmed_.wait_for(lock, backoff, [this] { return stop_; });
-          backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
-          continue;
-        }
-        backoff = std::chrono::milliseconds(10);
-        sent.clear();
-        {
-          // (Re)subscribe every channel that has waiters; waiters may have missed a release
-          // while the connection was down, so wake them all to retry.
-          std::lock_guard<std::mutex> guard(mutex_);
-          ++stats_.reconnects;
-          connected_ = true;
-          failing_ = false;
-          outgoing_.clear();
-          for (auto it = channels_.begin(); it != channels_.end();) {
-            if (it->second.waiters.empty()) {
-              it = channels_.erase(it);
-              continue;
-            }
-            it->second.state = State::subscribing;
-            // Releases while the connection was down were missed: once the subscription is
-            // confirmed again (not before, or a release in between would be missed too), every
-            // waiter of the channel retries.
-            it->second.wake_all_on_confirm = stats_.reconnects > 1;
-            enqueue(true, it->first);
-            ++it;
-          }
-        }
-      }
-      redisContext* context = connection->context.get();
-
-      // Send what watch()/unwatch() queued, in order.
-      {
-        std::lock_guard<std::mutex> guard(mutex_);
-        while (!outgoing_.empty()) {
-          const Outgoing& out = outgoing_.front();
-          const char* argv[2] = {out.subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE", out.channel.data()};
-          const std::size_t lens[2] = {out.subscribe ? 9u : 11u, out.channel.size()};
-          redisAppendCommandArgv(context, 2, argv, lens);
-          sent.push_back(std::move(outgoing_.front()));
-          outgoing_.pop_front();
-        }
-      }
-      if (!write_all(context)) throw std::runtime_error(context->errstr);
-
-      // Unsubscribe channels that have had no waiter for kLinger; sleep until the next one is due.
-      int timeout_ms = 1000;
-      {
-        std::lock_guard<std::mutex> guard(mutex_);
-        const auto now = std::chrono::steady_clock::now();
-        for (auto& [name, ch] : channels_) {
-          if (!ch.waiters.empty() || ch.state != State::subscribed) continue;
-          const auto due = ch.idle_since + kLinger;
-          if (due <= now) {
-            ch.state = State::unsubscribing;
-            enqueue(false, name);
-            timeout_ms = 0;
-          } else {
-            const auto left = std::chrono::ceil<std::chrono::milliseconds>(due - now).count();
-            timeout_ms = std::min(timeout_ms, static_cast<int>(left));
-          }
-        }
-      }
+      if (!obey(connection)) return;
+      if (!connection && !(connection = reconnect(backoff))) continue;
+      send_outgoing(*connection);
+      const int timeout_ms = schedule_unsubscribes();
       if (timeout_ms == 0) continue;  // send the UNSUBSCRIBEs first
-
-      pollfd fds[2] = {{context->fd, POLLIN, 0}, {event_fd_, POLLIN, 0}};
-      const int rc = ::poll(fds, 2, timeout_ms);
-      if (rc < 0 && errno != EINTR) throw std::runtime_error("poll failed");
-      if ((fds[1].revents & POLLIN) != 0) {
-        std::uint64_t value = 0;
-        [[maybe_unused]] const ssize_t n = ::read(event_fd_, &value, sizeof value);
-      }
-      if (fds[0].revents == 0) continue;
-      if (redisBufferRead(context) == REDIS_ERR) throw std::runtime_error(context->errstr);
-      for (;;) {
-        void* raw = nullptr;
-        if (redisGetReplyFromReader(context, &raw) == REDIS_ERR) {
-          throw std::runtime_error(context->errstr);
-        }
-        if (raw == nullptr) break;
-        ReplyPtr reply(static_cast<redisReply*>(raw));
-        if (reply->type == REDIS_REPLY_ERROR) {
-          // The answer to the oldest command without one (e.g. NOPERM from an ACL user without
-          // channel permissions).
-          if (!sent.empty() && sent.front().subscribe) refuse(text(reply.get()));
-          if (!sent.empty()) sent.pop_front();
-          continue;
-        }
-        if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 3) continue;
-        const std::string_view kind = text(reply->element[0]);
-        if ((kind == "subscribe" || kind == "unsubscribe") && !sent.empty()) sent.pop_front();
-        const std::string channel(text(reply->element[1]));
-        std::lock_guard<std::mutex> guard(mutex_);
-        auto it = channels_.find(channel);
-        if (kind == "message") {
-          ++stats_.messages;
-          if (it == channels_.end()) continue;
-          std::uint64_t seq = 0;
-          std::uint64_t fence = 0;
-          std::string_view named;  // SHA1 of the waiter's token
-          if (parse_grant(text(reply->element[2]), seq, fence, named)) {
-            // A hand-over is for one waiter only (possibly in another process): nobody else
-            // here could take the lock, so nobody else is woken.
-            for (WakeSlot* slot : it->second.waiters) {
-              if (!slot->token_sha1().empty() && slot->token_sha1() == named)
-                slot->grant(seq, fence);
-            }
-          } else {
-            wake_one(it->second);
-          }
-        } else if (kind == "subscribe") {
-          if (it == channels_.end()) continue;
-          it->second.state = State::subscribed;
-          if (it->second.waiters.empty()) it->second.idle_since = std::chrono::steady_clock::now();
-          if (it->second.wake_all_on_confirm) {
-            it->second.wake_all_on_confirm = false;
-            for (WakeSlot* slot : it->second.waiters) slot->notify();
-          }
-          confirmed_.notify_all();
-        } else if (kind == "unsubscribe") {
-          if (it == channels_.end()) continue;
-          if (it->second.waiters.empty()) {
-            channels_.erase(it);
-          } else {
-            it->second.state = State::subscribing;
-            enqueue(true, channel);
-          }
-        }
-      }
+      if (wait_readable(*connection, timeout_ms)) read_replies(*connection);
     } catch (const std::exception& e) {
-      logf(LogLevel::info, "redlock: subscriber connection to {} lost ({}); reconnecting",
-           node_.address(), e.what());
-      connection.reset();
-      std::lock_guard<std::mutex> guard(mutex_);
-      connected_ = false;
+      lost(connection, e.what());
     } catch (...) {
-      connection.reset();
-      std::lock_guard<std::mutex> guard(mutex_);
-      connected_ = false;
+      lost(connection, nullptr);
     }
   }
+}
+
+bool Subscriber::obey(std::unique_ptr<Connection>& connection) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (stop_) return false;
+  if (drop_requested_) {
+    drop_requested_ = false;
+    connection.reset();
+    connected_ = false;
+  }
+  return true;
+}
+
+std::unique_ptr<Connection> Subscriber::reconnect(std::chrono::milliseconds& backoff) {
+  std::unique_ptr<Connection> connection;
+  try {
+    connection = link_.connect();
+  } catch (const std::exception& e) {
+    link_.unreachable(e.what());
+    std::unique_lock<std::mutex> lock(mutex_);
+    failing_ = true;
+    confirmed_.notify_all();
+    confirmed_.wait_for(lock, backoff, [this] { return stop_; });
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+    return nullptr;
+  }
+  backoff = std::chrono::milliseconds(10);
+  sent_.clear();
+  std::lock_guard<std::mutex> guard(mutex_);
+  resubscribe_all();
+  return connection;
+}
+
+void Subscriber::resubscribe_all() {
+  // (Re)subscribe every channel that has waiters; waiters may have missed a release while the
+  // connection was down, so wake them all to retry.
+  ++stats_.reconnects;
+  connected_ = true;
+  failing_ = false;
+  outgoing_.clear();
+  for (auto it = channels_.begin(); it != channels_.end();) {
+    if (it->second.waiters.empty()) {
+      it = channels_.erase(it);
+      continue;
+    }
+    it->second.state = State::subscribing;
+    // Releases while the connection was down were missed: once the subscription is confirmed
+    // again (not before, or a release in between would be missed too), every waiter of the
+    // channel retries.
+    it->second.wake_all_on_confirm = stats_.reconnects > 1;
+    enqueue(Op::subscribe, it->first);
+    ++it;
+  }
+}
+
+void Subscriber::send_outgoing(Connection& connection) {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    while (!outgoing_.empty()) {
+      const Outgoing& out = outgoing_.front();
+      const bool subscribe = out.op == Op::subscribe;
+      const char* argv[2] = {subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE", out.channel.data()};
+      const std::size_t lens[2] = {subscribe ? 9u : 11u, out.channel.size()};
+      append(connection, CommandView{2, argv, lens, nullptr}, Dialect::as_given);
+      sent_.push_back(std::move(outgoing_.front()));
+      outgoing_.pop_front();
+    }
+  }
+  write_all(connection, link_.address);
+}
+
+int Subscriber::schedule_unsubscribes() {
+  int timeout_ms = 1000;
+  std::lock_guard<std::mutex> guard(mutex_);
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& [name, ch] : channels_) {
+    if (!ch.waiters.empty() || ch.state != State::subscribed) continue;
+    const auto due = ch.idle_since + kLinger;
+    if (due <= now) {
+      ch.state = State::unsubscribing;
+      enqueue(Op::unsubscribe, name);
+      timeout_ms = 0;
+    } else {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(due - now).count();
+      timeout_ms = std::min(timeout_ms, static_cast<int>(left));
+    }
+  }
+  return timeout_ms;
+}
+
+bool Subscriber::wait_readable(const Connection& connection, int timeout_ms) {
+  if (connection.transport.buffered()) return true;
+  pollfd fds[2] = {{connection.transport.fd(), POLLIN, 0}, {event_fd_, POLLIN, 0}};
+  const int rc = ::poll(fds, 2, timeout_ms);
+  if (rc < 0 && errno != EINTR) {
+    throw ConnectionError(fmt::format("redlock: poll failed: {}", std::strerror(errno)));
+  }
+  if ((fds[1].revents & POLLIN) != 0) {
+    std::uint64_t value = 0;
+    [[maybe_unused]] const ssize_t n = ::read(event_fd_, &value, sizeof value);
+  }
+  return rc > 0 && fds[0].revents != 0;
+}
+
+void Subscriber::read_replies(Connection& connection) {
+  const IoResult result = read_some(connection);
+  if (result.error == IoError::again) return;
+  if (result.error != IoError::none) {
+    std::rethrow_exception(transport_error(result, link_.address, "read from", connection.timeout));
+  }
+  for (;;) {
+    ReplyPtr reply;
+    const Decoded decoded = connection.in.next(reply);
+    if (decoded == Decoded::need_more) return;
+    if (decoded == Decoded::malformed)
+      std::rethrow_exception(protocol_error(connection, link_.address));
+    handle_reply(*reply);
+  }
+}
+
+void Subscriber::handle_reply(const redisReply& reply) {
+  if (reply.type == REDIS_REPLY_ERROR) {
+    // The answer to the oldest command without one (e.g. NOPERM from an ACL user without
+    // channel permissions).
+    if (!sent_.empty() && sent_.front().op == Op::subscribe) refuse(text(&reply));
+    if (!sent_.empty()) sent_.pop_front();
+    return;
+  }
+  if (reply.type != REDIS_REPLY_ARRAY || reply.elements < 3) return;
+  const std::string_view kind = text(reply.element[0]);
+  if ((kind == "subscribe" || kind == "unsubscribe") && !sent_.empty()) sent_.pop_front();
+  const std::string channel(text(reply.element[1]));
+  std::lock_guard<std::mutex> guard(mutex_);
+  auto it = channels_.find(channel);
+  if (kind == "message") ++stats_.messages;
+  if (it == channels_.end()) return;
+  if (kind == "message") {
+    on_message(it->second, text(reply.element[2]));
+  } else if (kind == "subscribe") {
+    on_subscribe(it->second);
+  } else if (kind == "unsubscribe") {
+    on_unsubscribe(it);
+  }
+}
+
+void Subscriber::on_message(Channel& channel, std::string_view payload) {
+  std::uint64_t seq = 0;
+  std::uint64_t fence = 0;
+  std::string_view named;  // SHA1 of the waiter's token
+  if (!parse_grant(payload, seq, fence, named)) {
+    wake_one(channel);
+    return;
+  }
+  // A hand-over is for one waiter only (possibly in another process): nobody else here could
+  // take the lock, so nobody else is woken.
+  for (WakeSlot* slot : channel.waiters) {
+    if (!slot->token_sha1().empty() && slot->token_sha1() == named) slot->grant(seq, fence);
+  }
+}
+
+void Subscriber::on_subscribe(Channel& channel) {
+  channel.state = State::subscribed;
+  if (channel.waiters.empty()) channel.idle_since = std::chrono::steady_clock::now();
+  if (channel.wake_all_on_confirm) {
+    channel.wake_all_on_confirm = false;
+    for (WakeSlot* slot : channel.waiters) slot->notify();
+  }
+  confirmed_.notify_all();
+}
+
+void Subscriber::on_unsubscribe(std::map<std::string, Channel>::iterator it) {
+  if (it->second.waiters.empty()) {
+    channels_.erase(it);
+  } else {
+    it->second.state = State::subscribing;
+    enqueue(Op::subscribe, it->first);
+  }
+}
+
+void Subscriber::lost(std::unique_ptr<Connection>& connection, const char* why) noexcept {
+  if (why != nullptr) {
+    logf(LogLevel::info, "redlock: subscriber connection to {} lost ({}); reconnecting",
+         link_.address, why);
+  }
+  connection.reset();
+  std::lock_guard<std::mutex> guard(mutex_);
+  connected_ = false;
 }
 
 }  // namespace detail

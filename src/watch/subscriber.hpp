@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,10 +28,12 @@
 #include <thread>
 #include <vector>
 
+struct redisReply;
+
 namespace redlock {
 namespace detail {
 
-class ClientImpl;
+struct Connection;
 
 // Where one waiter is told "a release happened". Shared by the subscribers of every node the
 // waiter watches (Redlock: any node's notification wakes it).
@@ -73,9 +76,18 @@ struct SubscriberStats {
   std::size_t channels{0};
 };
 
+// How the subscriber reaches its server: given by the pool that owns it (no back-reference).
+struct SubscriberLink {
+  std::string address;  // "host:port" or "unix:/path", for messages
+  // Opens a connection with the handshake done. Throws redlock::Error.
+  std::function<std::unique_ptr<Connection>()> connect;
+  // Told why a connect failed (the node's health log). Must not throw.
+  std::function<void(std::string_view why)> unreachable;
+};
+
 class Subscriber {
  public:
-  explicit Subscriber(ClientImpl& node);
+  explicit Subscriber(SubscriberLink link);
   ~Subscriber();
   Subscriber(const Subscriber&) = delete;
   Subscriber& operator=(const Subscriber&) = delete;
@@ -107,19 +119,44 @@ class Subscriber {
   static constexpr std::chrono::milliseconds kLinger{500};
   // Wakes the longest-waiting waiter of `channel` that has no wake-up pending. mutex_ held.
   static void wake_one(Channel& channel) noexcept;
+  enum class Op : unsigned char { subscribe, unsubscribe };
   struct Outgoing {
-    bool subscribe;
+    Op op;
     std::string channel;
   };
 
+  // The thread: (re)connects, sends what is queued, schedules unsubscribes, reads what arrives.
   void run() noexcept;
+  // Handles stop and drop requests; false once the thread must end. Takes mutex_.
+  bool obey(std::unique_ptr<Connection>& connection);
+  // A new connection with every channel re-subscribed, or null after a failed attempt (having
+  // waited `backoff`, which then doubles up to 1 s). Takes mutex_.
+  std::unique_ptr<Connection> reconnect(std::chrono::milliseconds& backoff);
+  void resubscribe_all();  // mutex_ held
+  // Writes what watch()/unwatch() queued, in order. Throws redlock::Error.
+  void send_outgoing(Connection& connection);
+  // Queues UNSUBSCRIBE for channels without a waiter for kLinger; returns how long to sleep
+  // (ms) until the next one is due (0: some were queued). Takes mutex_.
+  int schedule_unsubscribes();
+  // Sleeps until the connection or the event fd is readable, or `timeout_ms`. True if the
+  // connection is. Throws ConnectionError if poll fails.
+  bool wait_readable(const Connection& connection, int timeout_ms);
+  // Reads what arrived and handles every complete reply. Throws redlock::Error.
+  void read_replies(Connection& connection);
+  void handle_reply(const redisReply& reply);
+  void on_message(Channel& channel, std::string_view payload);  // mutex_ held
+  void on_subscribe(Channel& channel);                          // mutex_ held
+  // mutex_ held; may erase the entry.
+  void on_unsubscribe(std::map<std::string, Channel>::iterator it);
+  void lost(std::unique_ptr<Connection>& connection, const char* why) noexcept;
   // The server answered a SUBSCRIBE with `error`: stop subscribing (waiters poll), drop every
   // channel, log one warning. Takes mutex_.
   void refuse(std::string_view error);
-  void enqueue(bool subscribe, const std::string& channel);  // mutex_ held
+  void enqueue(Op op, const std::string& channel);  // mutex_ held
   void wake_thread() noexcept;
 
-  ClientImpl& node_;
+  const SubscriberLink link_;
+  std::deque<Outgoing> sent_;  // thread only: sent, not yet confirmed, in order
   int event_fd_{-1};
   mutable std::mutex mutex_;
   std::condition_variable confirmed_;

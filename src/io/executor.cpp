@@ -1,0 +1,221 @@
+// src/io/executor.cpp: execute(): which nodes to ask, opening their connections, what each
+// outcome says about the node's health, the retry of stale pooled connections, and the EVAL
+// fallback for NOSCRIPT. The poll loop itself is in poll_loop.cpp.
+#include "io/executor.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <redlock/errors.hpp>
+
+#include "io/pending.hpp"
+#include "io/pool.hpp"
+#include "util/log_internal.hpp"
+
+namespace redlock {
+namespace detail {
+namespace {
+
+bool is_noscript(const redisReply* reply) {
+  return is_error(reply) && text(reply).rfind("NOSCRIPT", 0) == 0;
+}
+
+// Gives node p a pooled connection and sends its request, or leaves it dialing for the poll loop.
+void open_node(Pending& p) {
+  p.connection_attempted = true;
+  ClientImpl& node = *p.batch->node;
+  try {
+    if (!(p.connection = node.take_idle())) {
+      p.dial = node.dial();
+      p.stage = Stage::dialing;
+      p.deadline = Clock::now() + node.endpoint().connect_timeout;
+      return;
+    }
+  } catch (...) {
+    p.batch->error = std::current_exception();
+    p.done = true;
+    return;
+  }
+  send(p);
+}
+
+// What a node's outcome says about its health, for the log and the circuit breaker.
+void note_outcome(Pending& p) {
+  ClientImpl& node = *p.batch->node;
+  if (!p.done) {
+    node.note_health(true);
+    node.note_answer();
+    return;
+  }
+  if (!p.batch->error) return;
+  try {
+    std::rethrow_exception(p.batch->error);
+  } catch (const ServerError&) {
+    node.note_health(true);  // it answered, with an error
+    node.note_answer();
+  } catch (const TimeoutError& e) {
+    if (p.cut == Cut::grace) {
+      node.note_abandoned();  // slower than the others: not yet evidence that it is down
+    } else if (p.cut != Cut::not_awaited) {
+      node.note_health(false, e.what());
+      node.note_timeout();
+    }
+  } catch (const std::exception& e) {
+    node.note_health(false, e.what());
+  }
+}
+
+// A pooled connection the server had already closed (restart, CLIENT KILL, idle timeout) fails
+// before any reply. The request is sent again on a fresh connection only if every command may
+// be (Resend::allowed); a slow server is not a stale connection.
+bool worth_retry(const Pending& p) {
+  if (!p.reused || !p.done || !p.replies.empty() || p.batch->error == nullptr) return false;
+  if (p.connection != nullptr || p.cut != Cut::none) return false;
+  const auto& commands = p.batch->commands;
+  if (std::any_of(commands.begin(), commands.end(),
+                  [](const CommandView& c) { return c.resend == Resend::never; })) {
+    return false;
+  }
+  try {
+    std::rethrow_exception(p.batch->error);
+  } catch (const TimeoutError&) {
+    return false;
+  } catch (...) {
+    return true;
+  }
+}
+
+// Checks the handshake replies and moves the command replies into the batch.
+void finish(Pending& p) {
+  if (p.done) return;
+  for (std::size_t i = 0; i < p.handshake; ++i) {
+    const redisReply* reply = p.replies[i].get();
+    if (is_error(reply)) {
+      const Endpoint& ep = p.batch->node->endpoint();
+      const bool auth = i == 0 && (!ep.password.empty() || !ep.username.empty());
+      fail(p, server_error(p.batch->node->address(), auth ? "AUTH" : "SELECT", text(reply)));
+      return;
+    }
+  }
+  p.connection->authenticated = true;
+  p.batch->replies.clear();
+  for (std::size_t i = p.handshake; i < p.replies.size(); ++i) {
+    p.batch->replies.push_back(std::move(p.replies[i]));
+  }
+  p.handshake = 0;
+}
+
+// EVAL fallback for NOSCRIPT replies, one node at a time (rare: after SCRIPT FLUSH or restart).
+void retry_noscript(Pending& p) {
+  if (p.done) return;
+  std::vector<std::size_t> redo;
+  for (std::size_t i = 0; i < p.batch->commands.size(); ++i) {
+    if (p.batch->commands[i].script != nullptr && is_noscript(p.batch->replies[i].get())) {
+      redo.push_back(i);
+    }
+  }
+  if (redo.empty()) return;
+  log_message(LogLevel::debug, "redlock: NOSCRIPT, re-sending with EVAL");
+  for (std::size_t i : redo) append(*p.connection, p.batch->commands[i], Dialect::as_eval);
+  p.replies.clear();
+  p.expected = redo.size();
+  p.trailing = false;  // alone in this loop: awaited until its own deadline
+  start_writing(p);
+  run_poll_loop(&p, 1, Clock::now(), nullptr);
+  if (p.done) return;
+  for (std::size_t k = 0; k < redo.size(); ++k) p.batch->replies[redo[k]] = std::move(p.replies[k]);
+}
+
+// Prepares every node's progress; a node in back-off is skipped (acquires) or marked trailing.
+// Returns how many nodes are waited for.
+std::size_t prepare(PerNode<Pending>& pending, NodeBatch* batches, Clock::time_point start,
+                    const EarlyFinish* early, SkipPolicy policy) {
+  const bool redlock = pending.size() > 1 && early != nullptr;
+  std::size_t awaited = 0;
+  for (std::size_t i = 0; i < pending.size(); ++i) {
+    Pending& p = pending[i];
+    p.batch = &batches[i];
+    p.batch->error = nullptr;
+    p.batch->replies.clear();
+    if (redlock && policy == SkipPolicy::skip_backed_off && p.batch->node->skip(start)) {
+      p.batch->error = std::make_exception_ptr(TimeoutError(
+          fmt::format("redlock: {} timed out recently; skipped until its back-off ends",
+                      p.batch->node->address())));
+      p.done = true;
+      continue;
+    }
+    p.trailing = redlock && policy == SkipPolicy::every_node && p.batch->node->suspect();
+    awaited += p.trailing ? 0 : 1;
+  }
+  return awaited;
+}
+
+// stale[i] (in: false) is set when node i failed on a pooled connection that turned out closed.
+void execute_once(NodeBatch* batches, std::size_t count, bool* stale, const EarlyFinish* early,
+                  SkipPolicy policy) {
+  PerNode<Pending> pending(count);
+  const auto start = Clock::now();
+  const std::size_t awaited = prepare(pending, batches, start, early, policy);
+  for (auto& p : pending) {
+    if (p.done) continue;
+    if (awaited == 0) p.trailing = false;  // nobody else to wait for: wait for these
+    open_node(p);
+  }
+  run_poll_loop(pending.data(), count, start, early);
+  for (std::size_t i = 0; i < count; ++i) {
+    Pending& p = pending[i];
+    stale[i] = worth_retry(p);
+    finish(p);
+    retry_noscript(p);
+    if (p.connection_attempted && !stale[i]) note_outcome(p);
+    if (!p.done) p.batch->node->checkin(std::move(p.connection));
+  }
+}
+
+}  // namespace
+
+void execute(NodeBatch* batches, std::size_t count, const EarlyFinish* early, SkipPolicy policy) {
+  PerNode<bool> stale(count, false);
+  execute_once(batches, count, stale.data(), early, policy);
+  if (std::find(stale.begin(), stale.end(), true) == stale.end()) return;
+  PerNode<NodeBatch> again;
+  PerNode<std::size_t> index;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (!stale[i]) continue;
+    batches[i].node->clear_idle();
+    logf(LogLevel::info, "redlock: connection to {} was closed by the server; reconnecting",
+         batches[i].node->address());
+    again.push_back(std::move(batches[i]));
+    index.push_back(i);
+  }
+  PerNode<bool> unused(again.size(), false);
+  execute_once(again.data(), again.size(), unused.data(), nullptr, SkipPolicy::every_node);
+  for (std::size_t k = 0; k < again.size(); ++k) {
+    batches[index[k]] = std::move(again[k]);
+    batches[index[k]].retried = true;
+  }
+}
+
+std::unique_ptr<Connection> ClientImpl::connect_ready() {
+  NodeBatch batch;
+  batch.node = this;
+  static const char* const kPing[] = {"PING"};
+  static const std::size_t kPingLen[] = {4};
+  batch.commands.push_back(CommandView{1, kPing, kPingLen, nullptr});
+  // Run the handshake on a private connection that is handed out instead of pooled.
+  Pending p;
+  p.batch = &batch;
+  open_node(p);
+  run_poll_loop(&p, 1, Clock::now(), nullptr);
+  finish(p);
+  if (batch.error) std::rethrow_exception(batch.error);
+  if (is_error(batch.replies[0].get())) {
+    std::rethrow_exception(server_error(address(), "PING", text(batch.replies[0].get())));
+  }
+  return std::move(p.connection);
+}
+
+}  // namespace detail
+}  // namespace redlock

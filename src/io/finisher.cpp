@@ -1,0 +1,120 @@
+// src/io/finisher.cpp: the process-wide finisher thread behind finish_in_background().
+#include "io/finisher.hpp"
+
+#include <poll.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace redlock {
+namespace detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class Finisher {
+ public:
+  // Never destroyed: its detached thread may still run while static destructors do.
+  static Finisher& get() {
+    static Finisher* finisher = new Finisher();
+    return *finisher;
+  }
+
+  void finish(std::unique_ptr<Connection> connection) noexcept {
+    Item item{std::move(connection), false, Clock::now() + kFinishFor};
+    if (settled(item)) return;  // the common case: written at once, nothing in flight
+    try {
+      std::lock_guard<std::mutex> guard(mutex_);
+      if (!started_) {
+        std::thread([this] { run(); }).detach();
+        started_ = true;
+      }
+      queue_.push_back(std::move(item));
+    } catch (...) {  // no thread or no memory: the connection is closed unfinished
+      return;
+    }
+    wake_.notify_one();
+  }
+
+ private:
+  static constexpr std::chrono::minutes kFinishFor{10};
+  struct Item {
+    std::unique_ptr<Connection> connection;
+    bool written{false};  // all sent (or failed) and writing shut down
+    Clock::time_point until;
+  };
+
+  // Reads and drops replies without blocking; true once the server has closed (or failed).
+  static bool drain(Item& item) noexcept {
+    char scrap[4096];
+    for (;;) {
+      const IoResult result = item.connection->transport.read(scrap, sizeof scrap);
+      if (result.error == IoError::none) continue;
+      return result.error != IoError::again;
+    }
+  }
+
+  // Sends without blocking; true when all is written (then shuts writing down) or it failed.
+  static bool write_rest(Item& item) noexcept {
+    const IoResult result = write_some(*item.connection);
+    if (result.error == IoError::again) return false;
+    if (result.error == IoError::none) item.connection->transport.shutdown_write();
+    item.written = true;
+    return true;
+  }
+
+  // True when the item may be closed: all written, no reply left unread, and no byte of ours
+  // still waiting in our send queue (which a reset would discard); or the connection is over.
+  static bool settled(Item& item) noexcept {
+    if (!item.written && !write_rest(item)) return false;
+    if (drain(item)) return true;
+    return item.connection->transport.all_sent();
+  }
+
+  void run() {
+    std::vector<Item> items;
+    std::vector<pollfd> fds;
+    for (;;) {
+      take_queued(items);
+      fds.clear();
+      for (const auto& item : items) {
+        const short events = item.written ? POLLIN : POLLOUT;
+        fds.push_back(pollfd{item.connection->transport.fd(), events, 0});
+      }
+      // Short: new items join on the next pass, and a send queue empties without an event.
+      ::poll(fds.data(), fds.size(), 50);
+      const auto now = Clock::now();
+      std::size_t kept = 0;
+      for (auto& item : items) {
+        if (now < item.until && !settled(item)) items[kept++] = std::move(item);
+      }
+      items.resize(kept);
+    }
+  }
+
+  // Moves newly queued items to `items`; waits for some while there is nothing to do.
+  void take_queued(std::vector<Item>& items) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (items.empty()) wake_.wait(lock, [this] { return !queue_.empty(); });
+    for (auto& item : queue_) items.push_back(std::move(item));
+    queue_.clear();
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<Item> queue_;  // guarded by mutex_
+  bool started_{false};      // guarded by mutex_
+};
+
+}  // namespace
+
+void finish_in_background(std::unique_ptr<Connection> connection) noexcept {
+  if (connection) Finisher::get().finish(std::move(connection));
+}
+
+}  // namespace detail
+}  // namespace redlock

@@ -1,0 +1,304 @@
+// src/io/poll_loop.cpp: the executor's poll loop: connects, writes and reads of every node of a
+// batch at once, each node bounded by its own deadline, early finish and grace.
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include <redlock/errors.hpp>
+
+#include "io/finisher.hpp"
+#include "io/pending.hpp"
+#include "io/pool.hpp"
+
+namespace redlock {
+namespace detail {
+
+void fail(Pending& p, std::exception_ptr error) {
+  p.batch->error = std::move(error);
+  p.connection.reset();  // a connection that reported an error is never reused
+  p.done = true;
+}
+
+bool complete(const Pending& p) noexcept {
+  return p.stage == Stage::reading && p.replies.size() >= p.expected;
+}
+
+namespace {
+
+const std::string& address(const Pending& p) { return p.batch->node->address(); }
+std::chrono::milliseconds command_timeout(const Pending& p) {
+  return p.batch->node->endpoint().command_timeout;
+}
+
+// Queues the batch's on_timeout commands behind its request and hands the connection to the
+// finisher (which writes everything, then closes it). Without on_timeout commands, each script
+// command is sent again as EVAL: the server may answer the EVALSHA with NOSCRIPT (a fresh
+// server) to a connection nobody reads any more, and the scripts this is used for (release,
+// extend) are harmless to run twice.
+void send_on_timeout(Pending& p) noexcept {
+  if (!p.connection) return;
+  try {
+    if (p.batch->on_timeout.empty()) {
+      for (const auto& command : p.batch->commands) {
+        if (command.script != nullptr && command.resend == Resend::allowed) {
+          append(*p.connection, command, Dialect::as_eval);
+        }
+      }
+    }
+    for (const auto& command : p.batch->on_timeout) {
+      append(*p.connection, command, Dialect::as_given);
+    }
+  } catch (...) {  // bad_alloc while encoding: what was queued so far still goes out
+  }
+  finish_in_background(std::move(p.connection));
+}
+
+// Writes what it can. A write that fails may have sent part of the request, even whole commands
+// of it; a timeout while writing is handled like a request that timed out (see expire).
+void write_step(Pending& p) {
+  const IoResult result = write_some(*p.connection);
+  if (result.error == IoError::none) {
+    p.stage = Stage::reading;
+  } else if (result.error != IoError::again) {
+    fail(p, transport_error(result, address(p), "send to", command_timeout(p)));
+  }
+}
+
+// Takes every complete reply the decoder has.
+void drain(Pending& p) {
+  while (p.replies.size() < p.expected) {
+    ReplyPtr reply;
+    const Decoded decoded = p.connection->in.next(reply);
+    if (decoded == Decoded::need_more) return;
+    if (decoded == Decoded::malformed) {
+      fail(p, protocol_error(*p.connection, address(p)));
+      return;
+    }
+    p.replies.push_back(std::move(reply));
+  }
+}
+
+void read_step(Pending& p, ReadMode mode = ReadMode::now) {
+  const IoResult result = read_some(*p.connection, mode);
+  if (result.error == IoError::again) return;
+  if (result.error != IoError::none) {
+    fail(p, transport_error(result, address(p), "read from", command_timeout(p)));
+    return;
+  }
+  drain(p);
+}
+
+// One step of the transport's handshake (TLS); then the request goes out.
+void secure_step(Pending& p) {
+  const Handshake step = p.connection->transport.handshake();
+  if (step == Handshake::ready) {
+    send(p);
+  } else if (step == Handshake::failed) {
+    fail(p, std::make_exception_ptr(ConnectionError(fmt::format(
+                "redlock: cannot connect to {}: the transport handshake failed", address(p)))));
+  }
+}
+
+// Finishes a connect that poll() reported ready, and sends the batch on it.
+void connected(Pending& p) {
+  try {
+    p.connection = p.batch->node->adopt(p.dial);
+  } catch (...) {
+    fail(p, std::current_exception());
+    return;
+  }
+  p.stage = Stage::securing;
+  secure_step(p);
+}
+
+// Moves node p on after poll() reported its socket ready.
+void step(Pending& p) {
+  switch (p.stage) {
+    case Stage::dialing:
+      return connected(p);
+    case Stage::securing:
+      return secure_step(p);
+    case Stage::writing:
+      return write_step(p);
+    case Stage::reading:
+      return read_step(p);
+  }
+}
+
+// What the poll loop waits for on node p.
+pollfd watch(const Pending& p) {
+  if (p.stage == Stage::dialing) return pollfd{p.dial.fd(), POLLOUT, 0};
+  const Transport& transport = p.connection->transport;
+  const short natural = p.stage == Stage::reading ? POLLIN : POLLOUT;
+  return pollfd{transport.fd(), transport.wanted(natural), 0};
+}
+
+// Before a node is given up: takes a connect or replies that are ready right now, so nothing
+// that has arrived is thrown away as a timeout. Returns true if the node is complete.
+bool last_look(Pending& p) {
+  pollfd fd = watch(p);
+  if (::poll(&fd, 1, 0) != 1) return false;
+  const Stage before = p.stage;
+  step(p);  // a connect now sends the request; its answer is not awaited any more
+  return before == Stage::reading && !p.done && complete(p);
+}
+
+// Gives up on a node: its on_timeout commands go behind its request, and it fails with a
+// TimeoutError.
+void expire(Pending& p, Cut cut) {
+  p.cut = cut;
+  if (p.stage == Stage::dialing || p.stage == Stage::securing) {  // nothing was sent
+    fail(p, accept_timeout(address(p), p.batch->node->endpoint().connect_timeout));
+    return;
+  }
+  // Connected, and cut short by the early finish rather than its own deadline: reachable.
+  p.batch->abandoned = cut != Cut::own_deadline;
+  const char* doing = p.stage == Stage::reading ? "read from" : "send to";
+  auto error =
+      transport_error(IoResult{0, IoError::timeout, EAGAIN}, address(p), doing, command_timeout(p));
+  send_on_timeout(p);
+  fail(p, std::move(error));
+}
+
+// When an early finish's outcome is certain: the end of the grace the stragglers get.
+Clock::time_point grace_end(const Pending* pending, std::size_t count, Clock::time_point start,
+                            Clock::time_point now, const EarlyFinish& early) {
+  // Only nodes that answered "no" make a quorum impossible: a node that failed or was skipped
+  // says nothing about the others, which are then still awaited normally (else a busy machine
+  // could abandon every live node and turn "not held" into "unreachable").
+  std::size_t succeeded = 0;
+  std::size_t failed = 0;
+  std::size_t unavailable = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const Pending& p = pending[i];
+    if (p.done || p.trailing) {
+      ++unavailable;
+    } else if (complete(p)) {
+      const auto first = p.replies.begin();
+      const bool handshake_ok =
+          std::none_of(first, first + static_cast<std::ptrdiff_t>(p.handshake),
+                       [](const ReplyPtr& r) { return is_error(r.get()); });
+      if (handshake_ok && early.succeeded(i, p.replies[p.handshake].get())) {
+        ++succeeded;
+      } else {
+        ++failed;
+      }
+    }
+  }
+  if (succeeded >= early.needed || (failed > 0 && failed + unavailable > count - early.needed)) {
+    return now + std::max<Clock::duration>(3 * (now - start), std::chrono::milliseconds(5));
+  }
+  return Clock::time_point::max();
+}
+
+// True when every node that is waited for (not trailing) is done or complete.
+bool others_finished(const Pending* pending, std::size_t count) {
+  return std::all_of(pending, pending + count,
+                     [](const Pending& p) { return p.trailing || p.done || complete(p); });
+}
+
+// One pass's poll set: the nodes still waited for. Nodes whose time is up are given a last look
+// and cut. Returns the earliest deadline among the nodes in the set.
+Clock::time_point collect(Pending* pending, std::size_t count, Clock::time_point now,
+                          Clock::time_point grace, PerNode<pollfd>& fds,
+                          PerNode<Pending*>& owners) {
+  fds.clear();
+  owners.clear();
+  const bool cut_trailing = others_finished(pending, count);
+  auto next_deadline = Clock::time_point::max();
+  for (Pending* p = pending; p != pending + count; ++p) {
+    if (p->done || complete(*p)) continue;
+    const bool due = now >= p->deadline || now >= grace;
+    if (due || (p->trailing && cut_trailing)) {
+      if (last_look(*p) || p->done) continue;
+      expire(*p, now >= p->deadline ? Cut::own_deadline : due ? Cut::grace : Cut::not_awaited);
+      continue;
+    }
+    next_deadline = std::min({next_deadline, p->deadline, grace});
+    fds.push_back(watch(*p));
+    owners.push_back(p);
+  }
+  return next_deadline;
+}
+
+// Milliseconds to poll for: until the next deadline, re-checked every minute at most, never
+// negative; zero when a transport has bytes buffered above its socket (TLS).
+int poll_timeout(const PerNode<Pending*>& owners, Clock::time_point next, Clock::time_point now) {
+  for (const Pending* p : owners) {
+    if (p->stage == Stage::reading && p->connection->transport.buffered()) return 0;
+  }
+  const auto wait = std::min<std::chrono::milliseconds>(
+      std::chrono::ceil<std::chrono::milliseconds>(next - now), std::chrono::milliseconds(60'000));
+  return static_cast<int>(std::max<std::int64_t>(wait.count(), 0));
+}
+
+// True for a node whose request is written and that has not read anything yet.
+bool waits_first_reply(const Pending& p) {
+  return p.stage == Stage::reading && !p.waited && p.replies.empty();
+}
+
+}  // namespace
+
+void send(Pending& p) {
+  Connection& connection = *p.connection;
+  p.handshake = 0;
+  if (!connection.authenticated) {
+    for (const auto& h : p.batch->node->handshake()) append(connection, h, Dialect::as_given);
+    p.handshake = p.batch->node->handshake().size();
+  }
+  for (const auto& command : p.batch->commands) append(connection, command, Dialect::as_given);
+  p.expected = p.handshake + p.batch->commands.size();
+  p.replies.reserve(p.expected);
+  p.reused = connection.reused;
+  start_writing(p);
+}
+
+void start_writing(Pending& p) {
+  p.deadline = Clock::now() + command_timeout(p);
+  p.waited = false;
+  p.stage = Stage::writing;
+  write_step(p);
+}
+
+void run_poll_loop(Pending* pending, std::size_t count, Clock::time_point start,
+                   const EarlyFinish* early) {
+  PerNode<pollfd> fds;
+  PerNode<Pending*> owners;
+  auto grace = Clock::time_point::max();
+  for (;;) {
+    const auto now = Clock::now();
+    if (early != nullptr && grace == Clock::time_point::max()) {
+      grace = grace_end(pending, count, start, now, *early);
+    }
+    const auto next_deadline = collect(pending, count, now, grace, fds, owners);
+    if (fds.empty()) return;
+    if (count == 1 && waits_first_reply(*owners[0])) {
+      // One node, its request just written: one blocking read (bounded by command_timeout, the
+      // socket's receive timeout) instead of poll + read. Later reads use the poll.
+      owners[0]->waited = true;
+      read_step(*owners[0], ReadMode::waiting);
+      continue;
+    }
+    const int rc = ::poll(fds.data(), fds.size(), poll_timeout(owners, next_deadline, now));
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      for (auto* p : owners) {
+        fail(*p, std::make_exception_ptr(ConnectionError(
+                     fmt::format("redlock: poll failed: {}", std::strerror(errno)))));
+      }
+      return;
+    }
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      const bool buffered =
+          owners[i]->stage == Stage::reading && owners[i]->connection->transport.buffered();
+      if (fds[i].revents != 0 || buffered) step(*owners[i]);
+    }
+  }
+}
+
+}  // namespace detail
+}  // namespace redlock

@@ -1,0 +1,129 @@
+// src/io/pool.hpp: ClientImpl, what a Client shares among its copies: the endpoint, a pool of idle
+// connections, the node's health (log transitions, circuit breaker), and the subscriber for
+// wake-on-release (created on first use).
+#ifndef REDLOCK_SRC_IO_POOL_HPP
+#define REDLOCK_SRC_IO_POOL_HPP
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <redlock/endpoint.hpp>
+
+#include "io/command.hpp"
+#include "io/dial.hpp"
+#include "io/wire.hpp"
+
+namespace redlock {
+namespace detail {
+
+class Subscriber;
+
+class ClientImpl {
+ public:
+  explicit ClientImpl(Endpoint endpoint);
+  ~ClientImpl();
+  ClientImpl(const ClientImpl&) = delete;
+  ClientImpl& operator=(const ClientImpl&) = delete;
+
+  const Endpoint& endpoint() const noexcept { return endpoint_; }
+  // "host:port" or "unix:/path": what every message names.
+  const std::string& address() const noexcept { return address_; }
+  // Identity of the server for duplicate detection (never the database): "run_id:<id>" from
+  // INFO server when the server answers (learned once per ClientImpl), else the resolved
+  // numeric address, so that 127.1, LOCALHOST and 127.0.0.1 compare equal. May do one round
+  // trip (bounded by the endpoint's timeouts); never throws a transport error. Defined in
+  // client.cpp.
+  std::string identity();
+  // 16 random hex characters naming this Client's waiters to the server: fair mode's hand-overs
+  // to them are published on "<key>:released:<waiter_id>", so other processes are not woken.
+  const std::string& waiter_id() const noexcept { return waiter_id_; }
+
+  // An idle connection, or a new one (connect only; the handshake rides on the first batch).
+  // Blocks for at most connect_timeout. Throws ConnectionError or TimeoutError.
+  std::unique_ptr<Connection> checkout();
+  // An idle connection that the server has not closed meanwhile (checked without blocking; a
+  // closed one is dropped, so nothing is sent on it), or null if none is left.
+  std::unique_ptr<Connection> take_idle() noexcept;
+  // Starts a non-blocking connect (see io/dial.hpp). Throws ConnectionError.
+  Dial dial() const;
+  // Completes a connect that poll() reported writable. Throws ConnectionError.
+  std::unique_ptr<Connection> adopt(Dial& dial) const;
+  // Returns a healthy connection to the pool (closes it if the pool is full).
+  void checkin(std::unique_ptr<Connection> connection) noexcept;
+  std::size_t idle() const;
+  // Closes every idle connection (after one turned out stale: the others likely are too).
+  void clear_idle() noexcept;
+
+  // Opens a connection and completes the handshake synchronously (for the subscriber). Defined
+  // in executor.cpp. Throws ConnectionError, TimeoutError, ProtocolError or ServerError.
+  std::unique_ptr<Connection> connect_ready();
+
+  // The handshake commands (AUTH, SELECT) for a new connection; empty if none needed.
+  const std::vector<CommandView>& handshake() const noexcept { return handshake_; }
+
+  // The subscriber for wake-on-release, created on first call. Thread-safe.
+  Subscriber& subscriber();
+  // The subscriber if it was created already, else null. Thread-safe, never creates one.
+  Subscriber* started_subscriber() const noexcept {
+    return started_subscriber_.load(std::memory_order_acquire);
+  }
+
+  // The server's run_id once identity() has learned it (empty before). Guarded by run_id_mutex.
+  std::mutex run_id_mutex;
+  std::string run_id;
+
+  // Whether SET ... NX ... GET works on this server (Redis >= 7.0); learned on first use.
+  std::atomic<bool> set_nx_get{true};
+
+  // Records whether the node just answered; logs only transitions (down: warn, back: info), so
+  // a dead node costs one log line, not one per operation. Never throws.
+  void note_health(bool reachable, std::string_view why = {}) noexcept;
+
+  // Circuit breaker for multi-node batches. After a timeout, or after being abandoned (cut after
+  // an early finish's grace) three times in a row, the node is skipped by Redlock acquires (it
+  // simply does not grant) for a back-off that starts at 250 ms and doubles up to 5 s; then one
+  // acquire probes it (the others keep skipping until that probe is done). A paused server would
+  // otherwise cost every acquire a wait and a new connection. Releases, extends and rollbacks
+  // never skip (see SkipPolicy); single-node operations and the watchdog never skip.
+  void note_timeout() noexcept;
+  void note_abandoned() noexcept;
+  void note_answer() noexcept;
+  // True if an acquire should skip this node now; when the back-off has just ended, false for
+  // exactly one caller (the probe). Thread-safe.
+  bool skip(std::chrono::steady_clock::time_point now) noexcept;
+  // True while the node has timed out and not answered since. Thread-safe.
+  bool suspect() const noexcept { return backoff_ms_.load(std::memory_order_relaxed) != 0; }
+
+ private:
+  void build_handshake();
+
+  Endpoint endpoint_;
+  std::string address_;
+  std::string waiter_id_;
+  // Storage behind handshake_ views.
+  std::vector<std::string> handshake_args_;
+  std::vector<std::vector<const char*>> handshake_argv_;
+  std::vector<std::vector<std::size_t>> handshake_lens_;
+  std::vector<CommandView> handshake_;
+
+  mutable std::mutex mutex_;
+  std::vector<std::unique_ptr<Connection>> idle_;  // guarded by mutex_
+  std::atomic<bool> down_{false};
+  std::atomic<std::int64_t> skip_until_ns_{0};  // steady_clock, 0: not skipping
+  std::atomic<std::int64_t> backoff_ms_{0};
+  std::atomic<int> abandoned_in_a_row_{0};
+  std::once_flag subscriber_once_;
+  std::unique_ptr<Subscriber> subscriber_;
+  std::atomic<Subscriber*> started_subscriber_{nullptr};
+};
+
+}  // namespace detail
+}  // namespace redlock
+
+#endif  // REDLOCK_SRC_IO_POOL_HPP

@@ -1,0 +1,82 @@
+// src/watch/wake_slot.cpp: WakeSlot (where one waiter is told a release happened) and the parser
+// of fair mode's hand-over messages; declared in watch/subscriber.hpp.
+#include <cstdint>
+#include <string_view>
+
+#include "watch/subscriber.hpp"
+
+namespace redlock {
+namespace detail {
+
+void WakeSlot::notify() noexcept {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    notified_ = true;
+  }
+  cv_.notify_all();
+}
+
+void WakeSlot::grant(std::uint64_t seq, std::uint64_t fence) noexcept {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    notified_ = true;
+    granted_ = true;
+    grant_seq_ = seq;
+    grant_fence_ = fence;
+  }
+  cv_.notify_all();
+}
+
+bool WakeSlot::take_grant(std::uint64_t& seq, std::uint64_t& fence) noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (!granted_) return false;
+  granted_ = false;
+  notified_ = false;  // consumed: a grant is never passed on to another waiter
+  seq = grant_seq_;
+  fence = grant_fence_;
+  return true;
+}
+
+namespace {
+bool parse_number(std::string_view& rest, std::uint64_t& out) noexcept {
+  const auto colon = rest.find(':');
+  if (colon == 0 || colon == std::string_view::npos || colon > 19) return false;
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < colon; ++i) {
+    const char c = rest[i];
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  out = value;
+  rest.remove_prefix(colon + 1);
+  return true;
+}
+}  // namespace
+
+bool parse_grant(std::string_view payload, std::uint64_t& seq, std::uint64_t& fence,
+                 std::string_view& token_sha1) noexcept {
+  constexpr std::string_view kPrefix = "grant:";
+  if (payload.substr(0, kPrefix.size()) != kPrefix) return false;
+  payload.remove_prefix(kPrefix.size());
+  if (!parse_number(payload, seq) || !parse_number(payload, fence) || payload.empty()) {
+    return false;
+  }
+  token_sha1 = payload;
+  return true;
+}
+
+bool WakeSlot::pending() noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return notified_;
+}
+
+bool WakeSlot::wait_until(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait_until(lock, deadline, [this] { return notified_; });
+  const bool was = notified_;
+  notified_ = false;
+  return was;
+}
+
+}  // namespace detail
+}  // namespace redlock
