@@ -937,16 +937,21 @@ TEST_CASE("redlock-run --fair serves five staggered waiters in arrival order",
   const auto k = key("run-fifo");
   const std::string order = dir / "order";
   const std::string started = dir / "started";
+  const std::string go = dir / "go";
+  // The first holds until told to go, so every waiter is queued before the first hand-over.
   Tool first({"--redis", uri(server), "--key", k, "--fair", "--", "sh", "-c",
-              "touch " + started + "; sleep 1"});
+              "touch " + started + "; while [ ! -e " + go + " ]; do sleep 0.05; done"});
   REQUIRE(eventually([&] { return exists(started); }));
   std::vector<std::unique_ptr<Tool>> waiters;
   for (int i = 1; i <= 5; ++i) {
     waiters.push_back(std::make_unique<Tool>(
         std::vector<std::string>{"--redis", uri(server), "--key", k, "--fair", "--", "sh", "-c",
                                  "echo " + std::to_string(i) + " >> " + order + "; sleep 0.1"}));
-    std::this_thread::sleep_for(150ms);
+    // Arrival order is the order of the server's queue: the next starts once this one is in it
+    // (a process that starts slowly on a busy machine must not be overtaken by the next).
+    REQUIRE(eventually([&] { return server.raw({"LLEN", k + ":queue"}).integer() == i; }, 10s));
   }
+  REQUIRE(::close(::open(go.c_str(), O_WRONLY | O_CREAT, 0600)) == 0);
   CHECK(first.wait() == 0);
   for (auto& w : waiters) CHECK(w->wait(20s) == 0);
   CHECK(slurp(order) == "1\n2\n3\n4\n5\n");

@@ -4,7 +4,6 @@
 #include <poll.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -37,7 +36,6 @@ class Finisher {
     } catch (...) {  // no thread or no memory: the connection is closed unfinished
       return;
     }
-    wake_.notify_one();
   }
 
  private:
@@ -75,11 +73,13 @@ class Finisher {
     return item.connection->transport.all_sent();
   }
 
+  // Runs while there is work, then ends (a later finish() starts a new thread): an idle process
+  // keeps no thread of ours, so a fork() that follows finds only the threads it started.
   void run() {
     std::vector<Item> items;
     std::vector<pollfd> fds;
     for (;;) {
-      take_queued(items);
+      if (!take_queued(items)) return;
       fds.clear();
       for (const auto& item : items) {
         const short events = item.written ? POLLIN : POLLOUT;
@@ -96,16 +96,17 @@ class Finisher {
     }
   }
 
-  // Moves newly queued items to `items`; waits for some while there is nothing to do.
-  void take_queued(std::vector<Item>& items) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (items.empty()) wake_.wait(lock, [this] { return !queue_.empty(); });
+  // Moves newly queued items to `items`. False when there is nothing left to do: the thread
+  // then ends (started_ is cleared under the same mutex finish() checks it under).
+  bool take_queued(std::vector<Item>& items) {
+    std::lock_guard<std::mutex> guard(mutex_);
     for (auto& item : queue_) items.push_back(std::move(item));
     queue_.clear();
+    if (items.empty()) started_ = false;
+    return !items.empty();
   }
 
   std::mutex mutex_;
-  std::condition_variable wake_;
   std::vector<Item> queue_;  // guarded by mutex_
   bool started_{false};      // guarded by mutex_
 };
