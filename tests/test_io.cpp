@@ -6,6 +6,7 @@
 #include <csignal>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -65,6 +66,52 @@ TEST_CASE("The codec encodes RESP into its own buffer and decodes split replies"
   REQUIRE(feed(bad, "HTTP/1.1 400\r\n"));
   CHECK(bad.next(reply) == Decoded::malformed);
   CHECK_FALSE(bad.error().empty());
+}
+
+namespace {
+// What hiredis's own formatter makes of a command.
+std::string hiredis_format(const std::vector<std::string>& args) {
+  std::vector<const char*> argv;
+  std::vector<std::size_t> lens;
+  for (const auto& a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  char* encoded = nullptr;
+  const int length =
+      redisFormatCommandArgv(&encoded, static_cast<int>(args.size()), argv.data(), lens.data());
+  REQUIRE(length > 0);
+  std::string out(encoded, static_cast<std::size_t>(length));
+  redisFreeCommand(encoded);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("The codec encodes commands byte for byte as hiredis does", "[unit][io]") {
+  const std::vector<std::vector<std::string>> commands = {
+      {"PING"},
+      {"SET", "", std::string("a\0b\r\n", 5), "PX", "30000"},
+      {"EVALSHA", std::string(40, 'f'), "1", "k", std::string(12345, 'x'), "30000"},
+      {"A", "B", "C", "D", "E", "F", "G", "H", "I", "J", "K", "L"},  // a two-digit count
+  };
+  OutBuffer out;
+  std::string expected;
+  for (const auto& args : commands) {
+    std::vector<const char*> argv;
+    std::vector<std::size_t> lens;
+    for (const auto& a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    out.append(static_cast<int>(args.size()), argv.data(), lens.data());
+    expected += hiredis_format(args);
+  }
+  CHECK(std::string(out.data(), out.size()) == expected);
+  out.consume(out.size());
+  const char* ping[] = {"PING"};
+  const std::size_t ping_len[] = {4};
+  out.append(1, ping, ping_len);  // after everything was written: starts over
+  CHECK(std::string(out.data(), out.size()) == "*1\r\n$4\r\nPING\r\n");
 }
 
 TEST_CASE("A transport never blocks and reports end of stream and a dropped peer", "[unit][io]") {

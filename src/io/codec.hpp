@@ -1,5 +1,5 @@
-// src/io/codec.hpp: hiredis as a codec only: commands are encoded with redisFormatCommandArgv
-// into an output buffer we own, and replies decoded by a redisReader we feed; no redisContext.
+// src/io/codec.hpp: the RESP codec: commands are encoded (as redisFormatCommandArgv would) into
+// an output buffer we own, and replies decoded by a hiredis redisReader we feed; no redisContext.
 #ifndef REDLOCK_SRC_IO_CODEC_HPP
 #define REDLOCK_SRC_IO_CODEC_HPP
 
@@ -25,7 +25,8 @@ using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
 // Bytes encoded and not yet written. Keeps its capacity across batches (no allocation once warm).
 class OutBuffer {
  public:
-  // Appends one command in RESP. Throws std::bad_alloc.
+  // Appends one command in RESP, whole or (std::bad_alloc) not at all. No allocation once the
+  // buffer has grown to a batch's size.
   void append(int argc, const char* const* argv, const std::size_t* lens);
   const char* data() const noexcept { return bytes_.data() + sent_; }
   std::size_t size() const noexcept { return bytes_.size() - sent_; }

@@ -54,6 +54,8 @@ ExtendItem WatchdogImpl::item_for(const Entry& entry) {
 void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::time_point now) {
   std::vector<Renewing> renewing;
   std::vector<ExtendItem> items;
+  renewing.reserve(slots.size());  // one allocation each, not one per doubling
+  items.reserve(slots.size());
   for (std::size_t slot : slots) {
     Entry* entry;
     {
