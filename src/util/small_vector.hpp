@@ -1,6 +1,6 @@
-// src/util/small_vector.hpp: a vector with inline room for N elements, for the per-operation scratch
-// arrays of the hot path (one slot per node, one per command or reply). Up to N elements it never
-// touches the heap; beyond N it moves to the heap and behaves like std::vector.
+// src/util/small_vector.hpp: a vector with inline room for N elements, for the per-operation
+// scratch arrays of the hot path (one slot per node, one per command or reply). Up to N elements it
+// never touches the heap; beyond N it moves to the heap and behaves like std::vector.
 //
 // Only what redlock uses: growth at the end, clear, resize, indexing, iteration, move. Elements
 // must be nothrow-movable (growth moves them); copying the container is not supported.
