@@ -10,12 +10,15 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <hiredis/hiredis.h>
 
 #include <redlock/redlock.hpp>
 
@@ -536,5 +539,39 @@ TEST_CASE("A permit capped by max_renewals is given back and reported", "[redis]
   CHECK(server.raw({"EXISTS", k + ":permit:1"}).integer() == 0);
   redlock::Semaphore next(client, k, 1, fast());
   CHECK(next.try_acquire());
+  CHECK_FALSE(sem.release());
+}
+
+TEST_CASE("A permit released by the watchdog at its cap wakes the semaphore's waiters",
+          "[redis][semaphore][wake]") {
+  Setup setup("sem-cap-wake");
+  auto& [server, client, k] = setup;
+  // A bystander subscribed where waiters of the semaphore listen.
+  timeval tv{8, 0};
+  std::unique_ptr<redisContext, void (*)(redisContext*)> owned(
+      redisConnectWithTimeout("127.0.0.1", server.port(), tv), redisFree);
+  redisContext* spy = owned.get();
+  REQUIRE(spy != nullptr);
+  REQUIRE(spy->err == 0);
+  redisSetTimeout(spy, tv);
+  const std::string channel = k + ":permit:released";
+  void* raw = redisCommand(spy, "SUBSCRIBE %b", channel.data(), channel.size());
+  REQUIRE(raw != nullptr);
+  freeReplyObject(raw);
+  auto o = fast(3s);  // renewed at ~1 s, released at its cap at ~2 s
+  o.auto_renew = true;
+  o.max_renewals = 1;
+  redlock::Semaphore sem(client, k, 1, o);
+  REQUIRE(sem.try_acquire());
+  void* message = nullptr;
+  const int rc = redisGetReply(spy, &message);  // the cap's release, announced (or a timeout)
+  REQUIRE(rc == REDIS_OK);
+  const std::unique_ptr<void, void (*)(void*)> reply(message, freeReplyObject);
+  const auto* r = static_cast<redisReply*>(message);
+  REQUIRE(r->type == REDIS_REPLY_ARRAY);
+  REQUIRE(r->elements == 3);
+  CHECK(std::string(r->element[0]->str, r->element[0]->len) == "message");
+  CHECK(std::string(r->element[1]->str, r->element[1]->len) == channel);
+  CHECK_FALSE(sem.owns_permit());
   CHECK_FALSE(sem.release());
 }

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -18,7 +19,9 @@
 
 #include <redlock/redlock.hpp>
 
+#include "api/access.hpp"
 #include "support/redis_server.hpp"
+#include "watch/watchdog_impl.hpp"
 
 using namespace std::chrono_literals;
 using redlock::test::key;
@@ -435,4 +438,97 @@ TEST_CASE("Watchdog forgets a lease as soon as its hold ends", "[redis][watchdog
   CHECK_FALSE(lock.extend());
   CHECK(dog->stats().leases == 0);
   lock.unlock();
+}
+
+namespace {
+
+// An in-process lease store for the watchdog's scheduling alone (no server involved): it
+// confirms every extend, and counts what it was asked. Kind names its batch group.
+template <int Kind>
+class CountingStore final : public redlock::detail::LeaseBackend {
+ public:
+  using TimePoint = redlock::detail::SteadyClock::time_point;
+  const std::string& key() const noexcept override { return key_; }
+  std::size_t size() const noexcept override { return 1; }
+  std::size_t quorum() const noexcept override { return 1; }
+  std::chrono::milliseconds ttl() const noexcept override { return 300ms; }
+  bool fair() const noexcept override { return false; }
+  redlock::detail::AcquireResult acquire(const redlock::detail::AcquireRequest&) override {
+    return {};
+  }
+  redlock::detail::AcquireResult handed_over(std::uint64_t, TimePoint) const override { return {}; }
+  redlock::detail::ExtendResult extend(const std::string&, std::chrono::milliseconds) override {
+    return {};
+  }
+  TimePoint extend_floor(TimePoint start, std::chrono::milliseconds ttl) const noexcept override {
+    return start + ttl;
+  }
+  const void* batch_group() const noexcept override {
+    static const char group = 0;
+    return &group;
+  }
+  std::size_t extend_many(redlock::detail::RenewItem* items, std::size_t count) override {
+    for (std::size_t k = 0; k < count; ++k) {
+      // Each item must be of this store's group, and named by its own token.
+      if (items[k].backend->batch_group() != batch_group()) ++misrouted;
+      auto& store = static_cast<CountingStore&>(*items[k].backend);
+      if (*items[k].token != store.token_) ++misrouted;
+      items[k].result.held = true;
+      items[k].result.confirmed = 1;
+      items[k].result.valid_until = Clock::now() + ttl();
+      ++store.renewed;
+    }
+    return 1;
+  }
+  redlock::detail::ReleaseResult release(const std::string&, redlock::detail::Announce) override {
+    return {};
+  }
+  bool watch_live() const noexcept override { return false; }
+  std::unique_ptr<redlock::detail::ReleaseWatch> watch(TimePoint, std::string) override {
+    return nullptr;
+  }
+
+  explicit CountingStore(std::string token) : token_(std::move(token)) {}
+  std::atomic<int> renewed{0};
+  static inline std::atomic<int> misrouted{0};
+
+ private:
+  std::string key_{"counting-store"};
+  std::string token_;
+};
+
+}  // namespace
+
+TEST_CASE("One watchdog renews leases of two batch groups and puts each result in its place",
+          "[watchdog][unit]") {
+  redlock::Watchdog watchdog;
+  auto& impl = redlock::detail::Access::watchdog(watchdog);
+  std::vector<std::shared_ptr<redlock::detail::HoldState>> holds;
+  std::vector<std::shared_ptr<redlock::detail::LeaseBackend>> stores;
+  // Interleaved kinds, so that every batch mixes the two groups.
+  for (int i = 0; i < 6; ++i) {
+    const std::string token = "token-" + std::to_string(i);
+    std::shared_ptr<redlock::detail::LeaseBackend> store;
+    if (i % 2 == 0) {
+      store = std::make_shared<CountingStore<0>>(token);
+    } else {
+      store = std::make_shared<CountingStore<1>>(token);
+    }
+    auto hold =
+        std::make_shared<redlock::detail::HoldState>(token, 0, Clock::now(), Clock::now() + 300ms);
+    impl.watch(store, hold, redlock::detail::WatchSettings{});
+    holds.push_back(hold);
+    stores.push_back(store);
+  }
+  std::this_thread::sleep_for(1200ms);  // renewals about every 100 ms, a lease lives 300 ms
+  for (std::size_t i = 0; i < holds.size(); ++i) {
+    CAPTURE(i);
+    CHECK_FALSE(holds[i]->lost(Clock::now()));
+    const int renewed = i % 2 == 0 ? static_cast<CountingStore<0>&>(*stores[i]).renewed.load()
+                                   : static_cast<CountingStore<1>&>(*stores[i]).renewed.load();
+    CHECK(renewed >= 3);
+  }
+  CHECK(CountingStore<0>::misrouted == 0);
+  CHECK(CountingStore<1>::misrouted == 0);
+  for (const auto& hold : holds) impl.forget(hold.get());
 }

@@ -50,6 +50,8 @@ struct AcquireResult {
   // Set when no node gave a usable answer: the error to throw (server error preferred); for
   // N > 1, also when fewer than a quorum answered (QuorumUnavailableError).
   std::exception_ptr failure;
+  // PermitBackend: the permit granted (1..limit), 0 if refused.
+  std::size_t slot{0};
   // Fair mode: the queue place is gone (fair_release ran, or may still run, with the token), so
   // any hand-over named by this attempt or an earlier one is void.
   bool left_queue{false};
@@ -87,6 +89,17 @@ class ReleaseWatch {
   virtual void wake() noexcept = 0;
 };
 
+class LeaseBackend;
+
+// One lease of a renewal batch (LeaseBackend::extend_many). The caller keeps `backend` and
+// `token` alive until extend_many() returns.
+struct RenewItem {
+  LeaseBackend* backend{nullptr};
+  const std::string* token{nullptr};
+  ExtendResult result;     // out: as LeaseBackend::extend's, at the backend's ttl()
+  std::size_t refused{0};  // out: nodes that answered "not ours"
+};
+
 class LeaseBackend {
  public:
   virtual ~LeaseBackend() = default;
@@ -104,6 +117,18 @@ class LeaseBackend {
   virtual AcquireResult handed_over(std::uint64_t fence, SteadyClock::time_point sent) const = 0;
   // Token-checked extend on every node; held iff a quorum confirmed and validity is positive.
   virtual ExtendResult extend(const std::string& token, std::chrono::milliseconds ttl) = 0;
+  // The earliest a lease extended by `ttl` from `start` may end (start + ttl - the clock-drift
+  // allowance): an extend in flight lowers the hold's validity to it at once. Pure.
+  virtual SteadyClock::time_point extend_floor(SteadyClock::time_point start,
+                                               std::chrono::milliseconds ttl) const noexcept = 0;
+  // Leases whose backends return the same batch_group() are renewed together by one
+  // extend_many() call on any of them (the Redis engines share one group: one round trip per
+  // server for all their leases).
+  virtual const void* batch_group() const noexcept = 0;
+  // Extends every item by its backend's ttl(); every item's backend has this batch_group().
+  // Returns the round trips made. Per-node failures land in each result; throws std::bad_alloc
+  // only.
+  virtual std::size_t extend_many(RenewItem* items, std::size_t count) = 0;
   // Token-checked release on every node that may hold the key.
   virtual ReleaseResult release(const std::string& token, Announce announce) = 0;
 
@@ -113,6 +138,27 @@ class LeaseBackend {
   virtual bool watch_live() const noexcept = 0;
   virtual std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline,
                                               std::string token_sha1) = 0;
+};
+
+// A counting semaphore's store: limit() permits under one name, each a lease of its own. The
+// Semaphore (lock/semaphore.cpp) talks to its permits only through this.
+class PermitBackend {
+ public:
+  virtual ~PermitBackend() = default;
+
+  virtual const std::string& key() const noexcept = 0;
+  virtual std::size_t limit() const noexcept = 0;
+  // One attempt with `token`: the first free permit. Held: `slot` (1..limit), `valid_until`
+  // and `fence`. Refused: `holder_pttl` is the earliest expiry of a held permit (-1: none
+  // expires). A grant too late to be of use is given back and reported as refused (pttl 0).
+  // Throws the transport, protocol or server failure, after rolling back an attempt that may
+  // have run.
+  virtual AcquireResult acquire(const std::string& token) = 0;
+  // The lease of permit `slot` (1..limit): what extends and renews it, and what releases it
+  // (announced to the semaphore's waiters). Called by the permit's holder only.
+  virtual std::shared_ptr<LeaseBackend> permit(std::size_t slot) = 0;
+  // Wake-on-release: a subscription to the releases of every permit (see LeaseBackend::watch).
+  virtual std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline) = 0;
 };
 
 }  // namespace detail

@@ -20,16 +20,6 @@ namespace detail {
 
 namespace {
 
-bool timed_out(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const TimeoutError&) {
-    return true;
-  } catch (...) {
-  }
-  return false;
-}
-
 const char* acquire_operation(AcquireDialect dialect) noexcept {
   return dialect == AcquireDialect::script ? "the acquire script" : "SET NX PX";
 }
@@ -194,7 +184,7 @@ void LeaseEngine::roll_back(const Round& a, AcquireResult& result) {
   bool rollback = false;
   for (std::size_t i = 0; i < n; ++i) {
     const std::exception_ptr& error = a.tally.error(i);
-    const bool late = error && !a.tally.server_failed(i) && timed_out(error);
+    const bool late = error && !a.tally.server_failed(i) && is_timeout(error);
     // A retried plain SET NX may have run twice: its refusal then can be our own first grant.
     // A script or SET ... GET recognises our own grant, so its refusal is a real one (and in
     // fair mode a rollback would give up the waiter's place and a hand-over on its way).
@@ -282,8 +272,35 @@ ExtendResult LeaseEngine::extend(const std::string& token, std::chrono::millisec
   item.token = &token;
   item.ttl = ttl;
   item.ttl_ms = &ttl_ms;
-  extend_many(&item, 1, Finish::at_quorum);
+  extend_leases(&item, 1, Finish::at_quorum);
   return item.result;
+}
+
+SteadyClock::time_point LeaseEngine::extend_floor(SteadyClock::time_point start,
+                                                  std::chrono::milliseconds ttl) const noexcept {
+  return start + std::chrono::nanoseconds(ttl) - drift_of(ttl, drift_factor_);
+}
+
+const void* LeaseEngine::batch_group() const noexcept {
+  static const char group = 0;  // every engine: extend_leases() batches by server
+  return &group;
+}
+
+std::size_t LeaseEngine::extend_many(RenewItem* items, std::size_t count) {
+  std::vector<ExtendItem> leases(count);
+  for (std::size_t k = 0; k < count; ++k) {
+    const auto& engine = static_cast<const LeaseEngine&>(*items[k].backend);
+    leases[k].engine = &engine;
+    leases[k].token = items[k].token;
+    leases[k].ttl = engine.ttl_;
+    leases[k].ttl_ms = &engine.ttl_ms_;
+  }
+  const std::size_t round_trips = extend_leases(leases.data(), count, Finish::every_node);
+  for (std::size_t k = 0; k < count; ++k) {
+    items[k].result = std::move(leases[k].result);
+    items[k].refused = leases[k].refused;
+  }
+  return round_trips;
 }
 
 ReleaseResult LeaseEngine::release(const std::string& token, Announce announce) {

@@ -28,9 +28,10 @@ namespace detail {
 
 class LeaseEngine final : public LeaseBackend {
  public:
-  // Throws std::invalid_argument for bad options or duplicate nodes (see Lock/Redlock ctors).
+  // Releases are announced on `channel` (empty: key + ":released"). Throws
+  // std::invalid_argument for bad options or duplicate nodes (see Lock/Redlock ctors).
   LeaseEngine(std::vector<std::shared_ptr<ClientImpl>> nodes, std::string key,
-              const LockOptions& options);
+              const LockOptions& options, std::string channel = std::string());
 
   // LeaseBackend (see core/backend.hpp).
   const std::string& key() const noexcept override { return keys_.key; }
@@ -42,6 +43,11 @@ class LeaseEngine final : public LeaseBackend {
   AcquireResult handed_over(std::uint64_t fence, SteadyClock::time_point sent) const override;
   // Compare-and-pexpire on every node (extend-many with this one lease, core/extend.hpp).
   ExtendResult extend(const std::string& token, std::chrono::milliseconds ttl) override;
+  SteadyClock::time_point extend_floor(SteadyClock::time_point start,
+                                       std::chrono::milliseconds ttl) const noexcept override;
+  // Shared by every LeaseEngine; the items' backends must all be LeaseEngines.
+  const void* batch_group() const noexcept override;
+  std::size_t extend_many(RenewItem* items, std::size_t count) override;
   // Compare-and-delete on every node. Announce::quietly is the rollback of a failed attempt, so
   // a split vote does not wake every waiter straight into the next split vote.
   ReleaseResult release(const std::string& token, Announce announce) override;
@@ -50,7 +56,8 @@ class LeaseEngine final : public LeaseBackend {
                                       std::string token_sha1) override;
 
   const std::vector<std::shared_ptr<ClientImpl>>& nodes() const noexcept { return nodes_; }
-  // The pub/sub channel releases are announced on: key + ":released".
+  // The pub/sub channel releases are announced on (key + ":released" unless the constructor
+  // named one).
   const std::string& channel() const noexcept { return keys_.channel; }
   // Fair mode: where hand-overs to this process's waiters are published,
   // channel() + ":" + the Client's waiter_id().

@@ -95,7 +95,7 @@ void validate_lock_options(const std::string& key, const LockOptions& options) {
 }
 
 LeaseEngine::LeaseEngine(std::vector<std::shared_ptr<ClientImpl>> nodes, std::string key,
-                         const LockOptions& options)
+                         const LockOptions& options, std::string channel)
     : nodes_(std::move(nodes)),
       ttl_(options.ttl),
       drift_factor_(options.clock_drift_factor),
@@ -105,7 +105,7 @@ LeaseEngine::LeaseEngine(std::vector<std::shared_ptr<ClientImpl>> nodes, std::st
   validate_lock_options(key, options);
   keys_.key = std::move(key);
   keys_.fence = keys_.key + ":fence";
-  keys_.channel = keys_.key + ":released";
+  keys_.channel = channel.empty() ? keys_.key + ":released" : std::move(channel);
   keys_.grant_channel = keys_.channel + ":" + nodes_[0]->waiter_id();
   keys_.queue = keys_.key + ":queue";
   keys_.queue_info = keys_.key + ":queue:info";

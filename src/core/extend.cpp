@@ -107,7 +107,7 @@ void tally_item(ExtendItem& item, const PerNode<NodeBatch>& batches, const Place
 
 }  // namespace
 
-std::size_t extend_many(ExtendItem* items, std::size_t count, Finish finish) {
+std::size_t extend_leases(ExtendItem* items, std::size_t count, Finish finish) {
   std::size_t total = 0;
   for (std::size_t k = 0; k < count; ++k) total += items[k].engine->nodes().size();
   PerNode<ExtendCommand> commands(total);  // never resized: the batches point into it

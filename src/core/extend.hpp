@@ -1,6 +1,7 @@
-// src/core/extend.hpp: extend-many, the one token-checked extend of any number of leases: one
-// pipelined round trip per node for all the leases on it, then the same tally and decision for
-// each lease. Lock::extend is its one-lease case; the watchdog batches its due renewals in it.
+// src/core/extend.hpp: extend-many (extend_leases), the one token-checked extend of any number of
+// leases: one pipelined round trip per node for all the leases on it, then the same tally and
+// decision for each lease. Lock::extend is its one-lease case; the watchdog batches its due
+// renewals in it.
 #ifndef REDLOCK_SRC_CORE_EXTEND_HPP
 #define REDLOCK_SRC_CORE_EXTEND_HPP
 
@@ -34,7 +35,7 @@ enum class Finish : unsigned char { every_node, at_quorum };
 
 // Extends every item. Returns the number of node round trips made. Never throws for per-node
 // failures (they land in each result); throws std::bad_alloc only.
-std::size_t extend_many(ExtendItem* items, std::size_t count, Finish finish);
+std::size_t extend_leases(ExtendItem* items, std::size_t count, Finish finish);
 
 }  // namespace detail
 }  // namespace redlock

@@ -151,5 +151,16 @@ std::exception_ptr server_error(const std::string& address, std::string_view ope
                   std::string(message)));
 }
 
+bool is_timeout(const std::exception_ptr& error) noexcept {
+  if (!error) return false;
+  try {
+    std::rethrow_exception(error);
+  } catch (const TimeoutError&) {
+    return true;
+  } catch (...) {
+  }
+  return false;
+}
+
 }  // namespace detail
 }  // namespace redlock

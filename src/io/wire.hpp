@@ -65,6 +65,9 @@ std::exception_ptr protocol_error(const Connection& connection, const std::strin
 // The exception for an error reply to `operation` on `address`, with a hint for common errors.
 std::exception_ptr server_error(const std::string& address, std::string_view operation,
                                 std::string_view message);
+// Whether `error` is a TimeoutError (a request that may still run on the server), as opposed to
+// a connection that died (the request may have run) or a refusal. False for null.
+bool is_timeout(const std::exception_ptr& error) noexcept;
 
 }  // namespace detail
 }  // namespace redlock

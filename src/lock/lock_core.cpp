@@ -12,6 +12,7 @@
 #include "api/access.hpp"
 #include "core/engine.hpp"
 #include "lock/fair_wait.hpp"
+#include "lock/hold_end.hpp"
 #include "util/log_internal.hpp"
 #include "util/token.hpp"
 #include "watch/watchdog_impl.hpp"
@@ -60,8 +61,7 @@ constexpr CallWords kWords{"lock() of ",
 LockCore::LockCore(std::vector<std::shared_ptr<ClientImpl>> nodes, std::string key,
                    LockOptions options)
     : options_(std::move(options)),
-      renewal_(make_lease_engine(std::move(nodes), std::move(key), options_)),
-      backend_(renewal_) {
+      backend_(make_lease_engine(std::move(nodes), std::move(key), options_)) {
   if ((options_.auto_renew || options_.on_lost) && !options_.watchdog) {
     options_.watchdog = Watchdog::shared();
   }
@@ -192,7 +192,7 @@ bool LockCore::take(const AcquireResult& result, std::string token, SteadyClock:
   if (!options_.auto_renew) return true;
   try {
     Access::watchdog(*options_.watchdog)
-        .watch(renewal_, hold,
+        .watch(backend_, hold,
                WatchSettings{options_.max_renewals, options_.max_hold, options_.on_lost});
   } catch (...) {
     // Could not start renewal (thread creation failed): do not hand out a hold the caller
@@ -224,31 +224,14 @@ bool LockCore::release() {
       break;
   }
   const std::shared_ptr<HoldState>& hold = last.hold;
-  // Stop renewal before the key is deleted, and wait out a renewal in flight.
-  const bool was_valid = hold->begin_end() && !hold->lost(SteadyClock::now());
-  const bool capped = hold->marked_lost() && hold->reason() == LostReason::cap_reached;
-  ReleaseResult result;
-  std::exception_ptr error;
-  if (!capped) {  // after a cap the watchdog has already released it
-    const auto start = SteadyClock::now();
-    try {
-      result = backend_->release(hold->token(), Announce::waiters);
-      error = result.failure;
-    } catch (...) {
-      error = std::current_exception();
-    }
-    if (result.listeners > 0 && !backend_->fair()) hold_back_after(start);  // fair: queue decides
-  }
-  // Kept unless it had expired or the backend found that no quorum can have held it.
-  const bool kept = was_valid && result.quorum_kept;
-  if (!capped && !error && !kept) {
-    // The lease turned out to be gone: that is a loss, and LeaseToken listeners hear of it.
-    report_lost(hold, was_valid ? result.reason : LostReason::expired);
-  }
+  const HoldEnd end = end_hold(*hold, *backend_);
+  if (end.listeners > 0 && !backend_->fair()) hold_back_after(end.sent);  // fair: queue decides
+  // The lease turned out to be gone: that is a loss, and LeaseToken listeners hear of it.
+  if (end.lost) report_lost(hold, end.reason);
   hold->mark_released();
   ownership_.open_gate();
-  if (error) std::rethrow_exception(error);
-  return kept;
+  if (end.error) std::rethrow_exception(end.error);
+  return end.kept;
 }
 
 // Waiters heard a release that started at `release_start`. Hold back this object's next acquire
@@ -274,8 +257,7 @@ bool LockCore::extend(std::chrono::milliseconds ttl) {
   if (hold->ending() || hold->lost(start)) return false;
   // From here the server may apply the new ttl at any moment, even if it is shorter than what
   // is left, and a watchdog renewal may be in flight too: the hold tracks what is safe.
-  const auto id = hold->begin_extend(start + std::chrono::nanoseconds(ttl) -
-                                     drift_of(ttl, options_.clock_drift_factor));
+  const auto id = hold->begin_extend(backend_->extend_floor(start, ttl));
   ExtendResult result;
   try {
     result = backend_->extend(hold->token(), ttl);
@@ -305,34 +287,18 @@ void LockCore::report_lost(const std::shared_ptr<HoldState>& hold, LostReason re
 
 // Ends `hold` and releases it unless the watchdog already did (cap); failures are logged and
 // the lease expires by its ttl.
-void LockCore::release_quietly(HoldState& hold, const char* when) noexcept {
-  try {
-    hold.begin_end();
-    if (!(hold.marked_lost() && hold.reason() == LostReason::cap_reached)) {
-      const ReleaseResult r = backend_->release(hold.token(), Announce::waiters);
-      if (r.failure) std::rethrow_exception(r.failure);
-    }
-  } catch (const std::exception& e) {
-    logf(LogLevel::warn, "redlock: could not release {}{} ({}); it expires by its ttl",
-         backend_->key(), when, e.what());
-  } catch (...) {
-  }
-}
-
 void LockCore::orphaned() noexcept {
   const Held held = ownership_.disown_caller();
   if (!held.hold) return;
   logf(LogLevel::warn, "redlock: a thread exited holding {}; releasing it", backend_->key());
-  release_quietly(*held.hold, "");
-  held.hold->mark_released();
+  end_hold_quietly(*held.hold, *backend_, backend_->key(), "");
   ownership_.open_gate();
 }
 
 void LockCore::destroy() noexcept {
   const Held held = ownership_.disown();
   if (!held.hold) return;
-  release_quietly(*held.hold, " while destroying the lock");
-  held.hold->mark_released();
+  end_hold_quietly(*held.hold, *backend_, backend_->key(), " while destroying the lock");
 }
 
 }  // namespace detail

@@ -61,14 +61,9 @@ class LockCore : public std::enable_shared_from_this<LockCore> {
   bool take(const AcquireResult& result, std::string token, SteadyClock::time_point start);
   void hold_back_after(SteadyClock::time_point release_start);
   void report_lost(const std::shared_ptr<HoldState>& hold, LostReason reason);
-  void release_quietly(HoldState& hold, const char* when) noexcept;
 
   LockOptions options_;
-  // The Redis lease engine, for the watchdog only: its renewals batch leases of many locks per
-  // node (core/extend.hpp), which the seam does not cover yet. Everything else in lock/ goes
-  // through backend_.
-  std::shared_ptr<LeaseEngine> renewal_;
-  std::shared_ptr<LeaseBackend> backend_;
+  std::shared_ptr<LeaseBackend> backend_;  // shared with the watchdog while it renews a hold
   Ownership ownership_;
   // No acquire attempt before this (anti-barging), steady_clock ticks since its epoch.
   std::atomic<SteadyClock::rep> courtesy_until_{0};

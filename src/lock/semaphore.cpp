@@ -1,7 +1,8 @@
 // src/lock/semaphore.cpp: Semaphore: acquiring and waiting for a permit (jittered backoff bounded
 // by the earliest slot expiry, plus wake-on-release), its validity, renewal hand-off, release and
-// loss. The slot keys and their scripts are lock/permit_store; thread ownership, the local queue
-// and cancellation are a Lock's (lock/ownership).
+// loss. The permits are a PermitBackend (core/backend.hpp; Redis's is core/permits); thread
+// ownership, the local queue, cancellation and the end of a hold are a Lock's (lock/ownership,
+// lock/hold_end).
 #include <redlock/semaphore.hpp>
 
 #include <algorithm>
@@ -16,8 +17,9 @@
 #include "api/access.hpp"
 #include "core/engine.hpp"
 #include "core/hold.hpp"
+#include "core/permits.hpp"
+#include "lock/hold_end.hpp"
 #include "lock/ownership.hpp"
-#include "lock/permit_store.hpp"
 #include "util/log_internal.hpp"
 #include "util/token.hpp"
 #include "watch/release_watch.hpp"
@@ -64,7 +66,7 @@ class SemaphoreCore {
 
   const Ownership& ownership() const noexcept { return ownership_; }
   const std::string& key() const noexcept { return key_; }
-  std::size_t limit() const noexcept { return store_.limit(); }
+  std::size_t limit() const noexcept { return permits_->limit(); }
   const LockOptions& options() const noexcept { return options_; }
 
  private:
@@ -75,20 +77,19 @@ class SemaphoreCore {
   Attempt attempt();
   bool wait_loop(Call call, SteadyClock::time_point deadline);
   std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline);
-  void take(const SlotReply& reply, std::string token, SteadyClock::time_point start,
-            SteadyClock::time_point valid_until);
+  void take(const AcquireResult& result, std::string token, SteadyClock::time_point start);
   void report_lost(const std::shared_ptr<HoldState>& hold, LostReason reason);
 
   std::string key_;
   LockOptions options_;
-  PermitStore store_;
+  std::unique_ptr<PermitBackend> permits_;
   Ownership ownership_;
 };
 
 SemaphoreCore::SemaphoreCore(Client client, std::string key, std::size_t limit, LockOptions options)
     : key_(std::move(key)),
       options_(validated(limit, key_, std::move(options))),
-      store_(std::move(client), key_, limit, options_) {}
+      permits_(make_redis_permits(std::move(client), key_, limit, options_)) {}
 
 bool SemaphoreCore::acquire(Call call, SteadyClock::time_point deadline) {
   const Ownership::Entry entry = ownership_.enter(call, deadline);
@@ -111,9 +112,7 @@ bool SemaphoreCore::acquire(Call call, SteadyClock::time_point deadline) {
 // Subscribed to the permits' release channel with wake_on_release, else a timer only.
 std::unique_ptr<ReleaseWatch> SemaphoreCore::watch(SteadyClock::time_point deadline) {
   if (!options_.wake_on_release) return make_timer_watch();
-  static const std::string no_grants;
-  return make_release_watch({store_.node()}, WatchChannels{store_.channel(), no_grants, key_},
-                            deadline, std::string());
+  return permits_->watch(deadline);
 }
 
 // Waiting means: watch for releases first, then try again, so a release between a refused
@@ -143,33 +142,21 @@ bool SemaphoreCore::wait_loop(Call call, SteadyClock::time_point deadline) {
 SemaphoreCore::Attempt SemaphoreCore::attempt() {
   std::string token = make_token();
   const auto start = SteadyClock::now();
-  const SlotReply reply = store_.acquire(token);
+  const AcquireResult result = permits_->acquire(token);
   Attempt out;
-  if (reply.slot == 0) {
-    out.holder_pttl = reply.holder_pttl;
-    return out;
-  }
-  const Decision d =
-      decide(1, 1, options_.ttl, options_.clock_drift_factor, start, SteadyClock::now());
-  if (!d.held) {  // granted too late to be of use: give the slot back
-    try {
-      store_.release(reply.slot, token);
-    } catch (...) {  // best effort; it expires by its ttl
-    }
-    out.holder_pttl = std::chrono::milliseconds(0);
-    return out;
-  }
-  take(reply, std::move(token), start, d.valid_until);
-  out.held = true;
+  out.held = result.held;
+  out.holder_pttl = result.holder_pttl;
+  if (result.held) take(result, std::move(token), start);
   return out;
 }
 
-void SemaphoreCore::take(const SlotReply& reply, std::string token, SteadyClock::time_point start,
-                         SteadyClock::time_point valid_until) {
-  auto hold = std::make_shared<HoldState>(std::move(token), reply.fence, start, valid_until);
-  ownership_.own(Held{hold, reply.slot});
+void SemaphoreCore::take(const AcquireResult& result, std::string token,
+                         SteadyClock::time_point start) {
+  auto hold =
+      std::make_shared<HoldState>(std::move(token), result.fence, start, result.valid_until);
+  ownership_.own(Held{hold, result.slot});
   if (!options_.auto_renew) return;
-  const std::shared_ptr<LeaseEngine> engine = store_.engine_for(reply.slot);
+  const std::shared_ptr<LeaseBackend> lease = permits_->permit(result.slot);
   try {
     // on_lost names the semaphore's key, not the slot key the watchdog renews.
     WatchSettings settings{options_.max_renewals, options_.max_hold, {}};
@@ -180,13 +167,13 @@ void SemaphoreCore::take(const SlotReply& reply, std::string token, SteadyClock:
         on_lost(event);
       };
     }
-    Access::watchdog(*options_.watchdog).watch(engine, hold, std::move(settings));
+    Access::watchdog(*options_.watchdog).watch(lease, hold, std::move(settings));
   } catch (...) {
     // Renewal could not start: do not hand out a permit the caller believes is renewed.
     ownership_.disown();
     hold->mark_released();
     try {
-      store_.release(reply.slot, hold->token());
+      lease->release(hold->token(), Announce::waiters);
     } catch (...) {
     }
     throw;
@@ -215,44 +202,23 @@ bool SemaphoreCore::release() {
       break;
   }
   const std::shared_ptr<HoldState>& hold = last.hold;
-  // Stop renewal before the key is deleted, and wait out a renewal in flight.
-  const bool was_valid = hold->begin_end() && !hold->lost(SteadyClock::now());
-  const bool capped = hold->marked_lost() && hold->reason() == LostReason::cap_reached;
-  long long released = 0;
-  std::exception_ptr error;
-  if (!capped) {  // after a cap the watchdog has already released it
-    try {
-      released = store_.release(last.slot, hold->token());
-    } catch (...) {
-      error = std::current_exception();
-    }
-  }
-  const bool kept = was_valid && released > 0;
-  if (!capped && !error && !kept) {
-    report_lost(hold, was_valid ? LostReason::refused : LostReason::expired);
-  }
+  const HoldEnd end = end_hold(*hold, *permits_->permit(last.slot));
+  if (end.lost) report_lost(hold, end.reason);
   hold->mark_released();
   ownership_.open_gate();
-  if (error) std::rethrow_exception(error);
-  return kept;
+  if (end.error) std::rethrow_exception(end.error);
+  return end.kept;
 }
 
 void SemaphoreCore::destroy() noexcept {
   const Held held = ownership_.disown();
   if (!held.hold) return;
   try {
-    held.hold->begin_end();
-    if (!(held.hold->marked_lost() && held.hold->reason() == LostReason::cap_reached)) {
-      store_.release(held.slot, held.hold->token());
-    }
-  } catch (const std::exception& e) {
-    logf(LogLevel::warn,
-         "redlock: could not release a permit of {} while destroying the semaphore ({}); it "
-         "expires by its ttl",
-         key_, e.what());
-  } catch (...) {
+    end_hold_quietly(*held.hold, *permits_->permit(held.slot), "a permit of " + key_,
+                     " while destroying the semaphore");
+  } catch (...) {  // bad_alloc naming it: the permit expires by its ttl
+    held.hold->mark_released();
   }
-  held.hold->mark_released();
 }
 
 }  // namespace detail

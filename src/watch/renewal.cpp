@@ -1,8 +1,8 @@
 // src/watch/renewal.cpp: one renewal batch of the watchdog: which due leases renew, one
-// extend-many for all of them (core/extend.hpp), and each lease's verdict applied.
+// extend_many() per batch group of their backends (core/backend.hpp), and each lease's verdict
+// applied.
 #include <algorithm>
 
-#include "core/extend.hpp"
 #include "core/tally.hpp"
 #include "util/log_internal.hpp"
 #include "watch/watchdog_impl.hpp"
@@ -27,7 +27,7 @@ bool WatchdogImpl::begin(Entry& entry, SteadyClock::time_point now) {
     if (hold.begin_end()) {
       lose(entry, LostReason::cap_reached);
       try {
-        entry.engine->release(hold.token(), Announce::waiters);
+        entry.backend->release(hold.token(), Announce::waiters);
       } catch (...) {
       }
     }
@@ -37,23 +37,41 @@ bool WatchdogImpl::begin(Entry& entry, SteadyClock::time_point now) {
     lose(entry, LostReason::expired);
     return false;
   }
-  const auto ttl = entry.engine->ttl();
-  return hold.begin_renewal(now + std::chrono::nanoseconds(ttl) -
-                            drift_of(ttl, entry.engine->drift_factor()));
+  return hold.begin_renewal(entry.backend->extend_floor(now, entry.backend->ttl()));
 }
 
-ExtendItem WatchdogImpl::item_for(const Entry& entry) {
-  ExtendItem item;
-  item.engine = entry.engine.get();
-  item.token = &entry.hold->token();
-  item.ttl = entry.engine->ttl();
-  item.ttl_ms = &entry.ttl_ms;
-  return item;
+std::size_t WatchdogImpl::extend_grouped(std::vector<RenewItem>& items) {
+  const auto group_of = [](const RenewItem& item) { return item.backend->batch_group(); };
+  const void* const first = group_of(items.front());
+  if (std::all_of(items.begin(), items.end(),
+                  [&](const RenewItem& item) { return group_of(item) == first; })) {
+    return items.front().backend->extend_many(items.data(), items.size());
+  }
+  // Rare: backends of different kinds share this watchdog. One call per group; the items keep
+  // their places.
+  std::size_t round_trips = 0;
+  std::vector<bool> taken(items.size(), false);
+  std::vector<RenewItem> group;
+  std::vector<std::size_t> places;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (taken[i]) continue;
+    group.clear();
+    places.clear();
+    for (std::size_t j = i; j < items.size(); ++j) {
+      if (taken[j] || group_of(items[j]) != group_of(items[i])) continue;
+      taken[j] = true;
+      group.push_back(items[j]);
+      places.push_back(j);
+    }
+    round_trips += group.front().backend->extend_many(group.data(), group.size());
+    for (std::size_t m = 0; m < group.size(); ++m) items[places[m]] = std::move(group[m]);
+  }
+  return round_trips;
 }
 
 void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::time_point now) {
   std::vector<Renewing> renewing;
-  std::vector<ExtendItem> items;
+  std::vector<RenewItem> items;
   renewing.reserve(slots.size());  // one allocation each, not one per doubling
   items.reserve(slots.size());
   for (std::size_t slot : slots) {
@@ -67,7 +85,7 @@ void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::tim
       continue;
     }
     renewing.push_back(Renewing{slot, entry});
-    items.push_back(item_for(*entry));
+    items.push_back(RenewItem{entry->backend.get(), &entry->hold->token(), {}, 0});
   }
   // Every begin_renewal() above must be matched by an end_renewal(), also if something below
   // throws (bad_alloc): otherwise a release would wait for this renewal forever.
@@ -82,18 +100,19 @@ void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::tim
   } unwind{renewing};
   const auto started = SteadyClock::now();
   if (!items.empty()) {
-    const std::size_t round_trips = extend_many(items.data(), items.size(), Finish::every_node);
+    const std::size_t round_trips = extend_grouped(items);
     std::lock_guard<std::mutex> guard(mutex_);
     round_trips_ += round_trips;
   }
   const auto done = SteadyClock::now();
   for (std::size_t k = 0; k < renewing.size(); ++k) {
     HoldState& hold = *renewing[k].entry->hold;
+    const RenewItem& item = items[k];
     RenewalOutcome outcome;
-    outcome.nodes = items[k].engine->size();
-    outcome.confirmed = items[k].result.confirmed;
-    outcome.refused = items[k].refused;
-    outcome.held_in_time = items[k].result.held && done < hold.valid_until();
+    outcome.nodes = item.backend->size();
+    outcome.confirmed = item.result.confirmed;
+    outcome.refused = item.refused;
+    outcome.held_in_time = item.result.held && done < hold.valid_until();
     // The hold's validity after this is capped by any extend(ttl) that overlapped it.
     hold.end_renewal(outcome.held_in_time);
     ++unwind.ended;
@@ -115,7 +134,7 @@ void WatchdogImpl::conclude(const Renewing& renewing, const RenewalOutcome& outc
     std::lock_guard<std::mutex> guard(mutex_);
     refused_ += outcome.refused;
   }
-  logf(LogLevel::debug, "redlock: renewal of {} confirmed by {} of {} nodes", entry.engine->key(),
+  logf(LogLevel::debug, "redlock: renewal of {} confirmed by {} of {} nodes", entry.backend->key(),
        outcome.confirmed, outcome.nodes);
   const RenewalVerdict verdict = judge_renewal(outcome);
   switch (verdict.what) {
@@ -137,7 +156,7 @@ void WatchdogImpl::conclude(const Renewing& renewing, const RenewalOutcome& outc
     case Renewal::retry:
       // Transient failure (timeouts): try again soon, but no later than the validity deadline,
       // where the hold is declared expired.
-      entry.due = std::min(done + std::chrono::nanoseconds(entry.engine->ttl()) / 10,
+      entry.due = std::min(done + std::chrono::nanoseconds(entry.backend->ttl()) / 10,
                            entry.hold->valid_until());
       break;
   }

@@ -68,17 +68,16 @@ void WatchdogImpl::ensure_started() {
 SteadyClock::time_point WatchdogImpl::next_due(const Entry& entry,
                                                SteadyClock::time_point from) const {
   // About ttl/3, spread by +-10% so that leases taken together do not renew in lock-step.
-  const auto third = std::chrono::nanoseconds(entry.engine->ttl()) / 3;
+  const auto third = std::chrono::nanoseconds(entry.backend->ttl()) / 3;
   return from + third - third / 5 + jittered(third / 5);
 }
 
-void WatchdogImpl::watch(std::shared_ptr<LeaseEngine> engine, std::shared_ptr<HoldState> hold,
+void WatchdogImpl::watch(std::shared_ptr<LeaseBackend> backend, std::shared_ptr<HoldState> hold,
                          WatchSettings settings) {
   auto entry = std::make_unique<Entry>();
-  entry->engine = std::move(engine);
+  entry->backend = std::move(backend);
   entry->hold = std::move(hold);
   entry->settings = std::move(settings);
-  entry->ttl_ms = std::to_string(entry->engine->ttl().count());
   entry->due = next_due(*entry, entry->hold->acquired());
   const std::shared_ptr<HoldState> hold_ref = entry->hold;
   const HoldState* held = hold_ref.get();
@@ -189,13 +188,13 @@ void WatchdogImpl::lose(Entry& entry, LostReason reason) {
   }
   if (reason == LostReason::cap_reached) {
     logf(LogLevel::info, "redlock: lease on {} released at its cap after {} renewals",
-         entry.engine->key(), entry.hold->renewals());
+         entry.backend->key(), entry.hold->renewals());
   } else {
-    logf(LogLevel::warn, "redlock: lease on {} lost ({}) after {} renewals", entry.engine->key(),
+    logf(LogLevel::warn, "redlock: lease on {} lost ({}) after {} renewals", entry.backend->key(),
          to_string(reason), entry.hold->renewals());
   }
   if (entry.settings.on_lost) {
-    LostEvent event{entry.engine->key(), reason, entry.hold->fence(), entry.hold->renewals()};
+    LostEvent event{entry.backend->key(), reason, entry.hold->fence(), entry.hold->renewals()};
     auto callback = entry.settings.on_lost;
     post([callback, event] { callback(event); });
   }

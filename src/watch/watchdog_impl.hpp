@@ -17,8 +17,7 @@
 #include <redlock/options.hpp>
 #include <redlock/watchdog.hpp>
 
-#include "core/engine.hpp"
-#include "core/extend.hpp"
+#include "core/backend.hpp"
 #include "core/hold.hpp"
 #include "core/tally.hpp"
 
@@ -43,7 +42,7 @@ class WatchdogImpl : public std::enable_shared_from_this<WatchdogImpl> {
   WatchdogImpl& operator=(const WatchdogImpl&) = delete;
 
   // Starts renewing `hold` (first renewal at about ttl/3). Starts the threads if needed.
-  void watch(std::shared_ptr<LeaseEngine> engine, std::shared_ptr<HoldState> hold,
+  void watch(std::shared_ptr<LeaseBackend> backend, std::shared_ptr<HoldState> hold,
              WatchSettings settings);
   // An explicit extend changed `hold`'s validity: its next renewal is due within a third of
   // what is left (sooner than planned if the extend was short). No-op if it is not watched.
@@ -60,11 +59,10 @@ class WatchdogImpl : public std::enable_shared_from_this<WatchdogImpl> {
 
  private:
   struct Entry {
-    std::shared_ptr<LeaseEngine> engine;
+    std::shared_ptr<LeaseBackend> backend;
     std::shared_ptr<HoldState> hold;
     WatchSettings settings;
     SteadyClock::time_point due;
-    std::string ttl_ms;
     // Guarded by mutex_. While in a renewal batch the renewal thread owns `due`; reschedule()
     // and forget() leave their wishes in `hurry` and `dropped` for it.
     bool in_batch{false};
@@ -86,11 +84,12 @@ class WatchdogImpl : public std::enable_shared_from_this<WatchdogImpl> {
     std::size_t slot;
     Entry* entry;
   };
-  // Renews the due leases in `slots` with one extend-many (one round trip per node).
+  // Renews the due leases in `slots`: one extend_many() per batch group of their backends (one
+  // round trip per node for the Redis engines).
   void renew_batch(std::vector<std::size_t>& slots, SteadyClock::time_point now);
+  // extend_many() on the items of each batch group, results in place. Returns the round trips.
+  static std::size_t extend_grouped(std::vector<RenewItem>& items);
   bool at_cap(const Entry& entry, SteadyClock::time_point now) const;
-  // The extend-many item renewing `entry` (points into it).
-  static ExtendItem item_for(const Entry& entry);
   // Checks a due lease (ending, cap, expiry) and begins its renewal. False: not renewed now.
   bool begin(Entry& entry, SteadyClock::time_point now);
   // Applies a renewal's verdict: reschedules the lease, or declares it lost.

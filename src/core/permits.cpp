@@ -1,0 +1,146 @@
+// src/core/permits.cpp: the Redis PermitBackend (see permits.hpp): build, execute, decide; a
+// permit's lease is a LeaseEngine on its slot key.
+#include "core/permits.hpp"
+
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include <redlock/errors.hpp>
+
+#include "api/access.hpp"
+#include "core/engine.hpp"
+#include "io/connection.hpp"
+#include "protocol/permits.hpp"
+#include "util/log_internal.hpp"
+#include "watch/release_watch.hpp"
+
+namespace redlock {
+namespace detail {
+namespace {
+
+class RedisPermits final : public PermitBackend {
+ public:
+  RedisPermits(Client client, std::string key, std::size_t limit, const LockOptions& options)
+      : node_(Access::client(client)),
+        key_(std::move(key)),
+        keys_(key_, limit),
+        options_(options),
+        ttl_ms_(std::to_string(options.ttl.count())),
+        leases_(limit) {
+    permit(1);  // validates the options as a Lock's engine does
+  }
+
+  const std::string& key() const noexcept override { return key_; }
+  std::size_t limit() const noexcept override { return keys_.slots.size(); }
+  AcquireResult acquire(const std::string& token) override;
+  std::shared_ptr<LeaseBackend> permit(std::size_t slot) override;
+  std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline) override {
+    static const std::string no_grants;
+    return make_release_watch({node_}, WatchChannels{keys_.channel, no_grants, key_}, deadline,
+                              std::string());
+  }
+
+ private:
+  TakeReply take(const std::string& token);
+  void undo(const std::string& token) noexcept;
+
+  std::shared_ptr<ClientImpl> node_;
+  std::string key_;
+  PermitKeys keys_;
+  LockOptions options_;
+  std::string ttl_ms_;
+  std::mutex mutex_;
+  std::vector<std::shared_ptr<LeaseEngine>> leases_;  // per slot, made when first held; mutex_
+};
+
+std::shared_ptr<LeaseBackend> RedisPermits::permit(std::size_t slot) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  std::shared_ptr<LeaseEngine>& lease = leases_.at(slot - 1);
+  if (!lease) {
+    LockOptions slot_options = options_;
+    slot_options.fencing = false;  // the semaphore's fence is per key, taken by acquire()
+    lease = std::make_shared<LeaseEngine>(std::vector<std::shared_ptr<ClientImpl>>{node_},
+                                          keys_.slots[slot - 1], slot_options, keys_.channel);
+  }
+  return lease;
+}
+
+AcquireResult RedisPermits::acquire(const std::string& token) {
+  const auto start = SteadyClock::now();
+  const TakeReply reply = take(token);
+  AcquireResult result;
+  if (reply.slot == 0) {
+    result.holder_pttl = reply.holder_pttl;
+    return result;
+  }
+  const Decision d =
+      decide(1, 1, options_.ttl, options_.clock_drift_factor, start, SteadyClock::now());
+  if (!d.held) {  // granted too late to be of use: give the slot back
+    try {
+      permit(reply.slot)->release(token, Announce::waiters);
+    } catch (...) {  // best effort; it expires by its ttl
+    }
+    result.holder_pttl = std::chrono::milliseconds(0);
+    return result;
+  }
+  result.held = true;
+  result.granted = 1;
+  result.slot = reply.slot;
+  result.fence = reply.fence;
+  result.valid_until = d.valid_until;
+  return result;
+}
+
+TakeReply RedisPermits::take(const std::string& token) {
+  VarCommand command;
+  build_take_permit(command, keys_, token, ttl_ms_, options_.fencing ? "1" : "0");
+  // A server too slow to answer may still run it: the rollback follows on the same connection.
+  VarCommand rollback;
+  build_undo_permit(rollback, keys_, token);
+  NodeBatch batch;
+  batch.node = node_.get();
+  batch.commands.push_back(command.view());
+  batch.on_timeout.push_back(rollback.view());
+  execute(&batch, 1);
+  if (batch.error) {
+    // The request may have run before the connection died (a timeout sent the rollback).
+    if (!is_timeout(batch.error)) undo(token);
+    std::rethrow_exception(batch.error);
+  }
+  const redisReply* r = batch.replies[0].get();
+  const TakeReply reply = read_take_reply(r, limit());
+  if (reply.problem == TakeReply::Problem::server_error) {
+    std::rethrow_exception(server_error(node_->address(), "the semaphore acquire script", text(r)));
+  }
+  if (reply.problem != TakeReply::Problem::none) {
+    throw ProtocolError(fmt::format(
+        "redlock: unexpected reply to the semaphore acquire script from {}", node_->address()));
+  }
+  return reply;
+}
+
+void RedisPermits::undo(const std::string& token) noexcept {
+  try {
+    VarCommand rollback;
+    build_undo_permit(rollback, keys_, token);
+    NodeBatch batch;
+    batch.node = node_.get();
+    batch.commands.push_back(rollback.view());
+    execute(&batch, 1);
+    if (batch.error) std::rethrow_exception(batch.error);
+  } catch (const std::exception& e) {
+    logf(LogLevel::debug, "redlock: rollback of an attempt on {}: {}", key_, e.what());
+  } catch (...) {
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<PermitBackend> make_redis_permits(Client client, std::string key, std::size_t limit,
+                                                  const LockOptions& options) {
+  return std::make_unique<RedisPermits>(std::move(client), std::move(key), limit, options);
+}
+
+}  // namespace detail
+}  // namespace redlock

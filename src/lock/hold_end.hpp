@@ -1,0 +1,40 @@
+// src/lock/hold_end.hpp: the end of a hold's last level, shared by Lock, Redlock and Semaphore:
+// renewal stopped, the release sent (unless the watchdog already released at a cap), and what
+// that found (kept, or lost and why).
+#ifndef REDLOCK_SRC_LOCK_HOLD_END_HPP
+#define REDLOCK_SRC_LOCK_HOLD_END_HPP
+
+#include <cstddef>
+#include <exception>
+#include <string>
+
+#include "core/backend.hpp"
+#include "core/hold.hpp"
+
+namespace redlock {
+namespace detail {
+
+struct HoldEnd {
+  bool kept{false};                // valid up to the release, and no quorum can have lost it before
+  std::size_t listeners{0};        // waiters the release was announced to
+  SteadyClock::time_point sent{};  // when the release was sent
+  std::exception_ptr error;        // the release's transport or server failure
+  bool lost{false};                // found lost on the way: report `reason`
+  LostReason reason{LostReason::refused};
+};
+
+// Ends `hold` through `lease`: stops its renewal (waiting out one in flight), then releases it
+// and announces the release to waiters, unless the watchdog already released it at its cap.
+// Does not mark the hold released (the caller reports a loss first). Never throws: failures
+// land in `error`.
+HoldEnd end_hold(HoldState& hold, LeaseBackend& lease) noexcept;
+
+// Ends a hold nobody will hear of (its thread exited, its object is destroyed): as end_hold,
+// then marks it released. A failure is logged, naming `what` (e.g. "a permit of k") and `when`.
+void end_hold_quietly(HoldState& hold, LeaseBackend& lease, const std::string& what,
+                      const char* when) noexcept;
+
+}  // namespace detail
+}  // namespace redlock
+
+#endif  // REDLOCK_SRC_LOCK_HOLD_END_HPP

@@ -1,0 +1,75 @@
+// src/protocol/permits.hpp: a Semaphore's commands on the wire: the script that takes the first
+// free permit slot, the rollback of an attempt whose outcome is unknown, and what the take
+// script's reply means. Pure: no I/O, no exceptions beyond std::bad_alloc.
+#ifndef REDLOCK_SRC_PROTOCOL_PERMITS_HPP
+#define REDLOCK_SRC_PROTOCOL_PERMITS_HPP
+
+#include <hiredis/hiredis.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <redlock/client.hpp>
+
+#include "io/command.hpp"
+
+namespace redlock {
+namespace detail {
+
+// The keys of semaphore `key` with `limit` permits.
+struct PermitKeys {
+  PermitKeys(const std::string& key, std::size_t limit);
+  std::vector<std::string> slots;  // slot i (1..limit) is slots[i - 1]: key + ":permit:" + i
+  std::string fence;               // key + ":permit:fence"
+  std::string channel;             // key + ":permit:released"
+};
+
+// A command with as many arguments as the semaphore has permits. Views point into the
+// arguments given, which the caller keeps alive while the command is in use.
+// Neither copied nor moved: its views may point into it.
+class VarCommand {
+ public:
+  VarCommand() = default;
+  VarCommand(const VarCommand&) = delete;
+  VarCommand& operator=(const VarCommand&) = delete;
+
+  VarCommand& arg(std::string_view value);
+  // Appends the key count `n` as decimal text, kept inside the command (once per command).
+  VarCommand& key_count(std::size_t n);
+  // EVALSHA of `script`: re-sent as EVAL with its body on NOSCRIPT.
+  VarCommand& evalsha(const Script& script);
+  CommandView view() const noexcept;
+
+ private:
+  std::vector<const char*> argv_;
+  std::vector<std::size_t> lens_;
+  const Script* script_{nullptr};
+  std::string numkeys_;
+};
+
+// EVALSHA of the take script: the first free slot (SET PX `ttl_ms`) for `token`, a fence from
+// the counter when `fenced` is "1".
+void build_take_permit(VarCommand& c, const PermitKeys& keys, std::string_view token,
+                       std::string_view ttl_ms, std::string_view fenced);
+// EVAL of the rollback: deletes the slot holding `token`, if any, and announces it.
+void build_undo_permit(VarCommand& c, const PermitKeys& keys, std::string_view token);
+
+// The take script's reply: granted `slot` (1..limit) with `fence`, or refused (slot 0) with the
+// earliest expiry of a held slot.
+struct TakeReply {
+  enum class Problem { none, server_error, unexpected };
+  std::size_t slot{0};
+  std::uint64_t fence{0};
+  std::chrono::milliseconds holder_pttl{-1};
+  Problem problem{Problem::none};
+};
+TakeReply read_take_reply(const redisReply* reply, std::size_t limit) noexcept;
+
+}  // namespace detail
+}  // namespace redlock
+
+#endif  // REDLOCK_SRC_PROTOCOL_PERMITS_HPP
