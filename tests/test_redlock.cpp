@@ -172,7 +172,7 @@ TEST_CASE("Redlock with stopped nodes does not wait for them once a quorum answe
   ServerGroup group(5);
   const auto k = key("stopped");
   auto endpoints = group.endpoints();
-  for (auto& ep : endpoints) ep.command_timeout = 400ms;
+  for (auto& ep : endpoints) ep.command_timeout = 2s;
   auto clients = clients_for(endpoints);
   for (auto& c : clients) c.ping();  // pooled connections exist
   redlock::Redlock lock(clients, k, fast());
@@ -184,15 +184,16 @@ TEST_CASE("Redlock with stopped nodes does not wait for them once a quorum answe
     auto start = Clock::now();
     REQUIRE(lock.try_lock());
     // Three nodes answer within a millisecond or so; the two stopped ones get a short grace,
-    // never their 400 ms timeout (let alone 800 ms if they were waited for one after another).
-    CHECK(Clock::now() - start < 300ms);
+    // never their 2 s timeout (let alone 4 s if they were waited for one after another). The
+    // bound is loose for a busy machine; it still fails if a timeout is waited out.
+    CHECK(Clock::now() - start < 1s);
     start = Clock::now();
     lock.unlock();
-    CHECK(Clock::now() - start < 300ms);
+    CHECK(Clock::now() - start < 1s);
   }
   // After the first timeout the stopped nodes are skipped (circuit breaker) instead of costing a
   // connect timeout each time once their accept queues fill: 20 rounds, far below 20 timeouts.
-  CHECK(Clock::now() - all_rounds < 4s);
+  CHECK(Clock::now() - all_rounds < 8s);
   group[0].resume();
   group[1].resume();
   std::this_thread::sleep_for(200ms);  // the resumed nodes run the queued SETs, then the undo
