@@ -1,7 +1,9 @@
 // src/lock/hold_end.cpp: the end of a hold's last level (see hold_end.hpp).
 #include "lock/hold_end.hpp"
 
+#include "api/access.hpp"
 #include "util/log_internal.hpp"
+#include "watch/watchdog_impl.hpp"
 
 namespace redlock {
 namespace detail {
@@ -25,6 +27,17 @@ HoldEnd end_hold(HoldState& hold, LeaseBackend& lease) noexcept {
     end.reason = was_valid ? result.reason : LostReason::expired;
   }
   return end;
+}
+
+void report_loss(const std::shared_ptr<HoldState>& hold, LostReason reason,
+                 const LockOptions& options, const std::string& key) noexcept {
+  if (!hold->mark_lost(reason) || !options.on_lost || !options.watchdog) return;
+  try {
+    Access::watchdog(*options.watchdog).report_lost(key, hold, options.on_lost, reason);
+  } catch (const std::exception& e) {  // no callback thread or memory: the loss stays marked
+    logf(LogLevel::warn, "redlock: could not tell on_lost that {} was lost ({})", key, e.what());
+  } catch (...) {
+  }
 }
 
 void end_hold_quietly(HoldState& hold, LeaseBackend& lease, const std::string& what,

@@ -6,7 +6,10 @@
 
 #include <cstddef>
 #include <exception>
+#include <memory>
 #include <string>
+
+#include <redlock/options.hpp>
 
 #include "core/backend.hpp"
 #include "core/hold.hpp"
@@ -28,6 +31,11 @@ struct HoldEnd {
 // Does not mark the hold released (the caller reports a loss first). Never throws: failures
 // land in `error`.
 HoldEnd end_hold(HoldState& hold, LeaseBackend& lease) noexcept;
+
+// Marks `hold` lost for `reason`; the first to do so tells options.on_lost (on the watchdog's
+// callback thread, naming `key`). Never throws.
+void report_loss(const std::shared_ptr<HoldState>& hold, LostReason reason,
+                 const LockOptions& options, const std::string& key) noexcept;
 
 // Ends a hold nobody will hear of (its thread exited, its object is destroyed): as end_hold,
 // then marks it released. A failure is logged, naming `what` (e.g. "a permit of k") and `when`.

@@ -279,10 +279,7 @@ bool LockCore::extend(std::chrono::milliseconds ttl) {
 }
 
 void LockCore::report_lost(const std::shared_ptr<HoldState>& hold, LostReason reason) {
-  if (hold->mark_lost(reason) && options_.on_lost && options_.watchdog) {
-    Access::watchdog(*options_.watchdog)
-        .report_lost(backend_->key(), hold, options_.on_lost, reason);
-  }
+  report_loss(hold, reason, options_, backend_->key());
 }
 
 // Ends `hold` and releases it unless the watchdog already did (cap); failures are logged and

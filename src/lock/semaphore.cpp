@@ -181,9 +181,7 @@ void SemaphoreCore::take(const AcquireResult& result, std::string token,
 }
 
 void SemaphoreCore::report_lost(const std::shared_ptr<HoldState>& hold, LostReason reason) {
-  if (hold->mark_lost(reason) && options_.on_lost && options_.watchdog) {
-    Access::watchdog(*options_.watchdog).report_lost(key_, hold, options_.on_lost, reason);
-  }
+  report_loss(hold, reason, options_, key_);
 }
 
 bool SemaphoreCore::release() {
