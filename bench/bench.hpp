@@ -23,9 +23,9 @@ struct Config {
   double seconds{1.0};
   // Sections 1 and 2: interleaved rounds per variant; the table shows their median.
   int rounds{7};
-  // Sections to run (1..4); empty: all.
+  // Sections to run (1..5); empty: all.
   std::vector<int> sections;
-  // Sections 1 and 2: client thread counts.
+  // Sections 1, 2 and 5: client thread counts.
   std::vector<int> threads{1, 4};
   // Section 2: cycles measured with one node SIGSTOPped, per command timeout.
   int paused_cycles{10};
@@ -50,6 +50,9 @@ struct Report {
 // server.endpoint() with both timeouts set to `timeout`.
 redlock::Endpoint endpoint_of(const redlock::test::RedisServer& server,
                               std::chrono::milliseconds timeout);
+
+// Section 5 (degraded.cpp).
+void section_degraded(const Config& config, Report& report);
 
 // Section 3 (contended.cpp).
 void section_contended(const Config& config, Report& report);
