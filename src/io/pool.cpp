@@ -132,7 +132,7 @@ void ClientImpl::note_health(bool reachable, std::string_view why) noexcept {
 
 void ClientImpl::note_timeout() noexcept {
   const std::int64_t previous = backoff_ms_.load(std::memory_order_relaxed);
-  const std::int64_t backoff = previous == 0 ? 250 : std::min<std::int64_t>(previous * 2, 5000);
+  const std::int64_t backoff = previous == 0 ? 250 : std::min<std::int64_t>(previous * 2, 1000);
   backoff_ms_.store(backoff, std::memory_order_relaxed);
   const auto until = Clock::now() + std::chrono::milliseconds(backoff);
   skip_until_ns_.store(until.time_since_epoch().count(), std::memory_order_relaxed);

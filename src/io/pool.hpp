@@ -87,9 +87,10 @@ class ClientImpl {
 
   // Circuit breaker for multi-node batches. After a timeout, or after being abandoned (cut after
   // an early finish's grace) three times in a row, the node is skipped by Redlock acquires (it
-  // simply does not grant) for a back-off that starts at 250 ms and doubles up to 5 s; then one
-  // acquire probes it (the others keep skipping until that probe is done). A paused server would
-  // otherwise cost every acquire a wait and a new connection. Releases, extends and rollbacks
+  // simply does not grant) for a back-off that starts at 250 ms and doubles up to 1 s, so a node
+  // that heals is used again within about a second; then one acquire probes it (the others keep
+  // skipping until that probe is done). A paused server would otherwise cost every acquire a wait
+  // and a new connection. Releases, extends and rollbacks
   // never skip (see SkipPolicy); single-node operations and the watchdog never skip.
   void note_timeout() noexcept;
   void note_abandoned() noexcept;
