@@ -474,6 +474,15 @@ void section_uncontended(const Config& config, Report& report) {
     return run_threads(threads, config.seconds,
                        [&](int i) { return LibCycle<redlock::Lock, Op::lock>(client, key(i)); });
   });
+  // What fair mode costs when nobody contends (the question of making it the default).
+  redlock::LockOptions fair;
+  fair.fair = true;
+  variants.emplace_back(
+      "lock+unlock, fair", Kind::library, "raw hiredis (floor)", [&](int threads) {
+        return run_threads(threads, config.seconds, [&](int i) {
+          return LibCycle<redlock::Lock, Op::lock>(client, key(i) + ":fair", fair);
+        });
+      });
   Json rows = run_rounds(config, variants, report, "section 1");
 
   Json j = Json::object();
