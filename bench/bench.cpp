@@ -37,12 +37,15 @@
 //      mean batch size, back to back (median of 5 passes) and paced at the watchdog's mean batch
 //      rate (sleep_until between batches, as any timer-driven renewer must).
 //
+//   5. Load (load.cpp): the hot-key rate with thousands of waiting channels, a lone thread after
+//      contention, a thousand waiters on one key; each goal printed as met or missed.
+//
 // Nothing here asserts timing: a benchmark is not a test. The exit status is 1 only if a
 // measurement failed (an exception, a server that would not start, an uncontended attempt that
 // did not get its lock).
 //
 // Usage: redlock-bench [--quick] [--section N]... [--seconds S] [--rounds R] [--threads 1,4]
-//                      [--json PATH]
+//                      [--channels N] [--waiters N] [--json PATH]
 #include <sched.h>        // sched_getaffinity, CPU_COUNT
 #include <signal.h>       // signal, SIGPIPE
 #include <sys/utsname.h>  // uname
@@ -917,10 +920,13 @@ void usage(std::ostream& out) {
          "                     [--threads LIST] [--json PATH]\n"
          "  --quick        short runs (smoke test): 0.25 s, 2 rounds, 1,000 leases\n"
          "  --section N    run section N only (1 uncontended, 2 redlock, 3 contended,\n"
-         "                 4 watchdog); repeatable\n"
+         "                 4 watchdog, 5 load); repeatable\n"
          "  --seconds S    length of each timed measurement (default 1.0)\n"
          "  --rounds R     interleaved rounds in sections 1-2 (default 7)\n"
          "  --threads LIST client threads in sections 1-2 (default 1,4)\n"
+         "  --channels N   section 5: largest number of waiting threads on distinct keys\n"
+         "                 (default 15000; 0, N/3 and N are measured)\n"
+         "  --waiters N    section 5: threads waiting on one key (default 1000)\n"
          "  --json PATH    where to write the figures (default " REDLOCK_BENCH_DEFAULT_JSON ")\n";
 }
 
@@ -939,7 +945,7 @@ int parse(int argc, char** argv, Config& config) {
       config.quick = true;
     } else if (arg == "--section") {
       const int n = std::stoi(value());
-      if (n < 1 || n > 4) throw std::invalid_argument("--section must be 1..4");
+      if (n < 1 || n > 5) throw std::invalid_argument("--section must be 1..5");
       config.sections.push_back(n);
     } else if (arg == "--seconds") {
       seconds = std::stod(value());
@@ -956,6 +962,12 @@ int parse(int argc, char** argv, Config& config) {
         if (t < 1 || t > 64) throw std::invalid_argument("--threads: each count must be 1..64");
         config.threads.push_back(t);
       }
+    } else if (arg == "--channels") {
+      config.load_channels = std::stoi(value());
+      if (config.load_channels < 3) throw std::invalid_argument("--channels must be >= 3");
+    } else if (arg == "--waiters") {
+      config.load_waiters = std::stoi(value());
+      if (config.load_waiters < 2) throw std::invalid_argument("--waiters must be >= 2");
     } else if (arg == "--json") {
       config.json_path = value();
     } else if (arg == "--help" || arg == "-h") {
@@ -1029,7 +1041,8 @@ int run(int argc, char** argv) {
   const Section sections[] = {{1, section_uncontended},
                               {2, section_redlock},
                               {3, section_contended},
-                              {4, section_watchdog}};
+                              {4, section_watchdog},
+                              {5, section_load}};
   const std::string load_at_start = load_average();
   const std::int64_t start = now_ns();
   for (const Section& s : sections) {
