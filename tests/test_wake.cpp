@@ -17,9 +17,11 @@
 #include <redlock/redlock.hpp>
 
 #include "api/access.hpp"
+#include "core/engine.hpp"    // make_lease_engine: releases seen at the seam
 #include "io/connection.hpp"  // ClientImpl::subscriber()
 #include "support/clock.hpp"
 #include "support/redis_server.hpp"
+#include "util/token.hpp"        // make_token
 #include "watch/subscriber.hpp"  // Subscriber stats: the channel map
 
 using namespace std::chrono_literals;
@@ -281,4 +283,46 @@ TEST_CASE("A refused SUBSCRIBE (NOPERM) falls back to polling with one warning a
         0);  // no entry left per key
   redlock::set_log_handler({});
   CHECK(warnings->load() == 1);
+}
+
+TEST_CASE("A lone thread after contention: its own lingering subscription is not a listener",
+          "[redis][wake]") {
+  // After contention this process stays subscribed to the release channel for a while (the
+  // linger). A release then reaches only that subscription: no other process, and no waiter of
+  // this one, heard it, so the releasing thread must not pause for a woken waiter (the
+  // "courtesy" pause), nor count as having been heard.
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("lone-after-contention");
+  redlock::LockOptions o;
+  o.ttl = 10s;
+  {
+    std::atomic<bool> stop{false};
+    auto cycle = [&] {
+      redlock::Lock lock(client, k, o);
+      while (!stop) {
+        lock.lock();
+        lock.unlock();
+      }
+    };
+    std::thread a(cycle);
+    std::thread b(cycle);
+    std::this_thread::sleep_for(300ms);
+    stop = true;
+    a.join();
+    b.join();
+  }
+  const auto node = redlock::detail::Access::client(client);
+  auto engine = redlock::detail::make_lease_engine({node}, k, o);
+  REQUIRE(node->subscriber().subscribed(engine->channel()));  // it lingers: the case under test
+  constexpr int kCycles = 20;
+  std::size_t heard = 0;
+  for (int i = 0; i < kCycles; ++i) {
+    const std::string token = redlock::detail::make_token();
+    const auto got = engine->acquire(redlock::detail::AcquireRequest{&token});
+    REQUIRE(got.held);
+    heard += engine->release(token, redlock::detail::Announce::waiters).listeners;
+  }
+  CHECK(subscribers(server, k + ":released") == 1);  // still only our own subscription
+  CHECK(heard == 0);
 }

@@ -120,6 +120,13 @@ bool release_watch_live(const LeaseEngine& engine) noexcept {
   }
 }
 
+std::size_t waiting_listeners(const ClientImpl& node, const std::string& channel,
+                              std::size_t heard) noexcept {
+  const Subscriber* own = node.started_subscriber();
+  if (heard == 0 || own == nullptr || !own->lingering(channel)) return heard;
+  return heard - 1;
+}
+
 std::unique_ptr<ReleaseWatch> make_timer_watch() { return std::make_unique<SlotWatch>(); }
 
 }  // namespace detail
