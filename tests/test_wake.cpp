@@ -326,3 +326,27 @@ TEST_CASE("A lone thread after contention: its own lingering subscription is not
   CHECK(subscribers(server, k + ":released") == 1);  // still only our own subscription
   CHECK(heard == 0);
 }
+
+TEST_CASE("A subscribed waiter does not poll faster than the holder's remaining ttl requires",
+          "[redis][wake]") {
+  // The holder neither releases nor lets its lease run out within the wait: a subscribed waiter
+  // learns of a release from the announcement, so retrying every retry_delay would only load the
+  // server. Counted in commands, not time.
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("no-poll-while-subscribed");
+  server.raw({"SET", k, "someone-else", "PX", "60000"});
+  redlock::LockOptions o;
+  o.retry_delay = 20ms;  // polling would make ~50 attempts in the second below
+  redlock::Lock lock(client, k, o);
+  const auto sets = [&] {
+    const std::string info = server.raw({"INFO", "commandstats"}).str();
+    const auto at = info.find("cmdstat_set:calls=");
+    return at == std::string::npos ? 0L : std::stol(info.substr(at + 18));
+  };
+  const long before = sets();
+  CHECK_FALSE(lock.try_lock_for(1s));
+  const long attempts = sets() - before;
+  INFO(attempts << " attempts in 1 s");
+  CHECK(attempts <= 3);  // the first, the one after the subscription is confirmed, and slack
+}

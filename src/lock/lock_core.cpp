@@ -158,11 +158,13 @@ bool LockCore::wait_loop(Round& r) {
 }
 
 // Jittered retry_delay, never past the holder's lease end (it may end by expiry, unannounced)
-// nor past the deadline.
+// nor past the deadline. A wait that hears releases sleeps until the lease end (a release wakes
+// it sooner); retry_delay only when the lease end is unknown.
 SteadyClock::time_point LockCore::next_wake(const Round& r, SteadyClock::time_point now) const {
   auto wait = jittered(std::chrono::nanoseconds(options_.retry_delay));
   if (r.holder_pttl.count() >= 0) {
-    wait = std::min<std::chrono::nanoseconds>(wait, r.holder_pttl + std::chrono::milliseconds(1));
+    const auto lease_end = std::chrono::nanoseconds(r.holder_pttl + std::chrono::milliseconds(1));
+    wait = r.wait.hears_releases() ? lease_end : std::min(wait, lease_end);
   }
   const auto until = now + wait;
   return r.deadline == kNoDeadline ? until : std::min(until, r.deadline);
