@@ -227,8 +227,7 @@ void waiters(const Config& config, const RedisServer& server, Json& out) {
   const redlock::Client client(endpoint);
   RawContext raw = raw_connect(endpoint_of(server, config.timeout));
   const int n = config.quick ? 100 : config.load_waiters;
-  const auto stats_before = command_calls(raw.get());
-  const std::uint64_t opened_before = info_number(raw.get(), "stats", "total_connections_received");
+
   std::atomic<bool> sampling{true};
   std::uint64_t peak = 0;
   std::thread sampler([&] {
@@ -244,17 +243,20 @@ void waiters(const Config& config, const RedisServer& server, Json& out) {
     }
   });
   Cyclers all(client, "load:one", n, redlock::LockOptions{});
+  all.measure(0.3);  // every thread started and waiting
+  const auto stats_before = command_calls(raw.get());
+  const std::uint64_t opened_before = info_number(raw.get(), "stats", "total_connections_received");
   const std::uint64_t acquisitions = all.measure(config.seconds);
-  all.stop();
-  sampling = false;
-  sampler.join();
   const auto stats_after = command_calls(raw.get());
   const std::uint64_t opened =
       info_number(raw.get(), "stats", "total_connections_received") - opened_before;
+  all.stop();
+  sampling = false;
+  sampler.join();
   const double per_acq = ratio(client_commands(stats_before, stats_after), acquisitions);
   const double fairness = ratio(all.min_count(), all.max_count());
   // The pool's bound, the subscriber, our INFO connection, the sampler's.
-  const std::uint64_t allowed = 16 + 3;
+  const std::uint64_t allowed = endpoint.max_connections + 3;
   std::cout << fmt::format(
       "\n5c. {} waiters, one key, hold 0: {:.0f} acq/s, {:.2f} commands/acq (goal <= 3: {}), "
       "per-thread {}..{} (min/max {:.2f}, goal >= 0.5: {}), peak connections {} (goal <= {}: "
@@ -271,6 +273,12 @@ void waiters(const Config& config, const RedisServer& server, Json& out) {
       .set("peak_connections", peak)
       .set("connections_opened", opened)
       .set("failed", all.failed());
+  Json calls = Json::object();
+  for (const auto& [name, after] : stats_after) {
+    const auto it = stats_before.find(name);
+    calls.set(name, after - (it == stats_before.end() ? 0 : it->second));
+  }
+  j.set("commandstats_delta", std::move(calls));
   out.set("waiters", std::move(j));
 }
 

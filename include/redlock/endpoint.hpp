@@ -17,6 +17,7 @@
 #define REDLOCK_ENDPOINT_HPP
 
 #include <chrono>       // std::chrono::milliseconds
+#include <cstddef>      // std::size_t
 #include <string>       // std::string
 #include <string_view>  // std::string_view
 
@@ -43,6 +44,12 @@ struct Endpoint {
   // Upper bound on waiting for any one reply. Must be > 0. A lock operation on a hung server
   // costs at most about this much.
   std::chrono::milliseconds command_timeout{200};
+  // Most connections a Client keeps open to this endpoint for commands and locks at once
+  // (in use, idle, or being closed after a timeout). An operation that finds all of them busy
+  // waits, first come first served, for one to come back, at most connect_timeout +
+  // command_timeout (then TimeoutError). The wake-on-release subscriber's connection is extra.
+  // Must be 1..65536.
+  std::size_t max_connections{16};
 
   // Parses a redis:// or unix:// URI (format above).
   // Returns the endpoint; fields the URI does not mention keep their defaults.
