@@ -350,3 +350,43 @@ TEST_CASE("A subscribed waiter does not poll faster than the holder's remaining 
   INFO(attempts << " attempts in 1 s");
   CHECK(attempts <= 3);  // the first, the one after the subscription is confirmed, and slack
 }
+
+TEST_CASE("Threads of one process with their own Lock on a key wait their turn instead of barging",
+          "[redis][wake]") {
+  // A thread that releases and at once calls lock() again, while other threads of the process
+  // wait for the key, queues behind them (a release wakes them in arrival order): its attempt
+  // would only be refused. Counted in SET commands per acquisition, not time.
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("no-local-barging");
+  redlock::LockOptions o;
+  o.ttl = 10s;
+  const auto sets = [&] {
+    const std::string info = server.raw({"INFO", "commandstats"}).str();
+    const auto at = info.find("cmdstat_set:calls=");
+    return at == std::string::npos ? 0L : std::stol(info.substr(at + 18));
+  };
+  constexpr int kThreads = 8;
+  constexpr int kCycles = 40;
+  const long before = sets();
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      redlock::Lock lock(client, k, o);
+      for (int i = 0; i < kCycles; ++i) {
+        if (!lock.try_lock_for(20s)) {
+          ++failures;
+          continue;
+        }
+        lock.unlock();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double per_acquisition =
+      static_cast<double>(sets() - before) / static_cast<double>(kThreads * kCycles);
+  INFO(per_acquisition << " SET per acquisition");
+  CHECK(failures.load() == 0);
+  CHECK(per_acquisition < 1.5);  // 2 when every releaser's next attempt is refused
+}

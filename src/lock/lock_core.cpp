@@ -122,7 +122,10 @@ bool LockCore::attempts(Call call, SteadyClock::time_point deadline) {
 bool LockCore::attempts(Round& r) {
   WaitStrategy& wait = r.wait;
   try {
-    if (r.call != Call::try_lock && wait.watch_is_free()) wait.start_watch(ownership_, r.deadline);
+    if (r.call != Call::try_lock && wait.watch_is_free()) {
+      wait.start_watch(ownership_, r.deadline);
+      if (wait.hears_releases() && wait.behind_others()) return queue_behind(r);
+    }
     if (settle(r, wait.attempt(wait.watching() ? Attempt::contended : Attempt::first))) return true;
     if (r.call == Call::try_lock) return false;
     if (!wait.watching()) {
@@ -137,6 +140,16 @@ bool LockCore::attempts(Round& r) {
     wait.leave();
     throw;
   }
+}
+
+// Threads of this process that watched earlier wait for the lock (on other Lock objects): a
+// release wakes them in arrival order, so this call waits its turn instead of an attempt that
+// would be refused. It trusts the releases it hears; a lease that ends unannounced (a crashed
+// holder) is tried again after this lock's own ttl, which a holder with the same options cannot
+// exceed.
+bool LockCore::queue_behind(Round& r) {
+  r.holder_pttl = options_.ttl;
+  return wait_loop(r);
 }
 
 bool LockCore::wait_loop(Round& r) {

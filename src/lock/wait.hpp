@@ -56,6 +56,8 @@ class WaitStrategy {
   // cannot miss a release.
   void start_watch(Ownership& ownership, SteadyClock::time_point deadline);
   bool watching() const noexcept { return watch_ != nullptr; }
+  // True if this process's earlier waiters for the lock are woken first (ReleaseWatch).
+  bool behind_others() const noexcept { return watch_ && watch_->behind_others(); }
   // Sleeps until a release is announced, cancel_waits(), or `until`. start_watch() first.
   void wait_until(SteadyClock::time_point until) { watch_->wait_until(until); }
 

@@ -57,6 +57,14 @@ class SubscriptionWatch final : public SlotWatch {
   }
   SubscriptionWatch(const SubscriptionWatch&) = delete;
   SubscriptionWatch& operator=(const SubscriptionWatch&) = delete;
+  bool behind_others() const noexcept override {
+    if (watched_.empty()) return false;
+    for (const ClientImpl* node : watched_) {
+      const Subscriber* s = node->started_subscriber();
+      if (s == nullptr || !s->waiting_before(channels_.release, &slot_)) return false;
+    }
+    return true;
+  }
 
  private:
   // Registers the slot on `node`'s channels; false (nothing left registered) if it cannot.

@@ -101,6 +101,17 @@ bool Subscriber::lingering(const std::string& channel) const noexcept {
   }
 }
 
+bool Subscriber::waiting_before(const std::string& channel, const WakeSlot* slot) const noexcept {
+  try {
+    std::lock_guard<std::mutex> guard(mutex_);
+    const auto it = channels_.find(channel);
+    return it != channels_.end() && !it->second.waiters.empty() &&
+           it->second.waiters.front() != slot;
+  } catch (...) {
+    return false;
+  }
+}
+
 void Subscriber::unwatch(const std::string& channel, WakeSlot* slot) noexcept {
   bool wake = false;
   {

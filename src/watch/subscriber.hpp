@@ -113,6 +113,9 @@ class Subscriber {
   // release then heard by one subscriber was heard by nobody who waits. A hint, like
   // subscribed(). Never throws.
   bool lingering(const std::string& channel) const noexcept;
+  // True if another waiter registered on `channel` before `slot` (a release wakes it first).
+  // Never throws.
+  bool waiting_before(const std::string& channel, const WakeSlot* slot) const noexcept;
   // Removes the waiter; the last one of a channel unsubscribes it. Never throws.
   void unwatch(const std::string& channel, WakeSlot* slot) noexcept;
 
