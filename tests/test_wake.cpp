@@ -45,6 +45,13 @@ long long subscribers(const RedisServer& server, const std::string& channel) {
   return r.elements().size() == 2 ? r.elements()[1].integer() : -1;
 }
 
+// SET commands the server has run (INFO commandstats): one per acquire attempt.
+long set_calls(const RedisServer& server) {
+  const std::string info = server.raw({"INFO", "commandstats"}).str();
+  const auto at = info.find("cmdstat_set:calls=");
+  return at == std::string::npos ? 0L : std::stol(info.substr(at + 18));
+}
+
 }  // namespace
 
 TEST_CASE("A waiter in another process acquires within a few ms of the release", "[redis][wake]") {
@@ -339,11 +346,7 @@ TEST_CASE("A subscribed waiter does not poll faster than the holder's remaining 
   redlock::LockOptions o;
   o.retry_delay = 20ms;  // polling would make ~50 attempts in the second below
   redlock::Lock lock(client, k, o);
-  const auto sets = [&] {
-    const std::string info = server.raw({"INFO", "commandstats"}).str();
-    const auto at = info.find("cmdstat_set:calls=");
-    return at == std::string::npos ? 0L : std::stol(info.substr(at + 18));
-  };
+  const auto sets = [&] { return set_calls(server); };
   const long before = sets();
   CHECK_FALSE(lock.try_lock_for(1s));
   const long attempts = sets() - before;
@@ -361,11 +364,7 @@ TEST_CASE("Threads of one process with their own Lock on a key wait their turn i
   const auto k = key("no-local-barging");
   redlock::LockOptions o;
   o.ttl = 10s;
-  const auto sets = [&] {
-    const std::string info = server.raw({"INFO", "commandstats"}).str();
-    const auto at = info.find("cmdstat_set:calls=");
-    return at == std::string::npos ? 0L : std::stol(info.substr(at + 18));
-  };
+  const auto sets = [&] { return set_calls(server); };
   constexpr int kThreads = 8;
   constexpr int kCycles = 40;
   const long before = sets();
