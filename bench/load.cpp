@@ -4,7 +4,7 @@
 //   5a. Channels: W threads of one Client each wait (lock()) on a distinct key held elsewhere,
 //       so the subscriber carries W channels; meanwhile two threads of the same Client hand a
 //       hot key back and forth (lock(), unlock()). Hot-key acquisitions/s at each W. Goal: every
-//       W within 0.9x of W=0.
+//       W within 0.9x of W=0. The rate is taken once every waiter has made its attempts and sleeps.
 //   5b. A lone thread after contention: one thread's lock()/unlock() cycles/s alone, then with a
 //       second thread contending for 0.3 s, then alone again at once. Goal: the "after" rate is
 //       at least 0.8x the "before" rate.
@@ -52,6 +52,12 @@ std::uint64_t client_commands(const std::map<std::string, std::uint64_t>& before
     n += calls - (it == before.end() ? 0 : it->second);
   }
   return n;
+}
+
+std::uint64_t set_calls(redisContext* c) {
+  const auto calls = command_calls(c);
+  const auto it = calls.find("set");
+  return it == calls.end() ? 0 : it->second;
 }
 
 std::uint64_t info_number(redisContext* c, const char* section, const char* field) {
@@ -132,6 +138,7 @@ class Waiters {
       raw_command(raw, {"SET", key, "elsewhere", "PX", std::to_string(kHeldTtl.count())});
       locks_.push_back(std::make_unique<redlock::Lock>(client, key, options));
     }
+    const std::uint64_t sets_before = set_calls(raw);
     for (auto& lock : locks_) {
       threads_.emplace_back([&lock] {
         try {
@@ -141,6 +148,12 @@ class Waiters {
           std::cerr << "redlock-bench: load: waiter: " << e.what() << "\n";
         }
       });
+    }
+    // Settled: every waiter made its two attempts (the first, and the one after its subscription
+    // was confirmed) and sleeps; until then they queue for the pool's connections.
+    const std::int64_t give_up = now_ns() + 120'000'000'000;
+    while (set_calls(raw) - sets_before < 2 * static_cast<std::uint64_t>(n) && now_ns() < give_up) {
+      std::this_thread::sleep_for(milliseconds(100));
     }
   }
   ~Waiters() {
@@ -170,7 +183,6 @@ void channels(const Config& config, const RedisServer& server, Json& out) {
   for (const int w : counts) {
     const std::int64_t t0 = now_ns();
     Waiters waiters(client, raw.get(), w);
-    std::this_thread::sleep_for(milliseconds(200 + w / 20));  // let them subscribe
     const double setup_s = (now_ns() - t0) / 1e9;
     Cyclers hot(client, "load:hot", 2, redlock::LockOptions{});
     hot.measure(0.2);  // warm-up

@@ -46,9 +46,10 @@ struct Endpoint {
   std::chrono::milliseconds command_timeout{200};
   // Most connections a Client keeps open to this endpoint for commands and locks at once
   // (in use, idle, or being closed after a timeout). An operation that finds all of them busy
-  // waits, first come first served, for one to come back, at most connect_timeout +
-  // command_timeout (then TimeoutError). The wake-on-release subscriber's connection is extra.
-  // Must be 1..65536.
+  // waits, first come first served, for one to come back; it throws TimeoutError only if none
+  // came back for connect_timeout + command_timeout (a long line that moves is waited out). A
+  // Redlock's fan-out does not wait: a node whose connections are all busy does not answer that
+  // attempt. The wake-on-release subscriber's connection is extra. Must be 1..65536.
   std::size_t max_connections{16};
 
   // Parses a redis:// or unix:// URI (format above).

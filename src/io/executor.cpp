@@ -156,7 +156,7 @@ std::size_t prepare(PerNode<Pending>& pending, NodeBatch* batches, Clock::time_p
 
 // Gives every node still to be asked an idle connection or a slot to dial one. A single node's
 // request waits (its callers in arrival order) while the node's max_connections are busy, and
-// fails with TimeoutError if they stay busy past connect + command timeout. A fan-out does not
+// fails with TimeoutError if none comes back for connect + command timeout. A fan-out does not
 // wait: a node whose connections are all busy (a paused server keeps them) does not answer this
 // time, without counting against its health, and the other nodes are not held up. Nodes are
 // taken in one global order (by address in memory) all the same.
@@ -173,9 +173,8 @@ void reserve(PerNode<Pending>& pending) {
     ClientImpl& node = *p->batch->node;
     const Endpoint& ep = node.endpoint();
     try {
-      const auto now = Clock::now();
-      const auto deadline = fan_out ? now : now + ep.connect_timeout + ep.command_timeout;
-      p->connection = node.obtain(deadline, p->slot);
+      const Clock::duration patience = ep.connect_timeout + ep.command_timeout;
+      p->connection = node.obtain(fan_out ? Clock::duration::zero() : patience, p->slot);
     } catch (...) {
       p->batch->error = std::current_exception();
       p->done = true;

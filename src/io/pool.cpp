@@ -28,6 +28,7 @@ struct ClientImpl::Slots {
   };
   // The first waiter may go (a connection was checked in, or one closed). mutex held.
   void next() noexcept {
+    moved = Clock::now();
     if (waiters.empty()) return;
     Waiter* first = waiters.front();
     waiters.pop_front();
@@ -45,7 +46,8 @@ struct ClientImpl::Slots {
   std::vector<std::unique_ptr<Connection>> idle;  // guarded by mutex; most recent last
   std::size_t open{0};                            // guarded by mutex: connections with a slot
   const std::size_t max;
-  std::deque<Waiter*> waiters;  // guarded by mutex: in arrival order
+  std::deque<Waiter*> waiters;            // guarded by mutex: in arrival order
+  Clock::time_point moved{Clock::now()};  // guarded by mutex: a connection last came back
 };
 
 ClientImpl::ClientImpl(Endpoint endpoint)
@@ -102,7 +104,7 @@ std::shared_ptr<void> ClientImpl::take_slot(Slots& slots) {
 }
 
 // Idle connections go to the callers in arrival order: none is taken past a waiting caller.
-std::unique_ptr<Connection> ClientImpl::obtain(Clock::time_point deadline,
+std::unique_ptr<Connection> ClientImpl::obtain(Clock::duration patience,
                                                std::shared_ptr<void>& slot) {
   Slots& slots = *slots_;
   for (;;) {
@@ -110,15 +112,7 @@ std::unique_ptr<Connection> ClientImpl::obtain(Clock::time_point deadline,
     {
       std::unique_lock<std::mutex> lock(slots.mutex);
       if (!slots.waiters.empty() || (slots.idle.empty() && slots.open >= slots.max)) {
-        Slots::Waiter me;
-        slots.waiters.push_back(&me);
-        if (!me.cv.wait_until(lock, deadline, [&] { return me.turn; })) {
-          slots.waiters.erase(std::find(slots.waiters.begin(), slots.waiters.end(), &me));
-          throw TimeoutError(
-              fmt::format("redlock: all {} connections to {} stayed busy until the deadline; raise "
-                          "Endpoint::max_connections or the timeouts",
-                          slots.max, address_));
-        }
+        wait_turn(lock, patience);
       }
       if (slots.idle.empty()) {
         if (slots.open >= slots.max) continue;  // taken by a caller that came meanwhile
@@ -129,6 +123,25 @@ std::unique_ptr<Connection> ClientImpl::obtain(Clock::time_point deadline,
       slots.idle.pop_back();
     }
     if (fresh(*connection)) return connection;
+  }
+}
+
+// Waits in line until this caller's turn; gives up only when no connection has come back for
+// `patience` (a long line that moves is waited out: a burst never becomes an error).
+void ClientImpl::wait_turn(std::unique_lock<std::mutex>& lock, Clock::duration patience) {
+  Slots& slots = *slots_;
+  Slots::Waiter me;
+  slots.waiters.push_back(&me);
+  for (;;) {
+    const auto moved = slots.moved;
+    if (me.cv.wait_until(lock, moved + patience, [&] { return me.turn; })) return;
+    if (slots.moved != moved) continue;  // the line moved meanwhile: keep waiting
+    slots.waiters.erase(std::find(slots.waiters.begin(), slots.waiters.end(), &me));
+    throw TimeoutError(
+        fmt::format("redlock: all {} connections to {} stayed busy for {} ms (a slow server, or "
+                    "Endpoint::max_connections too small for the load)",
+                    slots.max, address_,
+                    std::chrono::duration_cast<std::chrono::milliseconds>(patience).count()));
   }
 }
 

@@ -53,9 +53,10 @@ class ClientImpl {
 
   // A connection to send on: an idle one, or null and `slot` holding the right to dial one more
   // (the connection must keep it, Connection::pool_slot, for as long as it is open). While
-  // max_connections are open and none is idle, waits in arrival order until one is checked in
-  // or closed, at most until `deadline`. Throws TimeoutError naming the node after it.
-  std::unique_ptr<Connection> obtain(std::chrono::steady_clock::time_point deadline,
+  // max_connections are open and none is idle, waits in arrival order for one to be checked in
+  // or closed, as long as one comes back at least every `patience` (zero: no wait). Throws
+  // TimeoutError naming the node when none came back for that long.
+  std::unique_ptr<Connection> obtain(std::chrono::steady_clock::duration patience,
                                      std::shared_ptr<void>& slot);
   // Starts a non-blocking connect (see io/dial.hpp). Throws ConnectionError.
   Dial dial() const;
@@ -125,6 +126,7 @@ class ClientImpl {
   // gone (the finisher). Defined in pool.cpp.
   struct Slots;
   std::shared_ptr<void> take_slot(Slots& slots);  // slots.mutex held
+  void wait_turn(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::duration patience);
   // False (after a debug log) if the server has closed this idle connection. Marks it reused.
   bool fresh(Connection& connection) const noexcept;
   std::shared_ptr<Slots> slots_;
