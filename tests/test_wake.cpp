@@ -389,3 +389,29 @@ TEST_CASE("Threads of one process with their own Lock on a key wait their turn i
   CHECK(failures.load() == 0);
   CHECK(per_acquisition < 1.5);  // 2 when every releaser's next attempt is refused
 }
+
+TEST_CASE("A try_lock_for queued behind this process's waiters still tries once before it ends",
+          "[redis][wake]") {
+  // The key is freed without an announcement (a DEL from elsewhere), so the waiter ahead sleeps
+  // on. A try_lock_for() that queued behind it (no attempt at first) must not give up without
+  // a single attempt.
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("queued-tries-once");
+  server.raw({"SET", k, "someone-else", "PX", "60000"});
+  redlock::Lock ahead(client, k, slow_polling());
+  std::atomic<bool> ahead_done{false};
+  std::thread waiter([&] {
+    if (ahead.try_lock_for(30s)) ahead.unlock();
+    ahead_done = true;
+  });
+  std::this_thread::sleep_for(300ms);  // generous: it is subscribed and asleep
+  server.raw({"DEL", k});
+  redlock::Lock behind(client, k, slow_polling());
+  const long sets_before = set_calls(server);
+  CHECK(behind.try_lock_for(200ms));            // its wait ends in an attempt, at the deadline
+  CHECK(set_calls(server) - sets_before == 1);  // and it made no other
+  if (behind.owns_lock()) behind.unlock();
+  ahead.cancel_waits();
+  waiter.join();
+}
