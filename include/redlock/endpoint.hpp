@@ -48,8 +48,10 @@ struct Endpoint {
   // (in use, idle, or being closed after a timeout). An operation that finds all of them busy
   // waits, first come first served, for one to come back; it throws TimeoutError only if none
   // came back for connect_timeout + command_timeout (a long line that moves is waited out). A
-  // Redlock's fan-out does not wait: a node whose connections are all busy does not answer that
-  // attempt. The wake-on-release subscriber's connection is extra. Must be 1..65536.
+  // Redlock's fan-out never waits (it would stall the other nodes behind a paused one): when all
+  // of a node's connections are busy it opens one more for that attempt and closes it after, so
+  // in-flight Redlock attempts are not bounded by this. The wake-on-release subscriber's
+  // connection is extra. Must be 1..65536.
   std::size_t max_connections{16};
 
   // Parses a redis:// or unix:// URI (format above).

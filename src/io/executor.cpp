@@ -156,10 +156,11 @@ std::size_t prepare(PerNode<Pending>& pending, NodeBatch* batches, Clock::time_p
 
 // Gives every node still to be asked an idle connection or a slot to dial one. A single node's
 // request waits (its callers in arrival order) while the node's max_connections are busy, and
-// fails with TimeoutError if none comes back for connect + command timeout. A fan-out does not
-// wait: a node whose connections are all busy (a paused server keeps them) does not answer this
-// time, without counting against its health, and the other nodes are not held up. Nodes are
-// taken in one global order (by address in memory) all the same.
+// fails with TimeoutError if none comes back for connect + command timeout. A fan-out never
+// waits: a node whose connections are all busy gets one more for this attempt, closed when it
+// is done (not pooled). Waiting would stall the other nodes behind a paused server (it keeps
+// its connections), and a fan-out holding some nodes' connections while it waits for another's
+// could deadlock with one doing the opposite.
 void reserve(PerNode<Pending>& pending) {
   PerNode<Pending*> order;
   for (auto& p : pending) {
@@ -173,8 +174,11 @@ void reserve(PerNode<Pending>& pending) {
     ClientImpl& node = *p->batch->node;
     const Endpoint& ep = node.endpoint();
     try {
-      const Clock::duration patience = ep.connect_timeout + ep.command_timeout;
-      p->connection = node.obtain(fan_out ? Clock::duration::zero() : patience, p->slot);
+      if (!fan_out) {
+        p->connection = node.obtain(ep.connect_timeout + ep.command_timeout, p->slot);
+      } else {
+        node.try_obtain(p->connection, p->slot);  // false: dials one beyond the bound
+      }
     } catch (...) {
       p->batch->error = std::current_exception();
       p->done = true;

@@ -137,11 +137,34 @@ void ClientImpl::wait_turn(std::unique_lock<std::mutex>& lock, Clock::duration p
     if (me.cv.wait_until(lock, moved + patience, [&] { return me.turn; })) return;
     if (slots.moved != moved) continue;  // the line moved meanwhile: keep waiting
     slots.waiters.erase(std::find(slots.waiters.begin(), slots.waiters.end(), &me));
-    throw TimeoutError(
-        fmt::format("redlock: all {} connections to {} stayed busy for {} ms (a slow server, or "
-                    "Endpoint::max_connections too small for the load)",
-                    slots.max, address_,
-                    std::chrono::duration_cast<std::chrono::milliseconds>(patience).count()));
+    std::rethrow_exception(busy_error(patience));
+  }
+}
+
+std::exception_ptr ClientImpl::busy_error(Clock::duration waited) const {
+  return std::make_exception_ptr(TimeoutError(
+      fmt::format("redlock: all {} connections to {} stayed busy for {} ms (a slow server, or "
+                  "Endpoint::max_connections too small for the load)",
+                  slots_->max, address_,
+                  std::chrono::duration_cast<std::chrono::milliseconds>(waited).count())));
+}
+
+bool ClientImpl::try_obtain(std::unique_ptr<Connection>& connection, std::shared_ptr<void>& slot) {
+  Slots& slots = *slots_;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> guard(slots.mutex);
+      if (!slots.waiters.empty()) return false;  // they came first
+      if (slots.idle.empty()) {
+        if (slots.open >= slots.max) return false;
+        slot = take_slot(slots);
+        return true;
+      }
+      connection = std::move(slots.idle.back());
+      slots.idle.pop_back();
+    }
+    if (fresh(*connection)) return true;
+    connection.reset();  // closed by the server: its slot is given back
   }
 }
 
@@ -171,6 +194,7 @@ std::unique_ptr<Connection> ClientImpl::adopt(Dial& dial) const {
 
 void ClientImpl::checkin(std::unique_ptr<Connection> connection) noexcept {
   if (!connection || !connection->transport) return;
+  if (!connection->pool_slot) return;  // one beyond the bound (a fan-out's): closed, not pooled
   std::lock_guard<std::mutex> guard(slots_->mutex);
   try {
     slots_->idle.push_back(std::move(connection));

@@ -58,6 +58,10 @@ class ClientImpl {
   // TimeoutError naming the node when none came back for that long.
   std::unique_ptr<Connection> obtain(std::chrono::steady_clock::duration patience,
                                      std::shared_ptr<void>& slot);
+  // As obtain() without waiting, for a fan-out's node: false (nothing taken) while every one of
+  // max_connections is busy or other callers wait in line (the fan-out then dials a connection
+  // beyond the bound, which checkin() closes). Throws std::bad_alloc only.
+  bool try_obtain(std::unique_ptr<Connection>& connection, std::shared_ptr<void>& slot);
   // Starts a non-blocking connect (see io/dial.hpp). Throws ConnectionError.
   Dial dial() const;
   // Completes a connect that poll() reported writable. Throws ConnectionError.
@@ -129,6 +133,8 @@ class ClientImpl {
   void wait_turn(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::duration patience);
   // False (after a debug log) if the server has closed this idle connection. Marks it reused.
   bool fresh(Connection& connection) const noexcept;
+  // The TimeoutError of a request that found every connection busy for `waited`.
+  std::exception_ptr busy_error(std::chrono::steady_clock::duration waited) const;
   std::shared_ptr<Slots> slots_;
   std::atomic<bool> down_{false};
   std::atomic<std::int64_t> skip_until_ns_{0};  // steady_clock, 0: not skipping
