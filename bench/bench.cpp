@@ -41,12 +41,15 @@
 //      first second of the fault on its own; the time until node 5 is used again after it
 //      heals. Goal printed as met or missed: >= 0.8x healthy cycles/s, acquire p50 <= 1.5x.
 //
+//   6. Load (load.cpp): the hot-key rate with thousands of waiting channels, a lone thread after
+//      contention, a thousand waiters on one key; each goal printed as met or missed.
+//
 // Nothing here asserts timing: a benchmark is not a test. The exit status is 1 only if a
 // measurement failed (an exception, a server that would not start, an uncontended attempt that
 // did not get its lock).
 //
 // Usage: redlock-bench [--quick] [--section N]... [--seconds S] [--rounds R] [--threads 1,4]
-//                      [--json PATH]
+//                      [--channels N] [--waiters N] [--json PATH]
 #include <sched.h>        // sched_getaffinity, CPU_COUNT
 #include <signal.h>       // signal, SIGPIPE
 #include <sys/utsname.h>  // uname
@@ -930,10 +933,13 @@ void usage(std::ostream& out) {
          "                     [--threads LIST] [--json PATH]\n"
          "  --quick        short runs (smoke test): 0.25 s, 2 rounds, 1,000 leases\n"
          "  --section N    run section N only (1 uncontended, 2 redlock, 3 contended,\n"
-         "                 4 watchdog, 5 degraded); repeatable\n"
+         "                 4 watchdog, 5 degraded, 6 load); repeatable\n"
          "  --seconds S    length of each timed measurement (default 1.0)\n"
          "  --rounds R     interleaved rounds in sections 1-2 (default 7)\n"
          "  --threads LIST client threads in sections 1, 2 and 5 (default 1,4)\n"
+         "  --channels N   section 6: largest number of waiting threads on distinct keys\n"
+         "                 (default 15000; 0, N/3 and N are measured)\n"
+         "  --waiters N    section 6: threads waiting on one key (default 1000)\n"
          "  --json PATH    where to write the figures (default " REDLOCK_BENCH_DEFAULT_JSON ")\n";
 }
 
@@ -952,7 +958,7 @@ int parse(int argc, char** argv, Config& config) {
       config.quick = true;
     } else if (arg == "--section") {
       const int n = std::stoi(value());
-      if (n < 1 || n > 5) throw std::invalid_argument("--section must be 1..5");
+      if (n < 1 || n > 6) throw std::invalid_argument("--section must be 1..6");
       config.sections.push_back(n);
     } else if (arg == "--seconds") {
       seconds = std::stod(value());
@@ -969,6 +975,12 @@ int parse(int argc, char** argv, Config& config) {
         if (t < 1 || t > 64) throw std::invalid_argument("--threads: each count must be 1..64");
         config.threads.push_back(t);
       }
+    } else if (arg == "--channels") {
+      config.load_channels = std::stoi(value());
+      if (config.load_channels < 3) throw std::invalid_argument("--channels must be >= 3");
+    } else if (arg == "--waiters") {
+      config.load_waiters = std::stoi(value());
+      if (config.load_waiters < 2) throw std::invalid_argument("--waiters must be >= 2");
     } else if (arg == "--json") {
       config.json_path = value();
     } else if (arg == "--help" || arg == "-h") {
@@ -1043,7 +1055,8 @@ int run(int argc, char** argv) {
                               {2, section_redlock},
                               {3, section_contended},
                               {4, section_watchdog},
-                              {5, section_degraded}};
+                              {5, section_degraded},
+                              {6, section_load}};
   const std::string load_at_start = load_average();
   const std::int64_t start = now_ns();
   for (const Section& s : sections) {

@@ -34,6 +34,9 @@ struct Config {
   // Section 4: leases on one watchdog, and their ttl.
   int leases{10'000};
   std::chrono::milliseconds watchdog_ttl{3'000};
+  // Section 6: waiting threads on distinct keys (6a's largest W), and waiters on one key (6c).
+  int load_channels{15'000};
+  int load_waiters{1'000};
   // connect and command timeout of every endpoint (library and floor) outside the SIGSTOP run:
   // generous, so that a loaded CI machine never turns a slow reply into an error.
   std::chrono::milliseconds timeout{1'000};
@@ -56,6 +59,8 @@ void section_degraded(const Config& config, Report& report);
 
 // Section 3 (contended.cpp).
 void section_contended(const Config& config, Report& report);
+// Section 6 (load.cpp).
+void section_load(const Config& config, Report& report);
 // The hidden worker mode of section 3's process variant: `redlock-bench --contended-worker ...`.
 int contended_worker_main(int argc, char** argv);
 

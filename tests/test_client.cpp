@@ -5,8 +5,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -364,4 +366,68 @@ TEST_CASE("Redlock refuses one server named twice: by another spelling or anothe
       {at("127.0.0.2", port), at("localhost", second.port()), at("127.0.0.1", third.port())}, k);
   CHECK(ok.try_lock());
   ok.unlock();
+}
+
+namespace {
+
+long long info_number(const RedisServer& server, const char* section, const std::string& field) {
+  const std::string info = server.raw({"INFO", section}).str();
+  const auto at = info.find(field + ":");
+  return at == std::string::npos ? -1 : std::stoll(info.substr(at + field.size() + 1));
+}
+
+// `threads` threads each run `each` PINGs on `client` at once; returns the most connections the
+// server saw open at any sample (the sampler's own INFO connection is subtracted).
+long long connections_under_burst(const RedisServer& server, const redlock::Client& client,
+                                  int threads, int each) {
+  std::atomic<bool> done{false};
+  long long peak = 0;
+  std::thread sampler([&] {
+    while (!done) {
+      peak = std::max(peak, info_number(server, "clients", "connected_clients") - 1);
+      std::this_thread::sleep_for(2ms);
+    }
+  });
+  std::atomic<int> failures{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&] {
+      for (int i = 0; i < each; ++i) {
+        try {
+          client.ping();
+        } catch (const redlock::Error&) {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  done = true;
+  sampler.join();
+  CHECK(failures.load() == 0);  // a burst queues for a connection; it never times out
+  return peak;
+}
+
+}  // namespace
+
+TEST_CASE("A burst of 200 threads on one Client opens no more than the pool's bound (default 16)",
+          "[redis][client][pool]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const long long peak = connections_under_burst(server, client, 200, 50);
+  INFO("peak " << peak << " connections");
+  CHECK(peak <= 16);
+}
+
+TEST_CASE("Endpoint::max_connections bounds the pool; 0 is refused", "[redis][client][pool]") {
+  RedisServer server;
+  redlock::Endpoint ep = server.endpoint();
+  ep.max_connections = 0;
+  CHECK_THROWS_AS(redlock::Client(ep), std::invalid_argument);
+  ep.max_connections = 3;
+  redlock::Client client(ep);
+  const long long peak = connections_under_burst(server, client, 50, 40);
+  INFO("peak " << peak << " connections");
+  CHECK(peak <= 3);
+  CHECK(peak >= 1);
 }

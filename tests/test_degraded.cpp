@@ -218,3 +218,51 @@ TEST_CASE("A request cut off in the middle of its write still gets its rollback"
   std::this_thread::sleep_for(500ms);  // the server reads what it was sent
   CHECK(server.raw({"EXISTS", k}).integer() == 0);
 }
+
+TEST_CASE(
+    "A Redlock with more threads than max_connections neither fails nor blames a healthy node",
+    "[redis][redlock][pool]") {
+  ServerGroup group(3);
+  std::vector<redlock::Client> clients;
+  for (auto ep : group.endpoints()) {
+    ep.connect_timeout = 1s;
+    ep.command_timeout = 1s;
+    ep.max_connections = 2;  // far fewer than the threads below
+    clients.emplace_back(ep);
+  }
+  UnreachableLog log;
+  std::atomic<long> held{0};
+  std::atomic<long> refused{0};
+  std::atomic<long> errors{0};
+  std::mutex first_mutex;
+  std::string first_error;
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 8; ++t) {
+    workers.emplace_back([&, t] {
+      redlock::Redlock lock(clients, key("busy-pool-" + std::to_string(t)));
+      for (int i = 0; i < 150; ++i) {
+        try {
+          if (!lock.try_lock()) {
+            ++refused;  // distinct keys: a refusal means a node was not asked
+            continue;
+          }
+          lock.unlock();
+          ++held;
+        } catch (const std::exception& e) {
+          if (errors++ == 0) {
+            std::lock_guard<std::mutex> guard(first_mutex);
+            first_error = e.what();
+          }
+        }
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  INFO("first error: " << first_error);
+  CHECK(errors == 0);
+  CHECK(refused == 0);
+  CHECK(held == 8 * 150);
+  for (std::size_t i = 0; i < group.size(); ++i) {
+    CHECK(log.naming("127.0.0.1:" + std::to_string(group[i].port())).empty());
+  }
+}

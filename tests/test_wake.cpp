@@ -17,9 +17,11 @@
 #include <redlock/redlock.hpp>
 
 #include "api/access.hpp"
+#include "core/engine.hpp"    // make_lease_engine: releases seen at the seam
 #include "io/connection.hpp"  // ClientImpl::subscriber()
 #include "support/clock.hpp"
 #include "support/redis_server.hpp"
+#include "util/token.hpp"        // make_token
 #include "watch/subscriber.hpp"  // Subscriber stats: the channel map
 
 using namespace std::chrono_literals;
@@ -41,6 +43,13 @@ redlock::LockOptions slow_polling(std::chrono::milliseconds ttl = 60s) {
 long long subscribers(const RedisServer& server, const std::string& channel) {
   const auto r = server.raw({"PUBSUB", "NUMSUB", channel});
   return r.elements().size() == 2 ? r.elements()[1].integer() : -1;
+}
+
+// SET commands the server has run (INFO commandstats): one per acquire attempt.
+long set_calls(const RedisServer& server) {
+  const std::string info = server.raw({"INFO", "commandstats"}).str();
+  const auto at = info.find("cmdstat_set:calls=");
+  return at == std::string::npos ? 0L : std::stol(info.substr(at + 18));
 }
 
 }  // namespace
@@ -281,4 +290,128 @@ TEST_CASE("A refused SUBSCRIBE (NOPERM) falls back to polling with one warning a
         0);  // no entry left per key
   redlock::set_log_handler({});
   CHECK(warnings->load() == 1);
+}
+
+TEST_CASE("A lone thread after contention: its own lingering subscription is not a listener",
+          "[redis][wake]") {
+  // After contention this process stays subscribed to the release channel for a while (the
+  // linger). A release then reaches only that subscription: no other process, and no waiter of
+  // this one, heard it, so the releasing thread must not pause for a woken waiter (the
+  // "courtesy" pause), nor count as having been heard.
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("lone-after-contention");
+  redlock::LockOptions o;
+  o.ttl = 10s;
+  {
+    std::atomic<bool> stop{false};
+    auto cycle = [&] {
+      redlock::Lock lock(client, k, o);
+      while (!stop) {
+        lock.lock();
+        lock.unlock();
+      }
+    };
+    std::thread a(cycle);
+    std::thread b(cycle);
+    std::this_thread::sleep_for(300ms);
+    stop = true;
+    a.join();
+    b.join();
+  }
+  const auto node = redlock::detail::Access::client(client);
+  auto engine = redlock::detail::make_lease_engine({node}, k, o);
+  REQUIRE(node->subscriber().subscribed(engine->channel()));  // it lingers: the case under test
+  constexpr int kCycles = 20;
+  std::size_t heard = 0;
+  for (int i = 0; i < kCycles; ++i) {
+    const std::string token = redlock::detail::make_token();
+    const auto got = engine->acquire(redlock::detail::AcquireRequest{&token});
+    REQUIRE(got.held);
+    heard += engine->release(token, redlock::detail::Announce::waiters).listeners;
+  }
+  CHECK(subscribers(server, k + ":released") == 1);  // still only our own subscription
+  CHECK(heard == 0);
+}
+
+TEST_CASE("A subscribed waiter does not poll faster than the holder's remaining ttl requires",
+          "[redis][wake]") {
+  // The holder neither releases nor lets its lease run out within the wait: a subscribed waiter
+  // learns of a release from the announcement, so retrying every retry_delay would only load the
+  // server. Counted in commands, not time.
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("no-poll-while-subscribed");
+  server.raw({"SET", k, "someone-else", "PX", "60000"});
+  redlock::LockOptions o;
+  o.retry_delay = 20ms;  // polling would make ~50 attempts in the second below
+  redlock::Lock lock(client, k, o);
+  const auto sets = [&] { return set_calls(server); };
+  const long before = sets();
+  CHECK_FALSE(lock.try_lock_for(1s));
+  const long attempts = sets() - before;
+  INFO(attempts << " attempts in 1 s");
+  CHECK(attempts <= 3);  // the first, the one after the subscription is confirmed, and slack
+}
+
+TEST_CASE("Threads of one process with their own Lock on a key wait their turn instead of barging",
+          "[redis][wake]") {
+  // A thread that releases and at once calls lock() again, while other threads of the process
+  // wait for the key, queues behind them (a release wakes them in arrival order): its attempt
+  // would only be refused. Counted in SET commands per acquisition, not time.
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("no-local-barging");
+  redlock::LockOptions o;
+  o.ttl = 10s;
+  const auto sets = [&] { return set_calls(server); };
+  constexpr int kThreads = 8;
+  constexpr int kCycles = 40;
+  const long before = sets();
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      redlock::Lock lock(client, k, o);
+      for (int i = 0; i < kCycles; ++i) {
+        if (!lock.try_lock_for(20s)) {
+          ++failures;
+          continue;
+        }
+        lock.unlock();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double per_acquisition =
+      static_cast<double>(sets() - before) / static_cast<double>(kThreads * kCycles);
+  INFO(per_acquisition << " SET per acquisition");
+  CHECK(failures.load() == 0);
+  CHECK(per_acquisition < 1.5);  // 2 when every releaser's next attempt is refused
+}
+
+TEST_CASE("A try_lock_for queued behind this process's waiters still tries once before it ends",
+          "[redis][wake]") {
+  // The key is freed without an announcement (a DEL from elsewhere), so the waiter ahead sleeps
+  // on. A try_lock_for() that queued behind it (no attempt at first) must not give up without
+  // a single attempt.
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("queued-tries-once");
+  server.raw({"SET", k, "someone-else", "PX", "60000"});
+  redlock::Lock ahead(client, k, slow_polling());
+  std::atomic<bool> ahead_done{false};
+  std::thread waiter([&] {
+    if (ahead.try_lock_for(30s)) ahead.unlock();
+    ahead_done = true;
+  });
+  std::this_thread::sleep_for(300ms);  // generous: it is subscribed and asleep
+  server.raw({"DEL", k});
+  redlock::Lock behind(client, k, slow_polling());
+  const long sets_before = set_calls(server);
+  CHECK(behind.try_lock_for(200ms));            // its wait ends in an attempt, at the deadline
+  CHECK(set_calls(server) - sets_before == 1);  // and it made no other
+  if (behind.owns_lock()) behind.unlock();
+  ahead.cancel_waits();
+  waiter.join();
 }

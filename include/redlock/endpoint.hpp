@@ -17,6 +17,7 @@
 #define REDLOCK_ENDPOINT_HPP
 
 #include <chrono>       // std::chrono::milliseconds
+#include <cstddef>      // std::size_t
 #include <string>       // std::string
 #include <string_view>  // std::string_view
 
@@ -43,6 +44,15 @@ struct Endpoint {
   // Upper bound on waiting for any one reply. Must be > 0. A lock operation on a hung server
   // costs at most about this much.
   std::chrono::milliseconds command_timeout{200};
+  // Most connections a Client keeps open to this endpoint for commands and locks at once
+  // (in use, idle, or being closed after a timeout). An operation that finds all of them busy
+  // waits, first come first served, for one to come back; it throws TimeoutError only if none
+  // came back for connect_timeout + command_timeout (a long line that moves is waited out). A
+  // Redlock's fan-out never waits (it would stall the other nodes behind a paused one): when all
+  // of a node's connections are busy it opens one more for that attempt and closes it after, so
+  // in-flight Redlock attempts are not bounded by this. The wake-on-release subscriber's
+  // connection is extra. Must be 1..65536.
+  std::size_t max_connections{16};
 
   // Parses a redis:// or unix:// URI (format above).
   // Returns the endpoint; fields the URI does not mention keep their defaults.

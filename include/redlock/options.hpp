@@ -43,8 +43,11 @@ struct LockOptions {
   std::chrono::milliseconds ttl{30'000};
   // Base of the wait between attempts in lock()/try_lock_for(): each wait is drawn uniformly from
   // [retry_delay/2, retry_delay*3/2] and never runs past the remaining ttl of the current holder
-  // or the caller's deadline. With wake_on_release it is only the fallback for leases that end by
-  // expiry. Must be > 0.
+  // or the caller's deadline. With wake_on_release, a waiter whose subscription the server has
+  // confirmed does not use it while the holder's remaining ttl is known: it retries when a
+  // release is announced or when that ttl runs out; retry_delay is the pace only while the
+  // subscription is not confirmed (a node down, a refused SUBSCRIBE) or the ttl is unknown. Must
+  // be > 0.
   std::chrono::milliseconds retry_delay{50};
   // Clock drift allowance: validity = ttl - elapsed - (ttl * factor + 2 ms). In [0, 1).
   double clock_drift_factor{0.01};

@@ -39,6 +39,9 @@ void validate(const Endpoint& ep) {
   if (ep.command_timeout.count() <= 0 || ep.command_timeout > kDay) {
     throw std::invalid_argument("redlock: endpoint.command_timeout must be > 0 ms and <= 24 h");
   }
+  if (ep.max_connections < 1 || ep.max_connections > 65536) {
+    throw std::invalid_argument("redlock: endpoint.max_connections must be 1..65536");
+  }
 }
 
 // Runs one batch on one node and returns its replies, throwing the node's error if any.

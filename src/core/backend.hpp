@@ -87,6 +87,9 @@ class ReleaseWatch {
   virtual bool take_grant(std::uint64_t& seq, std::uint64_t& fence) noexcept = 0;
   // Ends a wait_until in progress (or the next one) at once: cancel_waits(). Any thread.
   virtual void wake() noexcept = 0;
+  // True if other waiters of this process watched the same lock before this one and still wait:
+  // a release wakes them first (in arrival order), so this one need not try before its turn.
+  virtual bool behind_others() const noexcept { return false; }
 };
 
 class LeaseBackend;

@@ -351,7 +351,8 @@ ReleaseResult LeaseEngine::release_on(const std::string& token, const bool* only
     tally.answered(reply.kind == ReleaseReply::Kind::released);
     // A resent release that says "not ours" may have followed our own first send: unknown.
     if (reply.kind == ReleaseReply::Kind::refused && !batches[k].retried) tally.refused();
-    result.listeners = std::max(result.listeners, reply.listeners);
+    result.listeners = std::max(result.listeners,
+                                waiting_listeners(*nodes_[index[k]], channel(), reply.listeners));
   }
   result.released = tally.yes();
   result.refused = tally.refusals();

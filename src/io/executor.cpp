@@ -4,6 +4,7 @@
 #include "io/executor.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -22,12 +23,13 @@ bool is_noscript(const redisReply* reply) {
   return is_error(reply) && text(reply).rfind("NOSCRIPT", 0) == 0;
 }
 
-// Gives node p a pooled connection and sends its request, or leaves it dialing for the poll loop.
+// Sends node p's request on the connection reserve() gave it, or leaves it dialing for the poll
+// loop (with reserve()'s slot, or none: the subscriber's private connection is not counted).
 void open_node(Pending& p) {
   p.connection_attempted = true;
   ClientImpl& node = *p.batch->node;
   try {
-    if (!(p.connection = node.take_idle())) {
+    if (!p.connection) {
       p.dial = node.dial();
       p.stage = Stage::dialing;
       p.deadline = Clock::now() + node.endpoint().connect_timeout;
@@ -152,12 +154,45 @@ std::size_t prepare(PerNode<Pending>& pending, NodeBatch* batches, Clock::time_p
   return awaited;
 }
 
+// Gives every node still to be asked an idle connection or a slot to dial one. A single node's
+// request waits (its callers in arrival order) while the node's max_connections are busy, and
+// fails with TimeoutError if none comes back for connect + command timeout. A fan-out never
+// waits: a node whose connections are all busy gets one more for this attempt, closed when it
+// is done (not pooled). Waiting would stall the other nodes behind a paused server (it keeps
+// its connections), and a fan-out holding some nodes' connections while it waits for another's
+// could deadlock with one doing the opposite.
+void reserve(PerNode<Pending>& pending) {
+  PerNode<Pending*> order;
+  for (auto& p : pending) {
+    if (!p.done) order.push_back(&p);
+  }
+  std::sort(order.begin(), order.end(), [](const Pending* a, const Pending* b) {
+    return std::less<const ClientImpl*>()(a->batch->node, b->batch->node);
+  });
+  const bool fan_out = pending.size() > 1;
+  for (Pending* p : order) {
+    ClientImpl& node = *p->batch->node;
+    const Endpoint& ep = node.endpoint();
+    try {
+      if (!fan_out) {
+        p->connection = node.obtain(ep.connect_timeout + ep.command_timeout, p->slot);
+      } else {
+        node.try_obtain(p->connection, p->slot);  // false: dials one beyond the bound
+      }
+    } catch (...) {
+      p->batch->error = std::current_exception();
+      p->done = true;
+    }
+  }
+}
+
 // stale[i] (in: false) is set when node i failed on a pooled connection that turned out closed.
 void execute_once(NodeBatch* batches, std::size_t count, bool* stale, const EarlyFinish* early,
                   SkipPolicy policy) {
   PerNode<Pending> pending(count);
   const auto start = Clock::now();
   const std::size_t awaited = prepare(pending, batches, start, early, policy);
+  reserve(pending);
   for (auto& p : pending) {
     if (p.done) continue;
     if (awaited == 0) p.trailing = false;  // nobody else to wait for: wait for these

@@ -38,7 +38,8 @@ struct Pending {
   NodeBatch* batch{nullptr};
   Dial dial;  // connect in progress (the poll loop finishes it), else empty
   std::unique_ptr<Connection> connection;
-  std::size_t handshake{0};  // leading replies that belong to the handshake
+  std::shared_ptr<void> slot;  // the pool's slot for the connection being dialed, if counted
+  std::size_t handshake{0};    // leading replies that belong to the handshake
   std::size_t expected{0};
   SmallVector<ReplyPtr, 4> replies;  // handshake (AUTH, SELECT) and the batch's commands
   Clock::time_point deadline{};      // of the connect while dialing, then of the replies

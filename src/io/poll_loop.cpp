@@ -107,6 +107,7 @@ void secure_step(Pending& p) {
 void connected(Pending& p) {
   try {
     p.connection = p.batch->node->adopt(p.dial);
+    p.connection->pool_slot = std::move(p.slot);
   } catch (...) {
     fail(p, std::current_exception());
     return;

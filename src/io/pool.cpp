@@ -1,10 +1,12 @@
 // src/io/pool.cpp: ClientImpl: the idle connection pool, connecting, and the node's health.
 #include "io/pool.hpp"
 
-#include <poll.h>
-
 #include <algorithm>
 #include <utility>
+
+#include <fmt/format.h>
+
+#include <redlock/errors.hpp>
 
 #include "util/log_internal.hpp"
 #include "util/token.hpp"
@@ -15,17 +17,48 @@ namespace detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr std::size_t kMaxIdle = 16;
 
 }  // namespace
 
+struct ClientImpl::Slots {
+  explicit Slots(std::size_t bound) : max(bound) {}
+  struct Waiter {
+    std::condition_variable cv;
+    bool turn{false};
+  };
+  // The first waiter may go (a connection was checked in, or one closed). mutex held.
+  void next() noexcept {
+    moved = Clock::now();
+    if (waiters.empty()) return;
+    Waiter* first = waiters.front();
+    waiters.pop_front();
+    first->turn = true;
+    first->cv.notify_one();
+  }
+  // A connection holding a slot closed.
+  void release() noexcept {
+    std::lock_guard<std::mutex> guard(mutex);
+    --open;
+    next();
+  }
+
+  std::mutex mutex;
+  std::vector<std::unique_ptr<Connection>> idle;  // guarded by mutex; most recent last
+  std::size_t open{0};                            // guarded by mutex: connections with a slot
+  const std::size_t max;
+  std::deque<Waiter*> waiters;            // guarded by mutex: in arrival order
+  Clock::time_point moved{Clock::now()};  // guarded by mutex: a connection last came back
+};
+
 ClientImpl::ClientImpl(Endpoint endpoint)
-    : endpoint_(std::move(endpoint)), waiter_id_(make_token().substr(0, 16)) {
+    : endpoint_(std::move(endpoint)),
+      waiter_id_(make_token().substr(0, 16)),
+      slots_(std::make_shared<Slots>(endpoint_.max_connections)) {
   address_ = endpoint_.address();
   build_handshake();
 }
 
-ClientImpl::~ClientImpl() = default;
+ClientImpl::~ClientImpl() { clear_idle(); }  // their slots refer to slots_
 
 void ClientImpl::build_handshake() {
   // AUTH [user] pass, then SELECT db: pipelined in front of a new connection's first batch.
@@ -60,31 +93,90 @@ void ClientImpl::build_handshake() {
   }
 }
 
-std::unique_ptr<Connection> ClientImpl::checkout() {
-  if (auto connection = take_idle()) return connection;
-  Dial dialing = dial();
-  if (!await(dialing.fd(), POLLOUT, Clock::now() + endpoint_.connect_timeout))
-    std::rethrow_exception(accept_timeout(address_, endpoint_.connect_timeout));
-  return adopt(dialing);
+std::shared_ptr<void> ClientImpl::take_slot(Slots& slots) {
+  ++slots.open;
+  try {
+    return std::shared_ptr<void>(&slots, [keep = slots_](void*) { keep->release(); });
+  } catch (...) {
+    --slots.open;
+    throw;
+  }
 }
 
-std::unique_ptr<Connection> ClientImpl::take_idle() noexcept {
+// Idle connections go to the callers in arrival order: none is taken past a waiting caller.
+std::unique_ptr<Connection> ClientImpl::obtain(Clock::duration patience,
+                                               std::shared_ptr<void>& slot) {
+  Slots& slots = *slots_;
   for (;;) {
     std::unique_ptr<Connection> connection;
     {
-      std::lock_guard<std::mutex> guard(mutex_);
-      if (idle_.empty()) return nullptr;
-      connection = std::move(idle_.back());
-      idle_.pop_back();
+      std::unique_lock<std::mutex> lock(slots.mutex);
+      if (!slots.waiters.empty() || (slots.idle.empty() && slots.open >= slots.max)) {
+        wait_turn(lock, patience);
+      }
+      if (slots.idle.empty()) {
+        if (slots.open >= slots.max) continue;  // taken by a caller that came meanwhile
+        slot = take_slot(slots);
+        return nullptr;
+      }
+      connection = std::move(slots.idle.back());
+      slots.idle.pop_back();
     }
-    // An idle connection has nothing to read unless the server closed it (restart, CLIENT KILL,
-    // idle timeout): such a one is dropped before anything is sent on it.
-    if (!connection->transport.readable_now()) {
-      connection->reused = true;
-      return connection;
-    }
-    logf(LogLevel::debug, "redlock: pooled connection to {} was closed by the server", address_);
+    if (fresh(*connection)) return connection;
   }
+}
+
+// Waits in line until this caller's turn; gives up only when no connection has come back for
+// `patience` (a long line that moves is waited out: a burst never becomes an error).
+void ClientImpl::wait_turn(std::unique_lock<std::mutex>& lock, Clock::duration patience) {
+  Slots& slots = *slots_;
+  Slots::Waiter me;
+  slots.waiters.push_back(&me);
+  for (;;) {
+    const auto moved = slots.moved;
+    if (me.cv.wait_until(lock, moved + patience, [&] { return me.turn; })) return;
+    if (slots.moved != moved) continue;  // the line moved meanwhile: keep waiting
+    slots.waiters.erase(std::find(slots.waiters.begin(), slots.waiters.end(), &me));
+    std::rethrow_exception(busy_error(patience));
+  }
+}
+
+std::exception_ptr ClientImpl::busy_error(Clock::duration waited) const {
+  return std::make_exception_ptr(TimeoutError(
+      fmt::format("redlock: all {} connections to {} stayed busy for {} ms (a slow server, or "
+                  "Endpoint::max_connections too small for the load)",
+                  slots_->max, address_,
+                  std::chrono::duration_cast<std::chrono::milliseconds>(waited).count())));
+}
+
+bool ClientImpl::try_obtain(std::unique_ptr<Connection>& connection, std::shared_ptr<void>& slot) {
+  Slots& slots = *slots_;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> guard(slots.mutex);
+      if (!slots.waiters.empty()) return false;  // they came first
+      if (slots.idle.empty()) {
+        if (slots.open >= slots.max) return false;
+        slot = take_slot(slots);
+        return true;
+      }
+      connection = std::move(slots.idle.back());
+      slots.idle.pop_back();
+    }
+    if (fresh(*connection)) return true;
+    connection.reset();  // closed by the server: its slot is given back
+  }
+}
+
+bool ClientImpl::fresh(Connection& connection) const noexcept {
+  // An idle connection has nothing to read unless the server closed it (restart, CLIENT KILL,
+  // idle timeout): such a one is dropped (by the caller) before anything is sent on it.
+  if (!connection.transport.readable_now()) {
+    connection.reused = true;
+    return true;
+  }
+  logf(LogLevel::debug, "redlock: pooled connection to {} was closed by the server", address_);
+  return false;
 }
 
 Dial ClientImpl::dial() const { return start_dial(endpoint_, address_); }
@@ -102,19 +194,30 @@ std::unique_ptr<Connection> ClientImpl::adopt(Dial& dial) const {
 
 void ClientImpl::checkin(std::unique_ptr<Connection> connection) noexcept {
   if (!connection || !connection->transport) return;
-  std::lock_guard<std::mutex> guard(mutex_);
-  if (idle_.size() < kMaxIdle) idle_.push_back(std::move(connection));
+  if (!connection->pool_slot) return;  // one beyond the bound (a fan-out's): closed, not pooled
+  std::lock_guard<std::mutex> guard(slots_->mutex);
+  try {
+    slots_->idle.push_back(std::move(connection));
+  } catch (...) {
+    return;  // out of memory: `connection` is closed on return, after the guard is released
+  }
+  slots_->next();
 }
 
 void ClientImpl::clear_idle() noexcept {
-  std::vector<std::unique_ptr<Connection>> stale;
-  std::lock_guard<std::mutex> guard(mutex_);
-  stale.swap(idle_);
+  std::vector<std::unique_ptr<Connection>> stale;  // closed after the guard is released
+  std::lock_guard<std::mutex> guard(slots_->mutex);
+  stale.swap(slots_->idle);
 }
 
 std::size_t ClientImpl::idle() const {
-  std::lock_guard<std::mutex> guard(mutex_);
-  return idle_.size();
+  std::lock_guard<std::mutex> guard(slots_->mutex);
+  return slots_->idle.size();
+}
+
+std::size_t ClientImpl::open_connections() const {
+  std::lock_guard<std::mutex> guard(slots_->mutex);
+  return slots_->open;
 }
 
 void ClientImpl::note_health(bool reachable, std::string_view why) noexcept {

@@ -1,12 +1,19 @@
 // src/io/pool.hpp: ClientImpl, what a Client shares among its copies: the endpoint, a pool of idle
 // connections, the node's health (log transitions, circuit breaker), and the subscriber for
 // wake-on-release (created on first use).
+//
+// The pool bounds the connections open for commands (checked out, idle, or being finished after
+// a cut) at Endpoint::max_connections: a new one is dialed only with a slot, and a slot is freed
+// when its connection closes. Callers beyond the bound wait, first come first served, for a
+// connection to be checked in or closed. The subscriber's connection is not counted.
 #ifndef REDLOCK_SRC_IO_POOL_HPP
 #define REDLOCK_SRC_IO_POOL_HPP
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -44,19 +51,26 @@ class ClientImpl {
   // to them are published on "<key>:released:<waiter_id>", so other processes are not woken.
   const std::string& waiter_id() const noexcept { return waiter_id_; }
 
-  // An idle connection, or a new one (connect only; the handshake rides on the first batch).
-  // Blocks for at most connect_timeout. Throws ConnectionError or TimeoutError.
-  std::unique_ptr<Connection> checkout();
-  // An idle connection that the server has not closed meanwhile (checked without blocking; a
-  // closed one is dropped, so nothing is sent on it), or null if none is left.
-  std::unique_ptr<Connection> take_idle() noexcept;
+  // A connection to send on: an idle one, or null and `slot` holding the right to dial one more
+  // (the connection must keep it, Connection::pool_slot, for as long as it is open). While
+  // max_connections are open and none is idle, waits in arrival order for one to be checked in
+  // or closed, as long as one comes back at least every `patience` (zero: no wait). Throws
+  // TimeoutError naming the node when none came back for that long.
+  std::unique_ptr<Connection> obtain(std::chrono::steady_clock::duration patience,
+                                     std::shared_ptr<void>& slot);
+  // As obtain() without waiting, for a fan-out's node: false (nothing taken) while every one of
+  // max_connections is busy or other callers wait in line (the fan-out then dials a connection
+  // beyond the bound, which checkin() closes). Throws std::bad_alloc only.
+  bool try_obtain(std::unique_ptr<Connection>& connection, std::shared_ptr<void>& slot);
   // Starts a non-blocking connect (see io/dial.hpp). Throws ConnectionError.
   Dial dial() const;
   // Completes a connect that poll() reported writable. Throws ConnectionError.
   std::unique_ptr<Connection> adopt(Dial& dial) const;
-  // Returns a healthy connection to the pool (closes it if the pool is full).
+  // Returns a healthy connection to the pool, to the first caller waiting in obtain() if any.
   void checkin(std::unique_ptr<Connection> connection) noexcept;
   std::size_t idle() const;
+  // Connections open for commands (checked out, idle, or still being finished). Thread-safe.
+  std::size_t open_connections() const;
   // Closes every idle connection (after one turned out stale: the others likely are too).
   void clear_idle() noexcept;
 
@@ -113,8 +127,16 @@ class ClientImpl {
   std::vector<std::vector<std::size_t>> handshake_lens_;
   std::vector<CommandView> handshake_;
 
-  mutable std::mutex mutex_;
-  std::vector<std::unique_ptr<Connection>> idle_;  // guarded by mutex_
+  // Shared with every connection's slot: a connection may be closed after its ClientImpl is
+  // gone (the finisher). Defined in pool.cpp.
+  struct Slots;
+  std::shared_ptr<void> take_slot(Slots& slots);  // slots.mutex held
+  void wait_turn(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::duration patience);
+  // False (after a debug log) if the server has closed this idle connection. Marks it reused.
+  bool fresh(Connection& connection) const noexcept;
+  // The TimeoutError of a request that found every connection busy for `waited`.
+  std::exception_ptr busy_error(std::chrono::steady_clock::duration waited) const;
+  std::shared_ptr<Slots> slots_;
   std::atomic<bool> down_{false};
   std::atomic<std::int64_t> skip_until_ns_{0};  // steady_clock, 0: not skipping
   std::atomic<std::int64_t> backoff_ms_{0};

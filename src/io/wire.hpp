@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <exception>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -26,6 +27,8 @@ struct Connection {
   std::chrono::milliseconds timeout{0};  // the endpoint's command_timeout, for blocking writes
   bool authenticated{false};             // AUTH/SELECT handshake done
   bool reused{false};                    // came out of the idle pool (may be stale after a restart)
+  // The pool's slot (io/pool.hpp): freed when the connection closes. Empty: not counted.
+  std::shared_ptr<void> pool_slot;
 };
 
 // How a command is encoded: as given, or (a script's EVALSHA) as EVAL with the script's body.

@@ -122,7 +122,10 @@ bool LockCore::attempts(Call call, SteadyClock::time_point deadline) {
 bool LockCore::attempts(Round& r) {
   WaitStrategy& wait = r.wait;
   try {
-    if (r.call != Call::try_lock && wait.watch_is_free()) wait.start_watch(ownership_, r.deadline);
+    if (r.call != Call::try_lock && wait.watch_is_free()) {
+      wait.start_watch(ownership_, r.deadline);
+      if (wait.hears_releases() && wait.behind_others()) return queue_behind(r);
+    }
     if (settle(r, wait.attempt(wait.watching() ? Attempt::contended : Attempt::first))) return true;
     if (r.call == Call::try_lock) return false;
     if (!wait.watching()) {
@@ -137,6 +140,16 @@ bool LockCore::attempts(Round& r) {
     wait.leave();
     throw;
   }
+}
+
+// Threads of this process that watched earlier wait for the lock (on other Lock objects): a
+// release wakes them in arrival order, so this call waits its turn instead of an attempt that
+// would be refused. It trusts the releases it hears; a lease that ends unannounced (a crashed
+// holder) is tried again after this lock's own ttl, which a holder with the same options cannot
+// exceed.
+bool LockCore::queue_behind(Round& r) {
+  r.holder_pttl = options_.ttl;
+  return wait_loop(r);
 }
 
 bool LockCore::wait_loop(Round& r) {
@@ -158,11 +171,13 @@ bool LockCore::wait_loop(Round& r) {
 }
 
 // Jittered retry_delay, never past the holder's lease end (it may end by expiry, unannounced)
-// nor past the deadline.
+// nor past the deadline. A wait that hears releases sleeps until the lease end (a release wakes
+// it sooner); retry_delay only when the lease end is unknown.
 SteadyClock::time_point LockCore::next_wake(const Round& r, SteadyClock::time_point now) const {
   auto wait = jittered(std::chrono::nanoseconds(options_.retry_delay));
   if (r.holder_pttl.count() >= 0) {
-    wait = std::min<std::chrono::nanoseconds>(wait, r.holder_pttl + std::chrono::milliseconds(1));
+    const auto lease_end = std::chrono::nanoseconds(r.holder_pttl + std::chrono::milliseconds(1));
+    wait = r.wait.hears_releases() ? lease_end : std::min(wait, lease_end);
   }
   const auto until = now + wait;
   return r.deadline == kNoDeadline ? until : std::min(until, r.deadline);

@@ -55,6 +55,7 @@ class LockCore : public std::enable_shared_from_this<LockCore> {
   bool attempts(Call call, SteadyClock::time_point deadline);
   bool attempts(Round& round);
   bool wait_loop(Round& round);
+  bool queue_behind(Round& round);
   bool settle(Round& round, Try attempt);
   bool take_hand_over(WaitStrategy& wait);
   SteadyClock::time_point next_wake(const Round& round, SteadyClock::time_point now) const;

@@ -46,11 +46,18 @@ class WaitStrategy {
   // then watches before its first attempt.
   virtual bool watch_is_free() const noexcept { return false; }
 
+  // True if a release will be announced to this wait (its watch is subscribed and confirmed on
+  // every node): it then retries only when woken or when the holder's lease would end, not every
+  // retry_delay.
+  virtual bool hears_releases() const noexcept { return false; }
+
   // Starts watching for releases, registered with `ownership` so that cancel_waits() wakes it;
   // subscription confirmations are awaited at most until `deadline`. Attempts made after it
   // cannot miss a release.
   void start_watch(Ownership& ownership, SteadyClock::time_point deadline);
   bool watching() const noexcept { return watch_ != nullptr; }
+  // True if this process's earlier waiters for the lock are woken first (ReleaseWatch).
+  bool behind_others() const noexcept { return watch_ && watch_->behind_others(); }
   // Sleeps until a release is announced, cancel_waits(), or `until`. start_watch() first.
   void wait_until(SteadyClock::time_point until) { watch_->wait_until(until); }
 
@@ -74,11 +81,14 @@ class PollingWait : public WaitStrategy {
   std::unique_ptr<ReleaseWatch> make_watch(SteadyClock::time_point deadline) override;
 };
 
-// As polling, and a release announced by the holder wakes the wait at once.
+// As polling, and a release announced by the holder wakes the wait at once; while subscribed
+// it retries only when woken or when the holder's remaining ttl runs out (the lease may end by
+// expiry, unannounced), not every retry_delay.
 class WakeOnReleaseWait final : public PollingWait {
  public:
   using PollingWait::PollingWait;
   bool watch_is_free() const noexcept override { return backend_.watch_live(); }
+  bool hears_releases() const noexcept override { return watching() && backend_.watch_live(); }
 
  protected:
   std::unique_ptr<ReleaseWatch> make_watch(SteadyClock::time_point deadline) override;

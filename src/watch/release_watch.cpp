@@ -57,6 +57,14 @@ class SubscriptionWatch final : public SlotWatch {
   }
   SubscriptionWatch(const SubscriptionWatch&) = delete;
   SubscriptionWatch& operator=(const SubscriptionWatch&) = delete;
+  bool behind_others() const noexcept override {
+    if (watched_.empty()) return false;
+    for (const ClientImpl* node : watched_) {
+      const Subscriber* s = node->started_subscriber();
+      if (s == nullptr || !s->waiting_before(channels_.release, &slot_)) return false;
+    }
+    return true;
+  }
 
  private:
   // Registers the slot on `node`'s channels; false (nothing left registered) if it cannot.
@@ -118,6 +126,13 @@ bool release_watch_live(const LeaseEngine& engine) noexcept {
   } catch (...) {
     return false;
   }
+}
+
+std::size_t waiting_listeners(const ClientImpl& node, const std::string& channel,
+                              std::size_t heard) noexcept {
+  const Subscriber* own = node.started_subscriber();
+  if (heard == 0 || own == nullptr || !own->lingering(channel)) return heard;
+  return heard - 1;
 }
 
 std::unique_ptr<ReleaseWatch> make_timer_watch() { return std::make_unique<SlotWatch>(); }

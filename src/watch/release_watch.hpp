@@ -44,6 +44,13 @@ std::unique_ptr<ReleaseWatch> make_release_watch(const LeaseEngine& engine,
 // watch would be confirmed at once, no round trip). Never throws; false when unsure. Pinned.
 bool release_watch_live(const LeaseEngine& engine) noexcept;
 
+// How many of the `heard` subscribers that `node` reported for a release on `channel` wait for
+// the lock: this process's own subscription does not count while it only lingers (no waiter of
+// this process is registered), so a thread alone again after contention does not hold back for
+// a waiter that does not exist. Never throws.
+std::size_t waiting_listeners(const ClientImpl& node, const std::string& channel,
+                              std::size_t heard) noexcept;
+
 // A watch that subscribes to nothing: wait_until sleeps until its time or wake() (polling).
 std::unique_ptr<ReleaseWatch> make_timer_watch();
 

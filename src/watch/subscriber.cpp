@@ -90,6 +90,28 @@ bool Subscriber::subscribed(const std::string& channel) const {
   return connected_ && it != channels_.end() && it->second.state == State::subscribed;
 }
 
+bool Subscriber::lingering(const std::string& channel) const noexcept {
+  try {
+    std::lock_guard<std::mutex> guard(mutex_);
+    const auto it = channels_.find(channel);
+    return connected_ && it != channels_.end() && it->second.waiters.empty() &&
+           it->second.state != State::subscribing;
+  } catch (...) {
+    return false;  // unsure: count it as a listener (the caller only pauses a little longer)
+  }
+}
+
+bool Subscriber::waiting_before(const std::string& channel, const WakeSlot* slot) const noexcept {
+  try {
+    std::lock_guard<std::mutex> guard(mutex_);
+    const auto it = channels_.find(channel);
+    return it != channels_.end() && !it->second.waiters.empty() &&
+           it->second.waiters.front() != slot;
+  } catch (...) {
+    return false;
+  }
+}
+
 void Subscriber::unwatch(const std::string& channel, WakeSlot* slot) noexcept {
   bool wake = false;
   {
@@ -103,11 +125,22 @@ void Subscriber::unwatch(const std::string& channel, WakeSlot* slot) noexcept {
     // A wake-up this waiter will never act on belongs to someone else.
     if (slot->pending() && !waiters.empty()) wake_one(it->second);
     if (waiters.empty()) {
-      it->second.idle_since = std::chrono::steady_clock::now();
-      wake = true;  // the thread schedules the unsubscribe after kLinger
+      became_idle(it->first, it->second, slot->waited() ? Contended::yes : Contended::no);
+      // The thread schedules the unsubscribe after kLinger; it needs waking only if it may
+      // be sleeping past that (nothing else was due sooner).
+      wake = idle_.size() == 1;
     }
   }
   if (wake) wake_thread();
+}
+
+void Subscriber::became_idle(const std::string& name, Channel& channel, Contended contended) {
+  if (contended == Contended::yes) channel.idle_since = std::chrono::steady_clock::now();
+  try {
+    idle_.push_back(Idle{name, channel.idle_since});
+  } catch (...) {
+    // Out of memory: the channel stays subscribed until the next reconnect; waiters are safe.
+  }
 }
 
 void Subscriber::wake_one(Channel& channel) noexcept {
@@ -145,6 +178,7 @@ void Subscriber::refuse(std::string_view error) {
     refused_ = true;
     channels_.clear();
     outgoing_.clear();
+    idle_.clear();
   }
   confirmed_.notify_all();
   logf(LogLevel::warn,
@@ -210,6 +244,7 @@ void Subscriber::resubscribe_all() {
   connected_ = true;
   failing_ = false;
   outgoing_.clear();
+  idle_.clear();  // channels without a waiter are dropped below
   for (auto it = channels_.begin(); it != channels_.end();) {
     if (it->second.waiters.empty()) {
       it = channels_.erase(it);
@@ -242,22 +277,30 @@ void Subscriber::send_outgoing(Connection& connection) {
 }
 
 int Subscriber::schedule_unsubscribes() {
-  int timeout_ms = 1000;
   std::lock_guard<std::mutex> guard(mutex_);
   const auto now = std::chrono::steady_clock::now();
-  for (auto& [name, ch] : channels_) {
-    if (!ch.waiters.empty() || ch.state != State::subscribed) continue;
-    const auto due = ch.idle_since + kLinger;
-    if (due <= now) {
-      ch.state = State::unsubscribing;
-      enqueue(Op::unsubscribe, name);
-      timeout_ms = 0;
-    } else {
+  int timeout_ms = 1000;
+  bool queued = false;
+  while (!idle_.empty()) {
+    const Idle& front = idle_.front();
+    const auto due = front.since + kLinger;
+    if (due > now) {
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(due - now).count();
       timeout_ms = std::min(timeout_ms, static_cast<int>(left));
+      break;
     }
+    const auto it = channels_.find(front.channel);
+    if (it != channels_.end()) {
+      Channel& ch = it->second;
+      if (ch.waiters.empty() && ch.state == State::subscribed && ch.idle_since == front.since) {
+        ch.state = State::unsubscribing;
+        enqueue(Op::unsubscribe, it->first);
+        queued = true;
+      }
+    }
+    idle_.pop_front();
   }
-  return timeout_ms;
+  return queued ? 0 : timeout_ms;
 }
 
 bool Subscriber::wait_readable(const Connection& connection, int timeout_ms) {
@@ -309,7 +352,7 @@ void Subscriber::handle_reply(const redisReply& reply) {
   if (kind == "message") {
     on_message(it->second, text(reply.element[2]));
   } else if (kind == "subscribe") {
-    on_subscribe(it->second);
+    on_subscribe(it->first, it->second);
   } else if (kind == "unsubscribe") {
     on_unsubscribe(it);
   }
@@ -330,9 +373,9 @@ void Subscriber::on_message(Channel& channel, std::string_view payload) {
   }
 }
 
-void Subscriber::on_subscribe(Channel& channel) {
+void Subscriber::on_subscribe(const std::string& name, Channel& channel) {
   channel.state = State::subscribed;
-  if (channel.waiters.empty()) channel.idle_since = std::chrono::steady_clock::now();
+  if (channel.waiters.empty()) became_idle(name, channel, Contended::no);
   if (channel.wake_all_on_confirm) {
     channel.wake_all_on_confirm = false;
     for (WakeSlot* slot : channel.waiters) slot->notify();
@@ -340,7 +383,7 @@ void Subscriber::on_subscribe(Channel& channel) {
   confirmed_.notify_all();
 }
 
-void Subscriber::on_unsubscribe(std::map<std::string, Channel>::iterator it) {
+void Subscriber::on_unsubscribe(Channels::iterator it) {
   if (it->second.waiters.empty()) {
     channels_.erase(it);
   } else {

@@ -5,10 +5,13 @@
 // busy lock is not re-subscribed on every contended call). watch() returns only once the server
 // has confirmed the subscription, so an attempt made after it cannot miss a release (no lost
 // wake-up). Each release wakes one waiter of the process, the longest waiting (not the whole
-// herd); a waiter
-// that leaves with an unconsumed wake-up hands it on. After a connection loss the thread
-// reconnects, re-subscribes, and wakes every waiter (releases during the gap were not seen).
+// herd); a waiter that leaves with an unconsumed wake-up hands it on. After a connection loss the
+// thread reconnects, re-subscribes, and wakes every waiter (releases during the gap were not
+// seen).
 // Fair mode: a hand-over message names its waiter's token and wakes only that waiter.
+// The work per message, watch and unwatch does not grow with the number of channels: channels
+// are hashed, and those left without a waiter wait in a queue ordered by when they became idle
+// (kLinger is the same for all), so the thread looks only at the ones that are due.
 // If the server refuses a SUBSCRIBE (NOPERM: an ACL user without channel permission), the
 // subscriber logs one warning and subscribes nothing more: waiters then poll at retry_delay.
 #ifndef REDLOCK_SRC_SUBSCRIBER_HPP
@@ -19,13 +22,13 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 struct redisReply;
@@ -51,6 +54,9 @@ class WakeSlot {
   bool pending() noexcept;
   // Waits until notified or `deadline`; returns true if notified (and consumes it).
   bool wait_until(std::chrono::steady_clock::time_point deadline);
+  // True once wait_until has been called: the waiter met contention (a watch that was free,
+  // made before an attempt that succeeded at once, never waits).
+  bool waited() noexcept;
   // Consumes a hand-over, if one arrived: the attempt number it named and the fence it carried.
   bool take_grant(std::uint64_t& seq, std::uint64_t& fence) noexcept;
   const std::string& token_sha1() const noexcept { return token_sha1_; }
@@ -60,6 +66,7 @@ class WakeSlot {
   std::mutex mutex_;
   std::condition_variable cv_;
   bool notified_{false};
+  bool waited_{false};
   bool granted_{false};
   std::uint64_t grant_seq_{0};
   std::uint64_t grant_fence_{0};
@@ -101,6 +108,14 @@ class Subscriber {
   // True if the server has confirmed a subscription to `channel` that is still current (another
   // waiter has it, or it lingers after one). A hint: it may lapse right after.
   bool subscribed(const std::string& channel) const;
+  // True if the server may count this subscriber among `channel`'s subscribers while no waiter
+  // of this process is registered on it (the subscription lingers after its last waiter). A
+  // release then heard by one subscriber was heard by nobody who waits. A hint, like
+  // subscribed(). Never throws.
+  bool lingering(const std::string& channel) const noexcept;
+  // True if another waiter registered on `channel` before `slot` (a release wakes it first).
+  // Never throws.
+  bool waiting_before(const std::string& channel, const WakeSlot* slot) const noexcept;
   // Removes the waiter; the last one of a channel unsubscribes it. Never throws.
   void unwatch(const std::string& channel, WakeSlot* slot) noexcept;
 
@@ -113,8 +128,18 @@ class Subscriber {
   struct Channel {
     std::vector<WakeSlot*> waiters;  // in arrival order; the first is woken first
     State state{State::subscribing};
-    std::chrono::steady_clock::time_point idle_since{};  // when the last waiter left
+    // When the channel was created, or a waiter that had to wait left it: the linger counts
+    // from here once the last waiter has left (a thread alone that only watched, as a lingering
+    // subscription lets it do for free, does not keep the subscription alive).
+    std::chrono::steady_clock::time_point idle_since{std::chrono::steady_clock::now()};
     bool wake_all_on_confirm{false};  // re-subscribed after a reconnect: releases were missed
+  };
+  using Channels = std::unordered_map<std::string, Channel>;
+  // A channel that was left without a waiter at `since` (stale once it has a waiter again or
+  // became idle later: its Channel::idle_since then differs).
+  struct Idle {
+    std::string channel;
+    std::chrono::steady_clock::time_point since;
   };
   static constexpr std::chrono::milliseconds kLinger{500};
   // Wakes the longest-waiting waiter of `channel` that has no wake-up pending. mutex_ held.
@@ -135,8 +160,9 @@ class Subscriber {
   void resubscribe_all();  // mutex_ held
   // Writes what watch()/unwatch() queued, in order. Throws redlock::Error.
   void send_outgoing(Connection& connection);
-  // Queues UNSUBSCRIBE for channels without a waiter for kLinger; returns how long to sleep
-  // (ms) until the next one is due (0: some were queued). Takes mutex_.
+  // Queues UNSUBSCRIBE for channels without a waiter for kLinger (looking only at the idle queue's
+  // due entries); returns how long to sleep (ms) until the next one is due (0: some were queued).
+  // Takes mutex_.
   int schedule_unsubscribes();
   // Sleeps until the connection or the event fd is readable, or `timeout_ms`. True if the
   // connection is. Throws ConnectionError if poll fails.
@@ -144,10 +170,15 @@ class Subscriber {
   // Reads what arrived and handles every complete reply. Throws redlock::Error.
   void read_replies(Connection& connection);
   void handle_reply(const redisReply& reply);
-  void on_message(Channel& channel, std::string_view payload);  // mutex_ held
-  void on_subscribe(Channel& channel);                          // mutex_ held
+  void on_message(Channel& channel, std::string_view payload);   // mutex_ held
+  void on_subscribe(const std::string& name, Channel& channel);  // mutex_ held
   // mutex_ held; may erase the entry.
-  void on_unsubscribe(std::map<std::string, Channel>::iterator it);
+  void on_unsubscribe(Channels::iterator it);
+  // `channel` has just lost its last waiter, or was confirmed without one: queues its
+  // unsubscribe for kLinger after idle_since, which moves to now if the waiter that left had
+  // to wait (Contended::yes). mutex_ held.
+  enum class Contended : unsigned char { no, yes };
+  void became_idle(const std::string& name, Channel& channel, Contended contended);
   void lost(std::unique_ptr<Connection>& connection, const char* why) noexcept;
   // The server answered a SUBSCRIBE with `error`: stop subscribing (waiters poll), drop every
   // channel, log one warning. Takes mutex_.
@@ -160,12 +191,13 @@ class Subscriber {
   int event_fd_{-1};
   mutable std::mutex mutex_;
   std::condition_variable confirmed_;
-  std::map<std::string, Channel> channels_;  // guarded by mutex_
-  std::deque<Outgoing> outgoing_;            // guarded by mutex_
-  bool connected_{false};                    // guarded by mutex_
-  bool failing_{false};                      // guarded by mutex_: last connect attempt failed
-  bool stop_{false};                         // guarded by mutex_
-  bool drop_requested_{false};               // guarded by mutex_
+  Channels channels_;              // guarded by mutex_
+  std::deque<Idle> idle_;          // guarded by mutex_: oldest first
+  std::deque<Outgoing> outgoing_;  // guarded by mutex_
+  bool connected_{false};          // guarded by mutex_
+  bool failing_{false};            // guarded by mutex_: last connect attempt failed
+  bool stop_{false};               // guarded by mutex_
+  bool drop_requested_{false};     // guarded by mutex_
   // Guarded by mutex_: the server refused a SUBSCRIBE (an ACL user without channel permission);
   // from then on nothing is subscribed and waiters poll. Kept for the Subscriber's life.
   bool refused_{false};

@@ -70,8 +70,14 @@ bool WakeSlot::pending() noexcept {
   return notified_;
 }
 
+bool WakeSlot::waited() noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return waited_;
+}
+
 bool WakeSlot::wait_until(std::chrono::steady_clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
+  waited_ = true;
   cv_.wait_until(lock, deadline, [this] { return notified_; });
   const bool was = notified_;
   notified_ = false;
