@@ -310,7 +310,7 @@ void section_load(const Config& config, Report& report) {
     RedisServer server;
     waiters(config, server, out);
   }
-  report.sections.set("load", std::move(out));
+  report.sections.set("6_load", std::move(out));
 }
 
 }  // namespace bench
