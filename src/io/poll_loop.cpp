@@ -98,8 +98,7 @@ void secure_step(Pending& p) {
   if (step == Handshake::ready) {
     send(p);
   } else if (step == Handshake::failed) {
-    fail(p, std::make_exception_ptr(ConnectionError(fmt::format(
-                "redlock: cannot connect to {}: the transport handshake failed", address(p)))));
+    fail(p, handshake_error(address(p), p.connection->transport.failure()));
   }
 }
 
@@ -151,8 +150,13 @@ bool last_look(Pending& p) {
 // TimeoutError.
 void expire(Pending& p, Cut cut) {
   p.cut = cut;
-  if (p.stage == Stage::dialing || p.stage == Stage::securing) {  // nothing was sent
-    fail(p, accept_timeout(address(p), p.batch->node->endpoint().connect_timeout));
+  const auto connect_timeout = p.batch->node->endpoint().connect_timeout;
+  if (p.stage == Stage::dialing) {  // nothing was sent
+    fail(p, accept_timeout(address(p), connect_timeout));
+    return;
+  }
+  if (p.stage == Stage::securing) {  // nothing was sent; the handshake shares the connect timeout
+    fail(p, handshake_timeout(address(p), connect_timeout));
     return;
   }
   // Connected, and cut short by the early finish rather than its own deadline: reachable.

@@ -108,7 +108,8 @@ IoResult Transport::read_waiting(char* into, std::size_t capacity) noexcept {
 }
 
 short Transport::wanted(short natural) const noexcept {
-  return layer_ ? layer_->wanted() : natural;
+  const short layer_wants = layer_ ? layer_->wanted() : short{0};
+  return layer_wants != 0 ? layer_wants : natural;
 }
 
 bool Transport::buffered() const noexcept { return layer_ && layer_->buffered(); }
