@@ -36,6 +36,9 @@
 //      edges). Floors: pipelined EVALSHA of the same extend script in batches of the watchdog's
 //      mean batch size, back to back (median of 5 passes) and paced at the watchdog's mean batch
 //      rate (sleep_until between batches, as any timer-driven renewer must).
+//   5. TLS (bench/tls.cpp): Lock and Redlock(5) cycles over rediss:// against a raw floor doing
+//      the same commands synchronously over OpenSSL with hiredis's reader; the same in plain
+//      text; reconnect (handshake) cost with and without session resumption.
 //
 // Nothing here asserts timing: a benchmark is not a test. The exit status is 1 only if a
 // measurement failed (an exception, a server that would not start, an uncontended attempt that
@@ -917,7 +920,7 @@ void usage(std::ostream& out) {
          "                     [--threads LIST] [--json PATH]\n"
          "  --quick        short runs (smoke test): 0.25 s, 2 rounds, 1,000 leases\n"
          "  --section N    run section N only (1 uncontended, 2 redlock, 3 contended,\n"
-         "                 4 watchdog); repeatable\n"
+         "                 4 watchdog, 5 tls); repeatable\n"
          "  --seconds S    length of each timed measurement (default 1.0)\n"
          "  --rounds R     interleaved rounds in sections 1-2 (default 7)\n"
          "  --threads LIST client threads in sections 1-2 (default 1,4)\n"
@@ -939,7 +942,7 @@ int parse(int argc, char** argv, Config& config) {
       config.quick = true;
     } else if (arg == "--section") {
       const int n = std::stoi(value());
-      if (n < 1 || n > 4) throw std::invalid_argument("--section must be 1..4");
+      if (n < 1 || n > 5) throw std::invalid_argument("--section must be 1..5");
       config.sections.push_back(n);
     } else if (arg == "--seconds") {
       seconds = std::stod(value());
@@ -1026,10 +1029,15 @@ int run(int argc, char** argv) {
     int number;
     void (*run)(const Config&, Report&);
   };
-  const Section sections[] = {{1, section_uncontended},
-                              {2, section_redlock},
-                              {3, section_contended},
-                              {4, section_watchdog}};
+  const Section sections[] = {
+    {1, section_uncontended},
+    {2, section_redlock},
+    {3, section_contended},
+    {4, section_watchdog},
+#if defined(REDLOCK_BENCH_TLS)
+    {5, section_tls},
+#endif
+  };
   const std::string load_at_start = load_average();
   const std::int64_t start = now_ns();
   for (const Section& s : sections) {

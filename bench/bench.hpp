@@ -51,6 +51,8 @@ struct Report {
 redlock::Endpoint endpoint_of(const redlock::test::RedisServer& server,
                               std::chrono::milliseconds timeout);
 
+// Section 5 (tls.cpp).
+void section_tls(const Config& config, Report& report);
 // Section 3 (contended.cpp).
 void section_contended(const Config& config, Report& report);
 // The hidden worker mode of section 3's process variant: `redlock-bench --contended-worker ...`.

@@ -13,7 +13,6 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
-#include <cstdint>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -41,23 +40,28 @@ using SessionPtr = std::unique_ptr<SSL_SESSION, SessionDeleter>;
 // --- A socket BIO on send(MSG_NOSIGNAL)/recv(MSG_DONTWAIT): OpenSSL's own uses write(2), which
 // raises SIGPIPE in the caller when the server has gone.
 
-int socket_of(BIO* bio) {
-  return static_cast<int>(reinterpret_cast<std::intptr_t>(BIO_get_data(bio)));
-}
+// What a BIO reads from: the socket, and the recv flags (MSG_DONTWAIT except in read_waiting).
+struct Socket {
+  int fd{-1};
+  int recv_flags{MSG_DONTWAIT};
+};
+
+Socket& socket_of(BIO* bio) { return *static_cast<Socket*>(BIO_get_data(bio)); }
 
 bool retriable(int code) { return code == EAGAIN || code == EWOULDBLOCK || code == EINTR; }
 
 int bio_write(BIO* bio, const char* data, int length) {
   BIO_clear_retry_flags(bio);
-  const ssize_t n =
-      ::send(socket_of(bio), data, static_cast<std::size_t>(length), MSG_NOSIGNAL | MSG_DONTWAIT);
+  const ssize_t n = ::send(socket_of(bio).fd, data, static_cast<std::size_t>(length),
+                           MSG_NOSIGNAL | MSG_DONTWAIT);
   if (n < 0 && retriable(errno)) BIO_set_retry_write(bio);
   return static_cast<int>(n);
 }
 
 int bio_read(BIO* bio, char* data, int length) {
   BIO_clear_retry_flags(bio);
-  const ssize_t n = ::recv(socket_of(bio), data, static_cast<std::size_t>(length), MSG_DONTWAIT);
+  const Socket& socket = socket_of(bio);
+  const ssize_t n = ::recv(socket.fd, data, static_cast<std::size_t>(length), socket.recv_flags);
   if (n < 0 && retriable(errno)) BIO_set_retry_read(bio);
   return static_cast<int>(n);
 }
@@ -204,6 +208,7 @@ class TlsLayer final : public SecureLayer {
 
   Handshake handshake(int fd) noexcept override;
   IoResult read(int fd, char* into, std::size_t capacity) noexcept override;
+  IoResult read_waiting(int fd, char* into, std::size_t capacity) noexcept override;
   IoResult write(int fd, const char* from, std::size_t length) noexcept override;
   short wanted() const noexcept override { return wanted_; }
   bool buffered() const noexcept override { return SSL_pending(ssl_) > 0; }
@@ -223,6 +228,7 @@ class TlsLayer final : public SecureLayer {
   std::string peer_;         // the server, for its session: "name@address"
   std::string server_name_;  // what the certificate must name
   bool has_client_cert_;
+  Socket socket_;  // the BIO's
   bool attached_{false};
   bool fatal_{false};  // no close_notify after a fatal error
   short wanted_{0};
@@ -272,7 +278,8 @@ TlsLayer::TlsLayer(std::shared_ptr<TlsContext> context, const Endpoint& endpoint
 bool TlsLayer::attach(int fd) noexcept {
   BIO* bio = BIO_new(socket_method());
   if (bio == nullptr) return false;
-  BIO_set_data(bio, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)));
+  socket_.fd = fd;
+  BIO_set_data(bio, &socket_);
   SSL_set_bio(ssl_, bio, bio);
   attached_ = true;
   return true;
@@ -340,6 +347,13 @@ IoResult TlsLayer::read(int /*fd*/, char* into, std::size_t capacity) noexcept {
   ERR_clear_error();
   return moved(SSL_read(ssl_, into, static_cast<int>(std::min<std::size_t>(capacity, INT_MAX))),
                "read");
+}
+
+IoResult TlsLayer::read_waiting(int fd, char* into, std::size_t capacity) noexcept {
+  socket_.recv_flags = 0;  // the socket is blocking, bounded by SO_RCVTIMEO
+  const IoResult result = read(fd, into, capacity);
+  socket_.recv_flags = MSG_DONTWAIT;
+  return result;
 }
 
 IoResult TlsLayer::write(int /*fd*/, const char* from, std::size_t length) noexcept {

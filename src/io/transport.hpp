@@ -54,6 +54,9 @@ class SecureLayer {
   virtual ~SecureLayer() = default;
   virtual Handshake handshake(int fd) noexcept = 0;
   virtual IoResult read(int fd, char* into, std::size_t capacity) noexcept = 0;
+  // Like read(), but its socket reads may wait (up to the socket's SO_RCVTIMEO, see
+  // Transport::allow_waiting) for the first byte.
+  virtual IoResult read_waiting(int fd, char* into, std::size_t capacity) noexcept = 0;
   virtual IoResult write(int fd, const char* from, std::size_t length) noexcept = 0;
   // Poll events the last `again` is waiting for (POLLIN or POLLOUT); 0 if the last operation
   // did not answer `again` (then the caller's natural direction applies).
@@ -92,9 +95,9 @@ class Transport {
   IoResult read(char* into, std::size_t capacity) noexcept;
   // Writes as much of [from, from + length) as the socket takes, without SIGPIPE. Never blocks.
   IoResult write(const char* from, std::size_t length) noexcept;
-  // Plain sockets only (false with a SecureLayer, which needs a non-blocking socket): lets
-  // read_waiting() block for at most `limit`. Every other operation stays non-blocking (they pass
-  // MSG_DONTWAIT). Returns false if the socket could not be configured (then never wait).
+  // Lets read_waiting() block for at most `limit`. Every other operation stays non-blocking (they
+  // pass MSG_DONTWAIT, also inside a SecureLayer). Returns false if the socket could not be
+  // configured (then never wait).
   bool allow_waiting(std::chrono::milliseconds limit) noexcept;
   // Like read(), but waits up to the allow_waiting() limit for the first byte (one system call
   // instead of poll + read, for a single node awaiting its reply); `again` when the limit passed.

@@ -102,8 +102,8 @@ class RedisServer {
 
   // host 127.0.0.1, port(), connect_timeout 200 ms, command_timeout 200 ms. Never carries a
   // password, even when extra_args has --requirepass. With TLS on: tls_port(), tls.enabled and
-  // tls.ca_file = tls_certs().ca (connect_timeout 1 s: a handshake costs CPU, under sanitizers
-  // too).
+  // tls.ca_file = tls_certs().ca (connect_timeout 1 s unless REDLOCK_TEST_TLS=1: a handshake
+  // costs CPU, under sanitizers and valgrind most).
   redlock::Endpoint endpoint() const;
   // endpoint() on the plain port, even with TLS on.
   redlock::Endpoint plain_endpoint() const;
