@@ -31,6 +31,18 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+
 ServerOptions tls_server() {
   ServerOptions o;
   o.tls.enabled = true;
@@ -279,7 +291,9 @@ TEST_CASE("TLS: 1,000 failed handshakes leak no descriptor and little memory",
   const long rss = rss_kb();
   for (int i = 0; i < 1000; ++i) attempt();
   CHECK(open_fds() == fds);
-  CHECK(rss_kb() - rss < 20 * 1024);  // loose: 20 KB per failed handshake would be caught
+  // Loose: 20 KB per failed handshake would be caught. AddressSanitizer keeps up to 256 MB of
+  // freed memory in quarantine, so there only its leak check (at exit) speaks for memory.
+  if (!kAddressSanitizer) CHECK(rss_kb() - rss < 20 * 1024);
 }
 
 TEST_CASE("Reply caps: a reply over the caps is a ProtocolError, and the connection is dropped",
