@@ -199,51 +199,54 @@ double reconnect_us(int count, const std::function<void()>& once) {
 
 std::string goal(bool met) { return met ? "goal met" : "goal MISSED"; }
 
-}  // namespace
+// The five TLS servers (also listening in plain text), clients of both kinds and the floor's
+// connections.
+struct Fixture {
+  explicit Fixture(const Config& config) : group(5, tls_options()), ctx(raw_ctx()) {
+    for (std::size_t i = 0; i < group.size(); ++i) {
+      const redlock::Endpoint e = endpoint_of(group[i], config.timeout);  // rediss://, its CA
+      tls_clients.emplace_back(e);
+      plain_clients.emplace_back(group[i].plain_endpoint());
+      RawContext c = raw_connect(group[i].plain_endpoint());
+      load_scripts(c.get());
+      raw.push_back(std::make_unique<RawTls>(ctx.get(), group[i].tls_port()));
+      raw_nodes.push_back(raw.back().get());
+    }
+  }
+  static redlock::test::ServerOptions tls_options() {
+    redlock::test::ServerOptions options;
+    options.tls.enabled = true;
+    return options;
+  }
 
-void section_tls(const Config& config, Report& report) {
-  std::cout << "\n[5] TLS (rediss://, TLS 1.3, verified): Lock and Redlock(5) cycles vs a raw "
-               "OpenSSL + hiredis-reader floor; TLS vs plain; reconnect cost\n";
-  redlock::test::ServerOptions options;
-  options.tls.enabled = true;
-  redlock::test::ServerGroup group(5, options);
-  std::vector<redlock::Client> tls_clients, plain_clients;
-  for (std::size_t i = 0; i < group.size(); ++i) {
-    redlock::Endpoint e = endpoint_of(group[i], config.timeout);
-    e.port = group[i].tls_port();
-    e.tls.enabled = true;
-    e.tls.ca_file = redlock::test::tls_certs().ca;
-    tls_clients.emplace_back(e);
-    plain_clients.emplace_back(group[i].plain_endpoint());
-  }
-  for (std::size_t i = 0; i < group.size(); ++i) {
-    RawContext c = raw_connect(group[i].plain_endpoint());
-    load_scripts(c.get());
-  }
-  auto ctx = raw_ctx();
+  redlock::test::ServerGroup group;
+  std::unique_ptr<SSL_CTX, CtxFree> ctx;
+  std::vector<redlock::Client> tls_clients;
+  std::vector<redlock::Client> plain_clients;
   std::vector<std::unique_ptr<RawTls>> raw;
-  std::vector<RawTls*> raw_ptrs;
-  for (std::size_t i = 0; i < group.size(); ++i) {
-    raw.push_back(std::make_unique<RawTls>(ctx.get(), group[i].tls_port()));
-    raw_ptrs.push_back(raw.back().get());
-  }
+  std::vector<RawTls*> raw_nodes;
+};
+
+template <class L>
+std::function<bool()> cycle_of(L& lock) {
+  return [&lock] {
+    if (!lock.try_lock()) return false;
+    lock.unlock();
+    return true;
+  };
+}
+
+// Lock and Redlock(5) cycles: TLS library, raw TLS floor, plain library; table and JSON rows.
+Json report_cycles(const Config& config, Fixture& f) {
   const std::string k1 = redlock::test::key("s5:lock");
   const std::string k5 = redlock::test::key("s5:redlock");
-  redlock::Lock tls_lock(tls_clients[0], k1), plain_lock(plain_clients[0], k1 + ":plain");
-  redlock::Redlock tls_red(tls_clients, k5), plain_red(plain_clients, k5 + ":plain");
-  RawTlsQuorum raw_one({raw_ptrs[0]}, k1 + ":raw");
-  RawTlsQuorum raw_five(raw_ptrs, k5 + ":raw");
-  const auto cycle = [](auto& lock) {
-    return [&lock] {
-      if (!lock.try_lock()) return false;
-      lock.unlock();
-      return true;
-    };
-  };
+  redlock::Lock tls_lock(f.tls_clients[0], k1), plain_lock(f.plain_clients[0], k1 + ":plain");
+  redlock::Redlock tls_red(f.tls_clients, k5), plain_red(f.plain_clients, k5 + ":plain");
+  RawTlsQuorum raw_one({f.raw_nodes[0]}, k1 + ":raw");
+  RawTlsQuorum raw_five(f.raw_nodes, k5 + ":raw");
   const std::vector<Timed> t =
-      interleaved(config, {[&] { return raw_one.run(); }, cycle(tls_lock), cycle(plain_lock),
-                           [&] { return raw_five.run(); }, cycle(tls_red), cycle(plain_red)});
-
+      interleaved(config, {[&] { return raw_one.run(); }, cycle_of(tls_lock), cycle_of(plain_lock),
+                           [&] { return raw_five.run(); }, cycle_of(tls_red), cycle_of(plain_red)});
   Table table({"cycle", "cycles/s", "raw TLS floor", "ratio", "cpu us/cyc", "floor", "ratio",
                "plain cycles/s", "TLS/plain", "goal (>=0.95x rate, <=1.1x cpu)"});
   Json rows = Json::array();
@@ -269,36 +272,48 @@ void section_tls(const Config& config, Report& report) {
     rows.push(std::move(row));
   }
   table.print(std::cout);
+  return rows;
+}
 
-  // Reconnects: a new Client (own pool) per PING; the SSL_CTX and its sessions are process-wide.
+// Reconnects: a new Client (own pool) per PING; the SSL_CTX and its sessions are process-wide.
+void report_reconnects(const Config& config, Fixture& f, Json& j) {
   const int count = config.quick ? 20 : 200;
-  redlock::Endpoint e = tls_clients[0].endpoint();
+  const redlock::Endpoint e = f.tls_clients[0].endpoint();
   const auto library = [&] { redlock::Client(e).ping(); };
   redlock::detail::set_tls_resumption(redlock::detail::Resumption::not_offered);
-  const double lib_full = reconnect_us(count, library);
+  const double full = reconnect_us(count, library);
   redlock::detail::set_tls_resumption(redlock::detail::Resumption::offered);
-  const double lib_resumed = reconnect_us(count, library);
-  const double lib_plain =
-      reconnect_us(count, [&] { redlock::Client(plain_clients[0].endpoint()).ping(); });
+  const double resumed = reconnect_us(count, library);
+  const double plain =
+      reconnect_us(count, [&] { redlock::Client(f.plain_clients[0].endpoint()).ping(); });
   const double raw_full =
-      reconnect_us(count, [&] { RawTls(ctx.get(), group[0].tls_port()).command({"PING"}); });
-  Table handshakes(
+      reconnect_us(count, [&] { RawTls(f.ctx.get(), f.group[0].tls_port()).command({"PING"}); });
+  Table table(
       {"reconnect + PING", "full handshake us", "resumed us", "resumed/full", "plain TCP us"});
-  handshakes.row({"library (new Client)", num(lib_full), num(lib_resumed),
-                  times(ratio(lib_resumed, lib_full)), num(lib_plain)});
-  handshakes.row({"raw OpenSSL", num(raw_full), "-", "-", "-"});
-  handshakes.print(std::cout);
-
-  Json j = Json::object();
-  j.set("rows", std::move(rows));
-  j.set("reconnect_full_us", lib_full);
-  j.set("reconnect_resumed_us", lib_resumed);
-  j.set("reconnect_plain_us", lib_plain);
+  table.row(
+      {"library (new Client)", num(full), num(resumed), times(ratio(resumed, full)), num(plain)});
+  table.row({"raw OpenSSL", num(raw_full), "-", "-", "-"});
+  table.print(std::cout);
+  j.set("reconnects", count);
+  j.set("reconnect_full_us", full);
+  j.set("reconnect_resumed_us", resumed);
+  j.set("reconnect_plain_us", plain);
   j.set("raw_reconnect_full_us", raw_full);
+}
+
+}  // namespace
+
+void section_tls(const Config& config, Report& report) {
+  std::cout << "\n[5] TLS (rediss://, TLS 1.3, verified): Lock and Redlock(5) cycles vs a raw "
+               "OpenSSL + hiredis-reader floor; TLS vs plain; reconnect cost\n";
+  Fixture fixture(config);
+  Json j = Json::object();
+  j.set("rows", report_cycles(config, fixture));
+  report_reconnects(config, fixture, j);
   report.sections.set("5_tls", std::move(j));
   std::cout << "  median of " << config.rounds << " interleaved rounds of " << config.seconds
-            << " s, one thread; cpu = the calling thread's CPU; reconnects: mean of " << count
-            << "\n";
+            << " s, one thread; cpu = the calling thread's CPU; reconnects: mean of "
+            << (config.quick ? 20 : 200) << "\n";
 }
 
 }  // namespace bench

@@ -18,6 +18,7 @@
 #include <redlock/redlock.hpp>
 
 #include "io/codec.hpp"
+#include "io/tls.hpp"
 #include "support/fault_proxy.hpp"
 #include "support/redis_server.hpp"
 #include "support/tls_certs.hpp"
@@ -154,6 +155,23 @@ TEST_CASE("TLS: a Redlock of three TLS nodes and two plain nodes", "[redis][tls]
   for (RedisServer* s : {&a, &b, &c, &d, &e}) CHECK(s->raw({"EXISTS", k}).integer() == 1);
   lock.unlock();
   for (RedisServer* s : {&a, &b, &c, &d, &e}) CHECK(s->raw({"EXISTS", k}).integer() == 0);
+}
+
+TEST_CASE("TLS: a reconnect resumes the server's session, unless resumption is off",
+          "[redis][tls]") {
+  RedisServer server(tls_server());
+  std::atomic<int> resumed{0};
+  redlock::set_log_handler([&](redlock::LogLevel, std::string_view message) {
+    if (message.find("TLS session") != std::string_view::npos) ++resumed;
+  });
+  const redlock::Endpoint endpoint = server.endpoint();
+  for (int i = 0; i < 3; ++i) redlock::Client(endpoint).ping();  // a new pool each time
+  CHECK(resumed == 2);  // the first connection had no session to offer
+  redlock::detail::set_tls_resumption(redlock::detail::Resumption::not_offered);
+  redlock::Client(endpoint).ping();
+  redlock::detail::set_tls_resumption(redlock::detail::Resumption::offered);
+  redlock::set_log_handler(nullptr);
+  CHECK(resumed == 2);
 }
 
 TEST_CASE("TLS: verification failures say what failed and name the server", "[redis][tls]") {

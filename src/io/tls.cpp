@@ -22,6 +22,7 @@
 #include <redlock/errors.hpp>
 
 #include "io/tls_describe.hpp"
+#include "util/log_internal.hpp"
 
 namespace redlock {
 namespace detail {
@@ -97,7 +98,7 @@ class TlsContext {
  public:
   TlsContext(const TlsOptions& options, const std::string& address);
   SSL_CTX* get() const noexcept { return ctx_.get(); }
-  // The latest session of `peer` (an SSL_SESSION reference for SSL_set_session), or null.
+  // A copy of the latest session of `peer` (for SSL_set_session), or null.
   SessionPtr session(const std::string& peer) const;
   void remember(const std::string& peer, SSL_SESSION* session) noexcept;
 
@@ -171,8 +172,9 @@ SessionPtr TlsContext::session(const std::string& peer) const {
   std::lock_guard<std::mutex> guard(mutex_);
   const auto it = sessions_.find(peer);
   if (it == sessions_.end() || SSL_SESSION_is_resumable(it->second.get()) != 1) return nullptr;
-  SSL_SESSION_up_ref(it->second.get());
-  return SessionPtr(it->second.get());
+  // A copy per connection: connections on several threads never share one SSL_SESSION (OpenSSL
+  // updates a connection's session when tickets arrive; the copy keeps that private).
+  return SessionPtr(SSL_SESSION_dup(it->second.get()));
 }
 
 void TlsContext::remember(const std::string& peer, SSL_SESSION* session) noexcept {
@@ -294,6 +296,8 @@ Handshake TlsLayer::handshake(int fd) noexcept {
   const int rc = SSL_connect(ssl_);
   if (rc == 1) {
     wanted_ = 0;
+    if (SSL_session_reused(ssl_) == 1)
+      logf(LogLevel::debug, "redlock: TLS session {} resumed", peer_);
     return Handshake::ready;
   }
   const IoResult result = outcome(rc, "handshake");
