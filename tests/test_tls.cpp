@@ -174,6 +174,31 @@ TEST_CASE("TLS: a reconnect resumes the server's session, unless resumption is o
   CHECK(resumed == 2);
 }
 
+TEST_CASE("TLS: a Redlock release reaches a node whose handshake outlasts the others' answers",
+          "[redis][tls][redlock][fault]") {
+  RedisServer a(tls_server()), b(tls_server()), c(tls_server());
+  redlock::Endpoint slow = b.endpoint();
+  slow.command_timeout = 2s;
+  slow.connect_timeout = 2s;
+  std::vector<redlock::Client> clients{redlock::Client(a.endpoint()), redlock::Client(slow),
+                                       redlock::Client(c.endpoint())};
+  const auto k = key("tls-slow-release");
+  redlock::Redlock lock(clients, k, fast(30s));
+  REQUIRE(lock.try_lock());
+  REQUIRE(b.raw({"EXISTS", k}).integer() == 1);
+  b.raw({"CLIENT", "KILL", "TYPE", "normal"});  // b's pooled connection: the release reconnects
+  b.pause();                                    // and its handshake waits for the server
+  std::thread resume([&] {
+    std::this_thread::sleep_for(300ms);
+    b.resume();
+  });
+  CHECK(lock.release());  // a and c confirm at once; b is cut mid-handshake
+  resume.join();
+  std::this_thread::sleep_for(1s);  // the finisher completes b's handshake and sends the release
+  CHECK(b.raw({"EXISTS", k}).integer() == 0);
+  CHECK(a.raw({"EXISTS", k}).integer() == 0);
+}
+
 TEST_CASE("TLS: verification failures say what failed and name the server", "[redis][tls]") {
   const auto& certs = tls_certs();
   RedisServer server(tls_server());

@@ -155,9 +155,21 @@ void expire(Pending& p, Cut cut) {
     fail(p, accept_timeout(address(p), connect_timeout));
     return;
   }
-  if (p.stage == Stage::securing) {  // nothing was sent; the handshake shares the connect timeout
+  if (p.stage == Stage::securing && cut == Cut::own_deadline) {  // the connect timeout ran out
     fail(p, handshake_timeout(address(p), connect_timeout));
     return;
+  }
+  if (p.stage == Stage::securing) {
+    // Cut by the early finish mid-handshake: the request goes out once the handshake is done
+    // (the finisher's first write completes it), with its on_timeout commands behind it, just
+    // as on a plain socket that connected at once. A release then still reaches a slow node.
+    try {
+      queue_request(p);
+    } catch (...) {
+      fail(p, std::current_exception());
+      return;
+    }
+    p.stage = Stage::writing;
   }
   // Connected, and cut short by the early finish rather than its own deadline: reachable.
   p.batch->abandoned = cut != Cut::own_deadline;
@@ -248,6 +260,11 @@ bool waits_first_reply(const Pending& p) {
 }  // namespace
 
 void send(Pending& p) {
+  queue_request(p);
+  start_writing(p);
+}
+
+void queue_request(Pending& p) {
   Connection& connection = *p.connection;
   p.handshake = 0;
   if (!connection.authenticated) {
@@ -258,7 +275,6 @@ void send(Pending& p) {
   p.expected = p.handshake + p.batch->commands.size();
   p.replies.reserve(p.expected);
   p.reused = connection.reused;
-  start_writing(p);
 }
 
 void start_writing(Pending& p) {
