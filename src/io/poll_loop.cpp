@@ -228,7 +228,10 @@ Clock::time_point collect(Pending* pending, std::size_t count, Clock::time_point
   auto next_deadline = Clock::time_point::max();
   for (Pending* p = pending; p != pending + count; ++p) {
     if (p->done || complete(*p)) continue;
-    const bool due = now >= p->deadline || now >= grace;
+    // A TLS handshake in progress is not cut by the grace (only by its connect deadline, or
+    // when the node is trailing): a plain socket's request would be out by now, and a fresh
+    // Redlock's slower handshakes would otherwise leave it held on only a quorum.
+    const bool due = now >= p->deadline || (now >= grace && p->stage != Stage::securing);
     if (due || (p->trailing && cut_trailing)) {
       if (last_look(*p) || p->done) continue;
       expire(*p, now >= p->deadline ? Cut::own_deadline : due ? Cut::grace : Cut::not_awaited);
