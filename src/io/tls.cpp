@@ -242,11 +242,14 @@ int session_slot() {
   return slot;
 }
 
+// Keeps a copy, not the connection's live session: the store is then the only owner of what it
+// holds, and no SSL_SESSION is ever touched by two threads (OpenSSL keeps updating a connection's
+// own session as more tickets arrive).
 int on_new_session(SSL* ssl, SSL_SESSION* session) {
   auto* layer = static_cast<TlsLayer*>(SSL_get_ex_data(ssl, session_slot()));
-  if (layer == nullptr) return 0;
-  layer->remember(session);
-  return 1;  // the reference is ours now
+  SSL_SESSION* copy = layer != nullptr ? SSL_SESSION_dup(session) : nullptr;
+  if (copy != nullptr) layer->remember(copy);
+  return 0;  // the connection keeps its reference
 }
 
 bool is_ip_address(const std::string& name) {
