@@ -44,6 +44,10 @@
 //   6. Load (load.cpp): the hot-key rate with thousands of waiting channels, a lone thread after
 //      contention, a thousand waiters on one key; each goal printed as met or missed.
 //
+//   7. TLS (bench/tls.cpp): Lock and Redlock(5) cycles over rediss:// against a raw floor doing
+//      the same commands synchronously over OpenSSL with hiredis's reader; the same in plain
+//      text; reconnect (handshake) cost with and without session resumption.
+//
 // Nothing here asserts timing: a benchmark is not a test. The exit status is 1 only if a
 // measurement failed (an exception, a server that would not start, an uncontended attempt that
 // did not get its lock).
@@ -933,7 +937,7 @@ void usage(std::ostream& out) {
          "                     [--threads LIST] [--json PATH]\n"
          "  --quick        short runs (smoke test): 0.25 s, 2 rounds, 1,000 leases\n"
          "  --section N    run section N only (1 uncontended, 2 redlock, 3 contended,\n"
-         "                 4 watchdog, 5 degraded, 6 load); repeatable\n"
+         "                 4 watchdog, 5 degraded, 6 load, 7 tls); repeatable\n"
          "  --seconds S    length of each timed measurement (default 1.0)\n"
          "  --rounds R     interleaved rounds in sections 1-2 (default 7)\n"
          "  --threads LIST client threads in sections 1, 2 and 5 (default 1,4)\n"
@@ -958,7 +962,7 @@ int parse(int argc, char** argv, Config& config) {
       config.quick = true;
     } else if (arg == "--section") {
       const int n = std::stoi(value());
-      if (n < 1 || n > 6) throw std::invalid_argument("--section must be 1..6");
+      if (n < 1 || n > 7) throw std::invalid_argument("--section must be 1..7");
       config.sections.push_back(n);
     } else if (arg == "--seconds") {
       seconds = std::stod(value());
@@ -1051,12 +1055,17 @@ int run(int argc, char** argv) {
     int number;
     void (*run)(const Config&, Report&);
   };
-  const Section sections[] = {{1, section_uncontended},
-                              {2, section_redlock},
-                              {3, section_contended},
-                              {4, section_watchdog},
-                              {5, section_degraded},
-                              {6, section_load}};
+  const Section sections[] = {
+    {1, section_uncontended},
+    {2, section_redlock},
+    {3, section_contended},
+    {4, section_watchdog},
+    {5, section_degraded},
+    {6, section_load},
+#if defined(REDLOCK_BENCH_TLS)
+    {7, section_tls},
+#endif
+  };
   const std::string load_at_start = load_average();
   const std::int64_t start = now_ns();
   for (const Section& s : sections) {

@@ -57,6 +57,8 @@ redlock::Endpoint endpoint_of(const redlock::test::RedisServer& server,
 // Section 5 (degraded.cpp).
 void section_degraded(const Config& config, Report& report);
 
+// Section 7 (tls.cpp).
+void section_tls(const Config& config, Report& report);
 // Section 3 (contended.cpp).
 void section_contended(const Config& config, Report& report);
 // Section 6 (load.cpp).

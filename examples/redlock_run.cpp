@@ -211,7 +211,9 @@ Run a command while holding a Redis lock: flock(1) for a fleet.
 
 Servers (one is a plain lock; several form a Redlock, held when N/2+1 of them grant it):
   --redis URI           redis://[user[:password]@]host[:port][/db][?command_timeout=ms
-                        &connect_timeout=ms] or unix:///path/to/sock. Repeat for a Redlock.
+                        &connect_timeout=ms], rediss://... (TLS, verified; ?cacert=FILE,
+                        &cert=FILE&key=FILE, &sni=NAME, &insecure=1) or
+                        unix:///path/to/sock. Repeat for a Redlock.
   --redis-file PATH     Read server URIs from PATH, one a line (# starts a comment).
                         Without --redis and --redis-file: the REDLOCK_REDIS environment
                         variable (URIs separated by spaces or commas). Prefer these two for

@@ -198,8 +198,6 @@ TEST_CASE("Endpoint::parse accepts schemes in any case", "[unit]") {
 
 TEST_CASE("Endpoint::parse rejects bad schemes", "[unit]") {
   const BadUri bad = GENERATE(values<BadUri>({
-      {"rediss://h:6379", "TLS"},
-      {"rediss://u:hunter2secret@h", "not supported"},
       {"http://u:hunter2secret@h", "scheme"},
       {"redis:/h", "://"},
       {"redis:h", "scheme"},
@@ -354,20 +352,21 @@ TEST_CASE("Endpoint::parse errors are std::invalid_argument and quote the redact
 
 TEST_CASE("Endpoint::parse never leaks a malformed password into messages", "[unit]") {
   // Unescaped '/', '?', ':' and '@' inside the password, combined with a later error.
-  const std::string uri = GENERATE(as<std::string>{},                   //
-                                   "redis://u:hunter2secret/x@h:0",     //
-                                   "redis://u:hunter2/secret@h:bad",    //
-                                   "redis://u:hun?ter2secret@h?db=x",   //
-                                   "redis://u:hunter2:secret@h/x",      //
-                                   "redis://u:hunter2@secret@:1",       //
-                                   "redis://:hunter2secret@[::1]:0",    //
-                                   "unix://u:hunter2/secret@relative",  //
-                                   "unix://u:hunter2secret@/s?db=1@x",  //
-                                   "unix://:hunter2secret@/s?foo=1",    //
-                                   "unix://u:hunter2secret@/s?db=x",    //
-                                   "ftp://u:hunter2secret@h",           //
-                                   "rediss://:hunter2secret@h",         //
-                                   "redis:u:hunter2secret@h",           //
+  const std::string uri = GENERATE(as<std::string>{},                    //
+                                   "redis://u:hunter2secret/x@h:0",      //
+                                   "redis://u:hunter2/secret@h:bad",     //
+                                   "redis://u:hun?ter2secret@h?db=x",    //
+                                   "redis://u:hunter2:secret@h/x",       //
+                                   "redis://u:hunter2@secret@:1",        //
+                                   "redis://:hunter2secret@[::1]:0",     //
+                                   "unix://u:hunter2/secret@relative",   //
+                                   "unix://u:hunter2secret@/s?db=1@x",   //
+                                   "unix://:hunter2secret@/s?foo=1",     //
+                                   "unix://u:hunter2secret@/s?db=x",     //
+                                   "ftp://u:hunter2secret@h",            //
+                                   "rediss://:hunter2secret@h?cacert=",  //
+                                   "rediss://:hunter2secret@h?key=k",    //
+                                   "redis:u:hunter2secret@h",            //
                                    "redis//:hunter2secret@h");
   CAPTURE(uri);
   const std::string message = parse_error(uri);
@@ -425,7 +424,10 @@ TEST_CASE("Endpoint::to_string round-trips through Endpoint::parse", "[unit]") {
                "redis://:hunter2secret@h", "redis://a%20b%3Ac%40d%25:pw@h",
                "redis://[::1]:7000/2?connect_timeout=1", "redis://h?command_timeout=2147483647",
                "unix:///run/r.sock", "unix://u:pw@/run/redis@x/r.sock?db=9&connect_timeout=30",
-               "unix://:pw@/s?command_timeout=5");
+               "unix://:pw@/s?command_timeout=5", "rediss://h",
+               "rediss://u:hunter2secret@cache.example:6380/2?cacert=/etc/ssl/ca%20x.pem",
+               "rediss://h?cacertdir=/etc/ssl/certs&cert=/c.pem&key=/k.pem&sni=other.example",
+               "rediss://127.0.0.1?insecure=1&connect_timeout=900");
   CAPTURE(uri);
   const Endpoint original = Endpoint::parse(uri);
   const std::string text = original.to_string();
@@ -440,6 +442,13 @@ TEST_CASE("Endpoint::to_string round-trips through Endpoint::parse", "[unit]") {
   CHECK(again.database == original.database);
   CHECK(again.connect_timeout == original.connect_timeout);
   CHECK(again.command_timeout == original.command_timeout);
+  CHECK(again.tls.enabled == original.tls.enabled);
+  CHECK(again.tls.ca_file == original.tls.ca_file);
+  CHECK(again.tls.ca_dir == original.tls.ca_dir);
+  CHECK(again.tls.cert_file == original.tls.cert_file);
+  CHECK(again.tls.key_file == original.tls.key_file);
+  CHECK(again.tls.server_name == original.tls.server_name);
+  CHECK(again.tls.verify == original.tls.verify);
   CHECK(again.to_string() == text);
 }
 
@@ -463,4 +472,54 @@ TEST_CASE("Endpoint::to_string of a field-built endpoint round-trips", "[unit]")
   CHECK(again.database == built.database);
   CHECK(again.connect_timeout == built.connect_timeout);
   CHECK(again.command_timeout == built.command_timeout);
+}
+
+TEST_CASE("Endpoint::parse reads rediss:// and its TLS parameters", "[unit][tls]") {
+  const Endpoint plain = Endpoint::parse("redis://h");
+  CHECK_FALSE(plain.tls.enabled);
+  const Endpoint e = Endpoint::parse(
+      "rediss://app:pw@cache.example:6380/3?cacert=/etc/ca.pem&cacertdir=/etc/certs&cert=/c.pem"
+      "&key=/k%20x.pem&sni=redis.example");
+  CHECK(e.tls.enabled);
+  CHECK(e.host == "cache.example");
+  CHECK(e.port == 6380);
+  CHECK(e.database == 3);
+  CHECK(e.tls.ca_file == "/etc/ca.pem");
+  CHECK(e.tls.ca_dir == "/etc/certs");
+  CHECK(e.tls.cert_file == "/c.pem");
+  CHECK(e.tls.key_file == "/k x.pem");
+  CHECK(e.tls.server_name == "redis.example");
+  CHECK(e.tls.verify);
+  CHECK_FALSE(Endpoint::parse("rediss://h?insecure=1").tls.verify);
+  CHECK(Endpoint::parse("rediss://h?insecure=0").tls.verify);
+  CHECK(Endpoint::parse("REDISS://h").tls.enabled);
+  CHECK(Endpoint::parse("rediss://h").to_string() == "rediss://h:6379");
+}
+
+TEST_CASE("Endpoint::parse rejects bad TLS parameters, naming them", "[unit][tls]") {
+  const BadUri bad = GENERATE(values<BadUri>({
+      {"redis://h?cacert=/ca.pem", "cacert is for TLS: use rediss://"},
+      {"unix:///s?insecure=1", "insecure is for TLS"},
+      {"rediss://h?cacert=", "cacert has an empty value"},
+      {"rediss://h?insecure=yes", "insecure must be 1"},
+      {"rediss://h?sni=a/b", "sni"},
+      {"rediss://h?cert=/c.pem", "cert and key"},
+      {"rediss://h?key=/k.pem", "cert and key"},
+      {"rediss://h?cacert=/a&cacert=/b", "duplicate query parameter cacert"},
+      {"rediss://h?cacert=%zz", "percent-escape in query parameter cacert"},
+      {"rediss://h?tls=1", "unknown"},
+  }));
+  check_bad(bad);
+}
+
+TEST_CASE("Endpoint::to_string prints TLS settings but never the password", "[unit][tls]") {
+  Endpoint built;
+  built.host = "cache.example";
+  built.password = kSecret;
+  built.tls.enabled = true;
+  built.tls.ca_file = "/etc/ssl/ca.pem";
+  built.tls.verify = false;
+  const std::string text = built.to_string();
+  CHECK(text == "rediss://:***@cache.example:6379?cacert=/etc/ssl/ca.pem&insecure=1");
+  CHECK(text.find(kSecret) == std::string::npos);
 }

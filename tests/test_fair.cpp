@@ -430,7 +430,7 @@ TEST_CASE("Fair mode: a refused retry on a stale connection keeps the waiter's p
   // rollback (fair_release) after the holder handed the lock over would pass it on or delete it,
   // while the hand-over message still told the waiter it held the lock.
   RedisServer server;
-  redlock::test::FaultProxy proxy("127.0.0.1", server.port());
+  redlock::test::FaultProxy proxy("127.0.0.1", server.endpoint().port);
   redlock::Endpoint endpoint = server.endpoint();
   endpoint.port = proxy.port();
   endpoint.command_timeout = 2s;

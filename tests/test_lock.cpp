@@ -360,7 +360,7 @@ TEST_CASE("A plain SET NX that ran before its connection died is undone, not lef
   // Redis < 7 has no SET ... GET, so a resent SET NX cannot tell our own first grant from
   // someone else's: the engine must delete it (compare-and-delete) rather than leave it held.
   RedisServer server;
-  redlock::test::FaultProxy proxy("127.0.0.1", server.port());
+  redlock::test::FaultProxy proxy("127.0.0.1", server.endpoint().port);
   redlock::Endpoint endpoint = server.endpoint();
   endpoint.port = proxy.port();
   redlock::Client client(endpoint);
@@ -637,7 +637,7 @@ TEST_CASE("fence() and validity() answer for the calling thread and a live hold 
 TEST_CASE("A release resent on a fresh connection after its first send ran reports kept",
           "[redis][lock][fault]") {
   RedisServer server;
-  redlock::test::FaultProxy proxy("127.0.0.1", server.port());
+  redlock::test::FaultProxy proxy("127.0.0.1", server.endpoint().port);
   redlock::Endpoint endpoint = server.endpoint();
   endpoint.port = proxy.port();
   redlock::Client client(endpoint);
@@ -818,7 +818,7 @@ TEST_CASE("Against a Redis without SET NX GET, every attempt in flight falls bac
   // The proxy plays Redis < 7: "GET" after "PX 10000" becomes "GXT", which the server answers
   // with -ERR syntax error, as an old server does for SET ... NX ... GET.
   RedisServer server;
-  redlock::test::FaultProxy proxy("127.0.0.1", server.port());
+  redlock::test::FaultProxy proxy("127.0.0.1", server.endpoint().port);
   proxy.set_rewrite("10000\r\n$3\r\nGET\r\n", "10000\r\n$3\r\nGXT\r\n");
   proxy.set_delay(150ms);  // all attempts are in flight when the first syntax error comes back
   redlock::Endpoint endpoint = server.endpoint();

@@ -355,8 +355,8 @@ TEST_CASE("Redlock with 2 of 3 servers down is unavailable, not contended",
     FAIL("expected QuorumUnavailableError");
   } catch (const redlock::QuorumUnavailableError& e) {
     const std::string what = e.what();
-    CHECK(what.find(std::to_string(group[1].port())) != std::string::npos);
-    CHECK(what.find(std::to_string(group[2].port())) != std::string::npos);
+    CHECK(what.find(std::to_string(group[1].endpoint().port)) != std::string::npos);
+    CHECK(what.find(std::to_string(group[2].endpoint().port)) != std::string::npos);
   }
   int warnings = 0;
   redlock::set_log_handler([&](redlock::LogLevel level, std::string_view message) {

@@ -292,6 +292,29 @@ TEST_CASE("redlock-run does not leak its Redis connections into the command", "[
   CHECK_THAT(listing, !Catch::Contains("socket:"));
 }
 
+TEST_CASE("redlock-run --redis rediss://... holds the lock over verified TLS",
+          "[redis][cli][tls]") {
+  redlock::test::ServerOptions options;
+  options.tls.enabled = true;
+  RedisServer server(options);
+  TempDir dir;
+  const auto k = key("run-tls");
+  const std::string tls_uri = server.endpoint().to_string();  // rediss://...?cacert=...
+  REQUIRE(tls_uri.rfind("rediss://", 0) == 0);
+  const std::string started = dir / "started";
+  Tool tool({"--redis", tls_uri, "--key", k, "--", "sh", "-c", "touch " + started + "; sleep 0.3"});
+  REQUIRE(eventually([&] { return exists(started); }));
+  CHECK(held(server, k));
+  CHECK(tool.wait() == 0);
+  CHECK_FALSE(held(server, k));
+  // Verification is on: a URI without the CA fails (the system store does not know it).
+  std::string err;
+  const std::string no_ca =
+      "rediss://127.0.0.1:" + std::to_string(server.tls_port()) + "?connect_timeout=2000";
+  CHECK(run({"--redis", no_ca, "--no-wait", "--key", k, "--", "true"}, &err) != 0);
+  CHECK_THAT(err, Catch::Contains("unknown CA"));
+}
+
 TEST_CASE("redlock-run with several --redis servers holds the key on all of them (Redlock)",
           "[redis][cli]") {
   ServerGroup group(3);

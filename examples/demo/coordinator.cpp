@@ -600,13 +600,16 @@ int run_demo(const DemoConfig& config) {
         "counter)...\n",
         kNodes + 1, kNodes);
     std::fflush(stdout);
-    group = std::make_unique<redlock::test::ServerGroup>(kNodes + 1);
-    const std::string timeouts = "?connect_timeout=" + std::to_string(config.node_timeout.count()) +
-                                 "&command_timeout=" + std::to_string(config.node_timeout.count());
+    redlock::test::ServerOptions options;
+    options.tls.enabled = config.tls;  // certificates from tests/support/tls_certs.hpp
+    group = std::make_unique<redlock::test::ServerGroup>(kNodes + 1, options);
     for (std::size_t i = 0; i < kNodes; ++i) {
-      node_uris.push_back("redis://127.0.0.1:" + std::to_string((*group)[i].port()) + timeouts);
+      redlock::Endpoint node = (*group)[i].endpoint();  // rediss:// with its CA when --tls
+      node.connect_timeout = config.node_timeout;
+      node.command_timeout = config.node_timeout;
+      node_uris.push_back(node.to_string());
     }
-    checker_uri = "redis://127.0.0.1:" + std::to_string((*group)[kNodes].port());
+    checker_uri = (*group)[kNodes].endpoint().to_string();
   } else {
     node_uris = config.redis;
     checker_uri = config.checker.empty() ? config.redis.front() : config.checker;

@@ -97,6 +97,8 @@ struct DemoConfig {
   // Connect and command timeout of each lock node the demo starts (the library's default is
   // 200 ms). A paused node costs every acquire and release this much.
   std::chrono::milliseconds node_timeout{200};
+  // The servers the demo starts speak TLS (throwaway certificates; the nodes are rediss:// URIs).
+  bool tls{false};
 };
 
 // The coordinator. Returns the process exit status: 0 pass, 1 a lost update or an overlap, 69

@@ -146,6 +146,9 @@ int main(int argc, char** argv) {
       ->type_name("URI");
   auto* faults = app.add_flag("--faults", "Inject faults (the default with own servers)");
   app.add_flag("--no-faults", no_faults, "Do not pause or kill any node");
+  app.add_flag("--tls", config.tls,
+               "Start the servers with TLS (throwaway CA and certificates made with openssl) and "
+               "connect over rediss://, verified");
   app.add_flag("--no-fencing", no_fencing,
                "Counter writes carry no fence token: only the lock protects the counter");
   try {

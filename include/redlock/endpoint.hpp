@@ -4,15 +4,21 @@
 //
 //   auto a = redlock::Endpoint::parse("redis://app:s3cret@127.0.0.1:6380/2");
 //   auto b = redlock::Endpoint::parse("unix:///run/redis/redis.sock?db=1");
+//   auto t = redlock::Endpoint::parse("rediss://cache.example.com:6380?cacert=/etc/ssl/ca.pem");
 //   redlock::Endpoint c;            // 127.0.0.1:6379, db 0, 200 ms timeouts
 //   c.port = 7000;
 //
 // Accepted URIs (anything else throws std::invalid_argument naming the bad part):
 //   redis://[user[:password]@]host[:port][/db][?param=value&...]
+//   rediss://[user[:password]@]host[:port][/db][?param=value&...]     (TLS)
 //   unix://[user[:password]@]/path/to/socket[?db=N&...]
-// host may be a name, an IPv4 address or a bracketed IPv6 address ([::1]). user and password are
-// percent-decoded. Query parameters (both schemes): db, connect_timeout, command_timeout (the
-// timeouts in whole milliseconds, e.g. ?command_timeout=500). TLS (rediss://) is not supported.
+// host may be a name, an IPv4 address or a bracketed IPv6 address ([::1]). user, password and
+// parameter values are percent-decoded. Query parameters (every scheme): db, connect_timeout,
+// command_timeout (the timeouts in whole milliseconds, e.g. ?command_timeout=500). rediss://
+// only, named after redis-cli's flags: cacert (CA bundle file), cacertdir (CA directory), cert
+// and key (client certificate and key, PEM, for mutual TLS), sni (the server name sent and
+// verified; default: host) and insecure=1 (no verification at all: ask for it explicitly).
+// A library built with -DREDLOCK_WITH_TLS=OFF rejects rediss://.
 #ifndef REDLOCK_ENDPOINT_HPP
 #define REDLOCK_ENDPOINT_HPP
 
@@ -22,6 +28,39 @@
 #include <string_view>  // std::string_view
 
 namespace redlock {
+
+// TLS for one endpoint (rediss://). Plain data; every field has a query parameter (see above).
+// Connections with equal TlsOptions share one OpenSSL context (and its resumable sessions).
+struct TlsOptions {
+  // Use TLS (set by rediss://). Never falls back to plain text.
+  bool enabled{false};
+  // PEM file of trusted CA certificates (cacert=). Empty with an empty ca_dir: the system's
+  // default trust store.
+  std::string ca_file;
+  // Directory of hashed CA certificates, as `openssl rehash` makes (cacertdir=).
+  std::string ca_dir;
+  // Client certificate chain (PEM) for servers that require one (tls-auth-clients yes), and its
+  // unencrypted private key (cert=, key=); both or neither.
+  std::string cert_file;
+  std::string key_file;
+  // The name sent as SNI and checked against the certificate (sni=). Empty: host. An IP address
+  // is checked against the certificate's IP SANs and sent without SNI.
+  std::string server_name;
+  // Verify the server's chain and name (the default). false (insecure=1) accepts any certificate:
+  // the traffic is encrypted but anyone in the path can read it; for tests only.
+  bool verify{true};
+};
+
+// Upper bounds on what a reply may declare, checked before anything is allocated for it: a
+// server (or anyone in the path of a plain connection) cannot make the client allocate
+// gigabytes with one header. A reply over a bound fails with ProtocolError and the connection is
+// dropped.
+struct ReplyLimits {
+  // Largest bulk string, in bytes (Redis's own proto-max-bulk-len default: 512 MiB). > 0.
+  std::size_t max_bulk_bytes{512U * 1024U * 1024U};
+  // Most elements in one array reply (each costs a pointer before it arrives). > 0.
+  std::size_t max_elements{1024U * 1024U};
+};
 
 struct Endpoint {
   // Host name or IP address. Ignored when unix_socket is set.
@@ -53,10 +92,16 @@ struct Endpoint {
   // in-flight Redlock attempts are not bounded by this. The wake-on-release subscriber's
   // connection is extra. Must be 1..65536.
   std::size_t max_connections{16};
+  // TLS settings; tls.enabled is what rediss:// sets. The connect timeout also bounds the TLS
+  // handshake.
+  TlsOptions tls;
+  // Caps on reply headers (see ReplyLimits).
+  ReplyLimits reply_limits;
 
-  // Parses a redis:// or unix:// URI (format above).
+  // Parses a redis://, rediss:// or unix:// URI (format above).
   // Returns the endpoint; fields the URI does not mention keep their defaults.
-  // Throws std::invalid_argument naming the bad part (scheme, host, port, db, parameter, ...).
+  // Throws std::invalid_argument naming the bad part (scheme, host, port, db, parameter, ...);
+  // for rediss:// in a library built without TLS, the message names REDLOCK_WITH_TLS.
   // Thread-safe (pure function).
   static Endpoint parse(std::string_view uri);
 
@@ -64,7 +109,9 @@ struct Endpoint {
   // Used in every message about this endpoint. Thread-safe (const).
   std::string address() const;
 
-  // The endpoint as a URI, with the password replaced by "***" if there is one. Thread-safe.
+  // The endpoint as a URI (rediss:// with its TLS parameters when tls.enabled), with the password
+  // replaced by "***" if there is one; parse() of it gives back every other field (reply_limits
+  // have no URI form). Thread-safe.
   std::string to_string() const;
 };
 

@@ -68,15 +68,26 @@ void OutBuffer::consume(std::size_t n) noexcept {
   }
 }
 
-Decoder::Decoder() : reader_(redisReaderCreate()) {
+Decoder::Decoder() : Decoder(ReplyLimits{}) {}
+
+Decoder::Decoder(const ReplyLimits& limits) : reader_(redisReaderCreate()), scan_(limits) {
   if (!reader_) throw std::bad_alloc();
 }
 
 bool Decoder::feed(const char* data, std::size_t length) noexcept {
+  try {
+    if (!scan_.scan(data, length)) {
+      over_limit_ = true;
+      return true;
+    }
+  } catch (...) {  // bad_alloc while describing the failure
+    return false;
+  }
   return redisReaderFeed(reader_.get(), data, length) == REDIS_OK;
 }
 
 Decoded Decoder::next(ReplyPtr& out) noexcept {
+  if (over_limit_) return Decoded::malformed;
   void* raw = nullptr;
   if (redisReaderGetReply(reader_.get(), &raw) != REDIS_OK) return Decoded::malformed;
   if (raw == nullptr) return Decoded::need_more;
@@ -84,7 +95,9 @@ Decoded Decoder::next(ReplyPtr& out) noexcept {
   return Decoded::reply;
 }
 
-std::string_view Decoder::error() const noexcept { return reader_->errstr; }
+std::string_view Decoder::error() const noexcept {
+  return over_limit_ ? std::string_view(scan_.why()) : std::string_view(reader_->errstr);
+}
 
 bool is_error(const redisReply* reply) noexcept {
   return reply != nullptr && reply->type == REDIS_REPLY_ERROR;

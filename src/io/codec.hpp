@@ -12,6 +12,8 @@
 
 #include <redlock/reply.hpp>
 
+#include "io/reply_limits.hpp"
+
 namespace redlock {
 namespace detail {
 
@@ -42,15 +44,19 @@ class OutBuffer {
 // What the decoder found.
 enum class Decoded : unsigned char { reply, need_more, malformed };
 
-// Decodes replies from the bytes fed to it. Move-only; owns its redisReader.
+// Decodes replies from the bytes fed to it. Move-only; owns its redisReader. Every byte is checked
+// by a HeaderScan before the reader sees it: a reply over the limits is malformed input, and the
+// reader never allocates for it.
 class Decoder {
  public:
-  Decoder();  // throws std::bad_alloc
-  // Adds bytes read from the server. Returns false only when out of memory.
+  Decoder();  // default ReplyLimits; throws std::bad_alloc
+  explicit Decoder(const ReplyLimits& limits);
+  // Adds bytes read from the server. Returns false only when out of memory (bytes over a limit
+  // are not fed: next() then answers malformed).
   bool feed(const char* data, std::size_t length) noexcept;
   // The next complete reply into `out`, if one is buffered.
   Decoded next(ReplyPtr& out) noexcept;
-  // What was wrong with malformed input (hiredis's description).
+  // What was wrong with malformed input (the limit exceeded, or hiredis's description).
   std::string_view error() const noexcept;
 
  private:
@@ -58,6 +64,8 @@ class Decoder {
     void operator()(redisReader* reader) const noexcept { redisReaderFree(reader); }
   };
   std::unique_ptr<redisReader, ReaderDeleter> reader_;
+  HeaderScan scan_;
+  bool over_limit_{false};
 };
 
 // Helpers for reading replies.

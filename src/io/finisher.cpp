@@ -82,7 +82,8 @@ class Finisher {
       if (!take_queued(items)) return;
       fds.clear();
       for (const auto& item : items) {
-        const short events = item.written ? POLLIN : POLLOUT;
+        // A TLS connection may want the other direction (its handshake, or a record).
+        const short events = item.connection->transport.wanted(item.written ? POLLIN : POLLOUT);
         fds.push_back(pollfd{item.connection->transport.fd(), events, 0});
       }
       // Short: new items join on the next pass, and a send queue empties without an event.

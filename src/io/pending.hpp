@@ -57,6 +57,8 @@ void fail(Pending& p, std::exception_ptr error);
 // Queues the batch (behind the AUTH/SELECT handshake on a new connection) and starts writing it;
 // the replies are due within command_timeout from now.
 void send(Pending& p);
+// Queues the batch (as send() does) without writing anything yet.
+void queue_request(Pending& p);
 // Starts writing what p's connection has buffered, replies due within command_timeout.
 void start_writing(Pending& p);
 // True when every reply p waits for has arrived.

@@ -98,8 +98,7 @@ void secure_step(Pending& p) {
   if (step == Handshake::ready) {
     send(p);
   } else if (step == Handshake::failed) {
-    fail(p, std::make_exception_ptr(ConnectionError(fmt::format(
-                "redlock: cannot connect to {}: the transport handshake failed", address(p)))));
+    fail(p, handshake_error(address(p), p.connection->transport.failure()));
   }
 }
 
@@ -152,9 +151,26 @@ bool last_look(Pending& p) {
 // TimeoutError.
 void expire(Pending& p, Cut cut) {
   p.cut = cut;
-  if (p.stage == Stage::dialing || p.stage == Stage::securing) {  // nothing was sent
-    fail(p, accept_timeout(address(p), p.batch->node->endpoint().connect_timeout));
+  const auto connect_timeout = p.batch->node->endpoint().connect_timeout;
+  if (p.stage == Stage::dialing) {  // nothing was sent
+    fail(p, accept_timeout(address(p), connect_timeout));
     return;
+  }
+  if (p.stage == Stage::securing && cut == Cut::own_deadline) {  // the connect timeout ran out
+    fail(p, handshake_timeout(address(p), connect_timeout));
+    return;
+  }
+  if (p.stage == Stage::securing) {
+    // Cut by the early finish mid-handshake: the request goes out once the handshake is done
+    // (the finisher's first write completes it), with its on_timeout commands behind it, just
+    // as on a plain socket that connected at once. A release then still reaches a slow node.
+    try {
+      queue_request(p);
+    } catch (...) {
+      fail(p, std::current_exception());
+      return;
+    }
+    p.stage = Stage::writing;
   }
   // Connected, and cut short by the early finish rather than its own deadline: reachable.
   p.batch->abandoned = cut != Cut::own_deadline;
@@ -213,7 +229,10 @@ Clock::time_point collect(Pending* pending, std::size_t count, Clock::time_point
   auto next_deadline = Clock::time_point::max();
   for (Pending* p = pending; p != pending + count; ++p) {
     if (p->done || complete(*p)) continue;
-    const bool due = now >= p->deadline || now >= grace;
+    // A TLS handshake in progress is not cut by the grace (only by its connect deadline, or
+    // when the node is trailing): a plain socket's request would be out by now, and a fresh
+    // Redlock's slower handshakes would otherwise leave it held on only a quorum.
+    const bool due = now >= p->deadline || (now >= grace && p->stage != Stage::securing);
     if (due || (p->trailing && cut_trailing)) {
       if (last_look(*p) || p->done) continue;
       expire(*p, now >= p->deadline ? Cut::own_deadline : due ? Cut::grace : Cut::not_awaited);
@@ -245,6 +264,11 @@ bool waits_first_reply(const Pending& p) {
 }  // namespace
 
 void send(Pending& p) {
+  queue_request(p);
+  start_writing(p);
+}
+
+void queue_request(Pending& p) {
   Connection& connection = *p.connection;
   p.handshake = 0;
   if (!connection.authenticated) {
@@ -255,7 +279,6 @@ void send(Pending& p) {
   p.expected = p.handshake + p.batch->commands.size();
   p.replies.reserve(p.expected);
   p.reused = connection.reused;
-  start_writing(p);
 }
 
 void start_writing(Pending& p) {

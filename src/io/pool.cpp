@@ -8,6 +8,7 @@
 
 #include <redlock/errors.hpp>
 
+#include "io/tls.hpp"
 #include "util/log_internal.hpp"
 #include "util/token.hpp"
 #include "watch/subscriber.hpp"
@@ -183,8 +184,9 @@ Dial ClientImpl::dial() const { return start_dial(endpoint_, address_); }
 
 std::unique_ptr<Connection> ClientImpl::adopt(Dial& dial) const {
   Transport transport = finish_dial(dial, address_);
+  transport.secure(make_secure_layer(endpoint_, address_));  // TLS: handshake in the poll loop
   logf(LogLevel::debug, "redlock: connected to {}", address_);
-  auto connection = std::make_unique<Connection>();
+  auto connection = std::make_unique<Connection>(endpoint_.reply_limits);
   connection->transport = std::move(transport);
   connection->transport.allow_waiting(endpoint_.command_timeout);  // a failure costs a poll
   connection->timeout = endpoint_.command_timeout;

@@ -92,7 +92,7 @@ IoResult Transport::write(const char* from, std::size_t length) noexcept {
 }
 
 bool Transport::allow_waiting(std::chrono::milliseconds limit) noexcept {
-  if (layer_ || fd_ < 0) return false;
+  if (fd_ < 0) return false;
   timeval tv{};
   tv.tv_sec = static_cast<time_t>(limit.count() / 1000);
   tv.tv_usec = static_cast<suseconds_t>((limit.count() % 1000) * 1000);
@@ -104,11 +104,13 @@ bool Transport::allow_waiting(std::chrono::milliseconds limit) noexcept {
 
 IoResult Transport::read_waiting(char* into, std::size_t capacity) noexcept {
   if (!may_wait_) return read(into, capacity);
+  if (layer_) return layer_->read_waiting(fd_, into, capacity);
   return from_syscall(::recv(fd_, into, capacity, 0));  // bounded by SO_RCVTIMEO
 }
 
 short Transport::wanted(short natural) const noexcept {
-  return layer_ ? layer_->wanted() : natural;
+  const short layer_wants = layer_ ? layer_->wanted() : short{0};
+  return layer_wants != 0 ? layer_wants : natural;
 }
 
 bool Transport::buffered() const noexcept { return layer_ && layer_->buffered(); }

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <utility>
 
 namespace redlock {
 namespace detail {
@@ -34,7 +35,9 @@ enum class IoError : unsigned char {
 struct IoResult {
   std::size_t bytes{0};
   IoError error{IoError::none};
-  int code{0};  // the errno behind `error` (0 for none, again-by-TLS and closed)
+  int code{0};  // the errno behind `error` (0 for none, again-by-TLS and closed; EPROTO for TLS)
+  // For a TLS failure: what failed (points into the layer; valid while the transport lives).
+  const char* detail{nullptr};
 };
 
 // Maps an errno value to its IoError class.
@@ -51,13 +54,19 @@ class SecureLayer {
   virtual ~SecureLayer() = default;
   virtual Handshake handshake(int fd) noexcept = 0;
   virtual IoResult read(int fd, char* into, std::size_t capacity) noexcept = 0;
+  // Like read(), but its socket reads may wait (up to the socket's SO_RCVTIMEO, see
+  // Transport::allow_waiting) for the first byte.
+  virtual IoResult read_waiting(int fd, char* into, std::size_t capacity) noexcept = 0;
   virtual IoResult write(int fd, const char* from, std::size_t length) noexcept = 0;
-  // Poll events the last `again` is waiting for (POLLIN or POLLOUT).
+  // Poll events the last `again` is waiting for (POLLIN or POLLOUT); 0 if the last operation
+  // did not answer `again` (then the caller's natural direction applies).
   virtual short wanted() const noexcept = 0;
   // Bytes already decrypted and readable without touching the socket (poll would not see them).
   virtual bool buffered() const noexcept = 0;
   // Sends close_notify (best effort, never blocks).
   virtual void close(int fd) noexcept = 0;
+  // Why the handshake (or the last read or write) failed, naming what to do; "" if it did not.
+  virtual const char* failure() const noexcept = 0;
 };
 
 // A connected socket. Move-only; closes the socket (after the layer's close) when destroyed.
@@ -74,16 +83,21 @@ class Transport {
   int fd() const noexcept { return fd_; }
   explicit operator bool() const noexcept { return fd_ >= 0; }
 
+  // Puts an encrypting layer over the socket (before the handshake, and before allow_waiting,
+  // which then refuses). Null keeps the socket plain.
+  void secure(std::unique_ptr<SecureLayer> layer) noexcept { layer_ = std::move(layer); }
   // One step of the handshake. Never blocks.
   Handshake handshake() noexcept;
+  // Why the handshake failed (the layer's description), or "".
+  const char* failure() const noexcept { return layer_ ? layer_->failure() : ""; }
   // Reads what is available (at most `capacity` bytes). bytes == 0 with error none never
   // happens: end of stream is IoError::closed. Never blocks.
   IoResult read(char* into, std::size_t capacity) noexcept;
   // Writes as much of [from, from + length) as the socket takes, without SIGPIPE. Never blocks.
   IoResult write(const char* from, std::size_t length) noexcept;
-  // Plain sockets only (false with a SecureLayer, which needs a non-blocking socket): lets
-  // read_waiting() block for at most `limit`. Every other operation stays non-blocking (they pass
-  // MSG_DONTWAIT). Returns false if the socket could not be configured (then never wait).
+  // Lets read_waiting() block for at most `limit`. Every other operation stays non-blocking (they
+  // pass MSG_DONTWAIT, also inside a SecureLayer). Returns false if the socket could not be
+  // configured (then never wait).
   bool allow_waiting(std::chrono::milliseconds limit) noexcept;
   // Like read(), but waits up to the allow_waiting() limit for the first byte (one system call
   // instead of poll + read, for a single node awaiting its reply); `again` when the limit passed.

@@ -103,6 +103,10 @@ std::exception_ptr transport_error(const IoResult& result, const std::string& ad
           "this client, the next call reconnects",
           address)));
     default:
+      if (result.detail != nullptr && *result.detail != '\0') {
+        return std::make_exception_ptr(ConnectionError(
+            fmt::format("redlock: cannot {} {} over TLS: {}", doing, address, result.detail)));
+      }
       return std::make_exception_ptr(ConnectionError(
           fmt::format("redlock: cannot {} {} ({}); check that redis-server is running there", doing,
                       address, std::strerror(result.code))));
@@ -114,6 +118,19 @@ std::exception_ptr accept_timeout(const std::string& address, std::chrono::milli
       fmt::format("redlock: {} did not accept a connection within {} ms; the server may be paused, "
                   "overloaded or unreachable",
                   address, limit.count())));
+}
+
+std::exception_ptr handshake_timeout(const std::string& address, std::chrono::milliseconds limit) {
+  return std::make_exception_ptr(TimeoutError(fmt::format(
+      "redlock: the TLS handshake with {} did not finish within {} ms (the connect timeout); the "
+      "server may be paused, overloaded, or not speaking TLS on that port",
+      address, limit.count())));
+}
+
+std::exception_ptr handshake_error(const std::string& address, const char* why) {
+  return std::make_exception_ptr(
+      ConnectionError(fmt::format("redlock: cannot connect to {} over TLS: {}", address,
+                                  why != nullptr && *why != '\0' ? why : "the handshake failed")));
 }
 
 std::exception_ptr protocol_error(const Connection& connection, const std::string& address) {

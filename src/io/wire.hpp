@@ -21,6 +21,9 @@ using SteadyTime = std::chrono::steady_clock::time_point;
 
 // A live connection. Any transport or protocol error retires it (never reused after one).
 struct Connection {
+  Connection() = default;
+  explicit Connection(const ReplyLimits& limits) : in(limits) {}
+
   Transport transport;
   OutBuffer out;
   Decoder in;
@@ -63,6 +66,10 @@ std::exception_ptr transport_error(const IoResult& result, const std::string& ad
                                    std::string_view doing, std::chrono::milliseconds limit);
 // The exception for a server that did not accept a connection within `limit`.
 std::exception_ptr accept_timeout(const std::string& address, std::chrono::milliseconds limit);
+// The exception for a TLS handshake that did not finish within `limit` (the connect timeout).
+std::exception_ptr handshake_timeout(const std::string& address, std::chrono::milliseconds limit);
+// The exception for a TLS handshake that failed (`why`: the layer's description).
+std::exception_ptr handshake_error(const std::string& address, const char* why);
 // The exception for bytes that are not RESP.
 std::exception_ptr protocol_error(const Connection& connection, const std::string& address);
 // The exception for an error reply to `operation` on `address`, with a hint for common errors.

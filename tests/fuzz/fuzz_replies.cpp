@@ -1,8 +1,9 @@
 // libFuzzer target: the reply handling behind every lock operation. Arbitrary bytes go through
-// hiredis's RESP reader (garbage, wrong types, deep arrays, huge bulk strings); every reply it
-// produces is interpreted as an acquire reply (plain, with GET, fenced), an extend/release
-// confirmation, a hand-over message (pub/sub payload) and a public Reply; tokens include NUL and
-// non-UTF-8 bytes. Nothing may crash, leak or read out of bounds, and the
+// the decoder connections use (the reply caps, then hiredis's RESP reader; TLS decrypts to the
+// same framing): garbage, wrong types, deep arrays, huge declared sizes. Every reply it produces
+// is interpreted as an acquire reply (plain, with GET, fenced), an extend/release confirmation, a
+// hand-over message (pub/sub payload) and a public Reply; tokens include NUL and non-UTF-8 bytes.
+// Nothing may crash, leak, allocate what a header merely declares, or read out of bounds, and the
 // interpretation must stay consistent (a grant never comes with a problem, a fence only with a
 // fenced grant).
 #include <hiredis/hiredis.h>
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
+#include <utility>
 
 #include "io/connection.hpp"
 #include "protocol/replies.hpp"
@@ -31,41 +33,27 @@ void check(const AcquireReply& a, bool scripted) {
 
 }  // namespace
 
-// hiredis 0.14's reader allocates what a header declares ("*555555555" -> a 4.4 GB element array)
-// before any element arrives, and has no setting to cap it. That is hiredis's limit, not this
-// code's: inputs declaring more than a million elements or bytes are skipped.
-bool declares_huge(const std::uint8_t* data, std::size_t size) {
-  for (std::size_t i = 0; i < size; ++i) {
-    if ((data[i] != '*' && data[i] != '$') || (i > 0 && data[i - 1] != '\n')) continue;
-    std::uint64_t n = 0;
-    for (std::size_t j = i + 1; j < size && data[j] >= '0' && data[j] <= '9'; ++j) {
-      n = n * 10 + (data[j] - '0');
-      if (n > 1000000) return true;
-    }
-  }
-  return false;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  if (declares_huge(data, size)) return 0;
-  redisReader* reader = redisReaderCreate();
-  if (reader == nullptr) return 0;
-  redisReaderFeed(reader, reinterpret_cast<const char*>(data), size);
+  // The reader as connections use it: every byte passes the reply caps (HeaderScan) first, so a
+  // header declaring gigabytes ("*555555555", "$4000000000") is refused before hiredis allocates.
+  redlock::detail::Decoder decoder;
+  if (!decoder.feed(reinterpret_cast<const char*>(data), size)) return 0;
   const std::string_view token("0123456789abcdef0123456789abcdef01234567");
   // Binary data where keys and tokens may carry it: a NUL first, non-UTF-8 bytes.
   const std::string_view binary_token("\0to\0k\xff\xfe\x80", 8);
-  redisReply* previous = nullptr;
+  redlock::detail::ReplyPtr previous;
   for (int i = 0; i < 64; ++i) {
-    void* raw = nullptr;
-    if (redisReaderGetReply(reader, &raw) != REDIS_OK || raw == nullptr) break;
-    auto* reply = static_cast<redisReply*>(raw);
-    check(redlock::detail::read_acquire_reply(reply, previous, AcquireDialect::set_nx, token),
+    redlock::detail::ReplyPtr current;
+    if (decoder.next(current) != redlock::detail::Decoded::reply) break;
+    redisReply* reply = current.get();
+    check(redlock::detail::read_acquire_reply(reply, previous.get(), AcquireDialect::set_nx, token),
           false);
-    check(redlock::detail::read_acquire_reply(reply, previous, AcquireDialect::set_nx_get, token),
+    check(redlock::detail::read_acquire_reply(reply, previous.get(), AcquireDialect::set_nx_get,
+                                              token),
           false);
     check(redlock::detail::read_acquire_reply(reply, nullptr, AcquireDialect::script, token), true);
     const AcquireReply own = redlock::detail::read_acquire_reply(
-        reply, previous, AcquireDialect::set_nx_get, binary_token);
+        reply, previous.get(), AcquireDialect::set_nx_get, binary_token);
     check(own, false);
     // SET ... GET answering exactly the (binary) token is our own grant, byte for byte.
     const bool exact = reply->type == REDIS_REPLY_STRING &&
@@ -82,10 +70,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     (void)redlock::detail::read_release_reply(reply);
     (void)redlock::detail::error_text(reply);
     (void)redlock::detail::to_reply(reply);
-    if (previous != nullptr) freeReplyObject(previous);
-    previous = reply;
+    previous = std::move(current);
   }
-  if (previous != nullptr) freeReplyObject(previous);
-  redisReaderFree(reader);
   return 0;
 }

@@ -1,6 +1,8 @@
 // tests/support/redis_server.cpp: see redis_server.hpp.
 #include "support/redis_server.hpp"
 
+#include "support/tls_certs.hpp"
+
 #include <fcntl.h>        // open
 #include <netinet/in.h>   // sockaddr_in
 #include <pthread.h>      // pthread_sigmask
@@ -57,6 +59,7 @@ constexpr std::size_t kTailChars = 2000;
 struct Entry {
   pid_t pid = -1;
   int port = 0;
+  int tls_port = 0;
   std::string dir;
 };
 
@@ -175,11 +178,9 @@ bool port_bindable(int port) {
   return ok;
 }
 
-// Picks a random free port not used by any other server of this process and records it as
-// owner's.
-int pick_port(const void* owner) {
-  Registry& reg = registry();
-  std::lock_guard<std::mutex> lock(reg.mu);
+// A random port that no server of this process uses (as its port or TLS port), apart from the
+// one of owner's that `replaced` names, and that is free right now. Caller holds reg.mu.
+int free_port(Registry& reg, const void* owner, int Entry::*replaced) {
   const auto& ranges = port_ranges();
   int total = 0;
   for (const auto& [first, last] : ranges) total += last - first;
@@ -195,13 +196,24 @@ int pick_port(const void* owner) {
     }
     bool taken = false;
     for (const auto& [other, entry] : reg.entries) {
-      if (other != owner && entry.port == port) taken = true;
+      const bool own = other == owner;
+      if ((!own || replaced != &Entry::port) && entry.port == port) taken = true;
+      if ((!own || replaced != &Entry::tls_port) && entry.tls_port == port) taken = true;
     }
     if (taken || !port_bindable(port)) continue;
-    reg.entries[owner].port = port;
     return port;
   }
   throw std::runtime_error("redis_server: found no free TCP port on 127.0.0.1");
+}
+
+// Picks a random free port not used by any other server of this process and records it as
+// owner's (`which`: its port or its TLS port).
+int pick_port(const void* owner, int Entry::*which = &Entry::port) {
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  const int port = free_port(reg, owner, which);
+  reg.entries[owner].*which = port;
+  return port;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -538,13 +550,17 @@ RedisServer::~RedisServer() {
 }
 
 int RedisServer::port() const { return port_; }
+
+int RedisServer::tls_port() const { return tls_port_; }
+
+bool RedisServer::tls() const { return options_.tls.enabled || tls_mode(); }
 const std::string& RedisServer::unix_socket() const { return unix_socket_; }
 pid_t RedisServer::pid() const { return pid_; }
 const std::string& RedisServer::dir() const { return dir_; }
 std::string RedisServer::log_path() const { return log_path_; }
 const ServerOptions& RedisServer::options() const { return options_; }
 
-redlock::Endpoint RedisServer::endpoint() const {
+redlock::Endpoint RedisServer::plain_endpoint() const {
   redlock::Endpoint e;
   e.host = "127.0.0.1";
   e.port = port_;
@@ -555,6 +571,27 @@ redlock::Endpoint RedisServer::endpoint() const {
     e.password = kRestrictedPassword;
   }
   return e;
+}
+
+redlock::Endpoint RedisServer::endpoint() const {
+  redlock::Endpoint e = plain_endpoint();
+  if (!tls()) return e;
+  e.port = tls_port_;
+  e.tls.enabled = true;
+  e.tls.ca_file = tls_certs().ca;
+  // The handshake shares the connect timeout. The suites' timing assumes 200 ms (as in plain
+  // text: REDLOCK_TEST_TLS=1); the TLS tests' own servers get 1 s, for sanitizer and valgrind
+  // runs, where a handshake costs far more CPU.
+  if (!tls_mode()) e.connect_timeout = milliseconds(1000);
+  return e;
+}
+
+bool tls_mode() {
+  static const bool on = [] {
+    const char* v = std::getenv("REDLOCK_TEST_TLS");
+    return v != nullptr && *v != '\0' && std::string_view(v) != "0";
+  }();
+  return on;
 }
 
 bool restricted_user_mode() {
@@ -584,7 +621,19 @@ redlock::Endpoint RedisServer::unix_endpoint() const {
   return e;
 }
 
+void RedisServer::add_tls_args(std::vector<std::string>& args) {
+  const TlsCerts& certs = tls_certs();
+  const TlsServerOptions& tls = options_.tls;
+  args.insert(args.end(),
+              {"--tls-port", std::to_string(tls_port_), "--tls-cert-file",
+               tls.cert_file.empty() ? certs.server : tls.cert_file, "--tls-key-file",
+               tls.key_file.empty() ? certs.server_key : tls.key_file, "--tls-ca-cert-file",
+               certs.ca, "--tls-auth-clients", tls.auth_clients ? "yes" : "no"});
+}
+
 void RedisServer::spawn(int port) {
+  // A new port (not a restart): a new TLS port too, in case the old one was what was busy.
+  if (tls() && (port != port_ || tls_port_ == 0)) tls_port_ = pick_port(this, &Entry::tls_port);
   port_ = port;
   log_offset_ = file_size_or_zero(log_path_);
   out_offset_ = file_size_or_zero(out_path_);
@@ -599,6 +648,7 @@ void RedisServer::spawn(int port) {
   if (options_.unix_socket) {
     args.insert(args.end(), {"--unixsocket", unix_socket_, "--unixsocketperm", "700"});
   }
+  if (tls()) add_tls_args(args);
   if (restricted_user_mode()) {
     // The tests' own bookkeeping (counters, hold logs) needs a few more commands than the library.
     args.insert(args.end(), {"--user", kRestrictedUser});

@@ -36,6 +36,19 @@
 
 namespace redlock::test {
 
+// TLS for a test server (certificates from tls_certs(), see tls_certs.hpp). The plain port stays
+// open too: raw() and the readiness probe use it; endpoint() uses the TLS port.
+struct TlsServerOptions {
+  // Also listen with TLS on tls_port(). REDLOCK_TEST_TLS=1 in the environment turns it on for
+  // every server (then the lock suites run over TLS).
+  bool enabled = false;
+  // tls-auth-clients yes: a client must present a certificate issued by tls_certs().ca.
+  bool auth_clients = false;
+  // The server's certificate (empty: tls_certs().server) and key (empty: tls_certs().server_key).
+  std::string cert_file;
+  std::string key_file;
+};
+
 struct ServerOptions {
   // appendonly yes + appendfsync always: acknowledged writes survive kill9() + restart().
   bool persistence = false;
@@ -49,6 +62,7 @@ struct ServerOptions {
   std::string faketime;
   // Appended to the command line, e.g. {"--requirepass", "pw"}.
   std::vector<std::string> extra_args;
+  TlsServerOptions tls;
 };
 
 class RedisServer {
@@ -68,8 +82,12 @@ class RedisServer {
   RedisServer(RedisServer&&) = delete;
   RedisServer& operator=(RedisServer&&) = delete;
 
-  // TCP port on 127.0.0.1; stays the same across restart().
+  // TCP port on 127.0.0.1 (plain text, also with TLS on); stays the same across restart().
   int port() const;
+  // The TLS port (0 without TLS); stays the same across restart().
+  int tls_port() const;
+  // True if the server listens with TLS (TlsServerOptions::enabled or REDLOCK_TEST_TLS=1).
+  bool tls() const;
   // Path of the unix socket, empty unless ServerOptions::unix_socket.
   const std::string& unix_socket() const;
   // Pid of the server process, or -1 while it is not running (after kill9(), or once a crash has
@@ -83,8 +101,12 @@ class RedisServer {
   const ServerOptions& options() const;
 
   // host 127.0.0.1, port(), connect_timeout 200 ms, command_timeout 200 ms. Never carries a
-  // password, even when extra_args has --requirepass.
+  // password, even when extra_args has --requirepass. With TLS on: tls_port(), tls.enabled and
+  // tls.ca_file = tls_certs().ca (connect_timeout 1 s unless REDLOCK_TEST_TLS=1: a handshake
+  // costs CPU, under sanitizers and valgrind most).
   redlock::Endpoint endpoint() const;
+  // endpoint() on the plain port, even with TLS on.
+  redlock::Endpoint plain_endpoint() const;
   // Like endpoint() but with unix_socket set. Throws std::logic_error if the socket is not enabled.
   redlock::Endpoint unix_endpoint() const;
 
@@ -121,6 +143,7 @@ class RedisServer {
   // Waits for the process launched by the NoWait constructor; retries on other ports.
   void finish_start();
   void spawn(int port);
+  void add_tls_args(std::vector<std::string>& args);
   StartResult await_ready();
   void stop_process() noexcept;
   void remove_dir() noexcept;
@@ -134,6 +157,7 @@ class RedisServer {
   std::string log_path_;
   std::string out_path_;
   int port_ = 0;
+  int tls_port_ = 0;
   mutable std::atomic<pid_t> pid_{-1};  // written by running() too
   std::uintmax_t log_offset_ = 0;       // sizes of the logs when the current process was spawned
   std::uintmax_t out_offset_ = 0;
@@ -164,6 +188,8 @@ class ServerGroup {
 inline constexpr const char* kRestrictedUser = "locker";
 inline constexpr const char* kRestrictedPassword = "locker-secret-pw";
 bool restricted_user_mode();
+// REDLOCK_TEST_TLS=1: every server also listens with TLS, and endpoint() uses it.
+bool tls_mode();
 // The ACL rules of that user (after its name), as `ACL SETUSER locker <rules...>` takes them.
 std::vector<std::string> minimal_acl_rules();
 
