@@ -34,7 +34,7 @@
 #include <redlock/redlock.hpp>  // Client, Endpoint, Redlock, errors
 
 #include "demo.hpp"
-#include "support/redis_server.hpp"  // ServerGroup: throwaway redis-servers, pause/kill/restart
+#include "support/throwaway_servers.hpp"  // ThrowawayServers: pause/kill/restart
 
 namespace demo {
 namespace {
@@ -319,7 +319,7 @@ std::string node_label(std::size_t index, const redlock::Endpoint& e) {
 // did in the run record. Runs on the main thread (see the file comment).
 class FaultInjector {
  public:
-  FaultInjector(redlock::test::ServerGroup& group, const FaultPlan& plan,
+  FaultInjector(example::ThrowawayServers& group, const FaultPlan& plan,
                 const std::vector<redlock::Endpoint>& endpoints, Console& console, RunRecord& run)
       : group_(group), plan_(plan), endpoints_(endpoints), console_(console), run_(run) {}
 
@@ -397,7 +397,7 @@ class FaultInjector {
     return now;
   }
 
-  redlock::test::ServerGroup& group_;
+  example::ThrowawayServers& group_;
   const FaultPlan plan_;
   const std::vector<redlock::Endpoint>& endpoints_;
   Console& console_;
@@ -591,7 +591,7 @@ int run_demo(const DemoConfig& config) {
   RunRecord run;
 
   // Servers: five lock nodes and the counter's server, or the ones given.
-  std::unique_ptr<redlock::test::ServerGroup> group;  // its destructor stops every server
+  std::unique_ptr<example::ThrowawayServers> group;  // its destructor stops every server
   std::vector<std::string> node_uris;
   std::string checker_uri;
   if (own_servers) {
@@ -600,7 +600,7 @@ int run_demo(const DemoConfig& config) {
         "counter)...\n",
         kNodes + 1, kNodes);
     std::fflush(stdout);
-    group = std::make_unique<redlock::test::ServerGroup>(kNodes + 1);
+    group = std::make_unique<example::ThrowawayServers>(kNodes + 1);
     const std::string timeouts = "?connect_timeout=" + std::to_string(config.node_timeout.count()) +
                                  "&command_timeout=" + std::to_string(config.node_timeout.count());
     for (std::size_t i = 0; i < kNodes; ++i) {
