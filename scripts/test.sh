@@ -6,6 +6,10 @@
 #   3. build-tsan/   the suite under ThreadSanitizer (clang)
 #   4. valgrind memcheck on a subset (the plain build's test binary)
 #   5. libFuzzer on Endpoint::parse and the reply handling, 60 s each (build-fuzz/)
+#   6. consumers: the library built and used as a user would (find_package, add_subdirectory,
+#      FetchContent, pkg-config; static and shared), and the .deb installed, used and removed
+#      (tests/consumers/run.sh --deb, build-consumers/)
+#   7. the API reference: doxygen docs/Doxyfile, warnings as errors (build-docs/)
 # and ends with one line "stages: N passed, M failed". `--quick` runs stage 1 only.
 set -uo pipefail
 REDLOCK_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,7 +19,7 @@ quick=0
 if [ $quick -eq 1 ]; then
   redlock_install_deps || exit 1
 else
-  redlock_install_deps clang libclang-rt-14-dev valgrind || exit 1
+  redlock_install_deps clang libclang-rt-14-dev valgrind doxygen ccache || exit 1
 fi
 jobs="$(nproc)"
 passed=0
@@ -72,12 +76,19 @@ fuzz() {
   return $rc
 }
 
+api_reference() {
+  (cd "$REDLOCK_ROOT" && rm -rf build-docs && doxygen docs/Doxyfile &&
+    test -s build-docs/html/index.html)
+}
+
 stage "plain build + ctest" plain
 if [ $quick -eq 0 ]; then
   stage "ASan+UBSan build + ctest" sanitized build-asan address,undefined
   stage "TSan build + ctest" sanitized build-tsan thread
   stage "valgrind memcheck (subset)" memcheck
   stage "libFuzzer (60 s per target)" fuzz
+  stage "consumers (static + shared) and .deb" bash "$REDLOCK_ROOT/tests/consumers/run.sh" --deb
+  stage "API reference (doxygen)" api_reference
 fi
 echo
 [ $failed -gt 0 ] && echo "failed stages: ${failures[*]}"
