@@ -113,6 +113,19 @@ pkg_config_app() {
     LD_LIBRARY_PATH="$(dirname "$pc_dir")" "$exe" "redis://127.0.0.1:$server_port"
 }
 
+# As a sub-project redlock leaves the parent's build type empty and writes no
+# compile_commands.json (configure only: seconds).
+sets_nothing_global() {
+  local dir="$WORK/static/sub-project-globals"
+  cmake -S "$HERE/add-subdirectory" -B "$dir" -DREDLOCK_SOURCE_DIR="$ROOT" -DCMAKE_BUILD_TYPE= ||
+    return 1
+  local build_type
+  build_type="$(grep '^CMAKE_BUILD_TYPE:' "$dir/CMakeCache.txt" | cut -d= -f2)"
+  [ -z "$build_type" ] || { echo "CMAKE_BUILD_TYPE forced to '$build_type'"; return 1; }
+  [ ! -e "$dir/compile_commands.json" ] || { echo "compile_commands.json written"; return 1; }
+  echo "build type left empty, no compile_commands.json"
+}
+
 consumers_of_kind() {  # consumers_of_kind static|shared
   local kind="$1" prefix="$WORK/$1/prefix"
   local shared=OFF
@@ -147,6 +160,7 @@ deb_consumer() {
 rm -rf "$WORK"
 mkdir -p "$WORK"
 start_server || exit 1
+check "sub-project-sets-nothing-global" sets_nothing_global
 consumers_of_kind static
 consumers_of_kind shared
 [ $deb -eq 1 ] && check "shared-deb" deb_consumer
