@@ -62,7 +62,8 @@ fuzz() {
   local dir="$REDLOCK_ROOT/build-fuzz"
   redlock_build "$dir" -DCMAKE_CXX_COMPILER=clang++ -DREDLOCK_BUILD_FUZZ=ON \
     -DREDLOCK_SANITIZE=address,undefined -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link \
-    -DREDLOCK_BUILD_TESTS=OFF -DREDLOCK_BUILD_EXAMPLES=OFF -DREDLOCK_BUILD_BENCH=OFF >/dev/null ||
+    -DREDLOCK_BUILD_TESTS=OFF -DREDLOCK_BUILD_EXAMPLES=OFF -DREDLOCK_BUILD_TOOLS=OFF \
+    -DREDLOCK_BUILD_BENCH=OFF >/dev/null ||
     return 1
   local target corpus rc=0
   for target in endpoint replies; do
