@@ -19,7 +19,8 @@ quick=0
 if [ $quick -eq 1 ]; then
   redlock_install_deps || exit 1
 else
-  redlock_install_deps clang libclang-rt-14-dev valgrind doxygen ccache || exit 1
+  # doxygen: the API reference; ccache, dpkg-dev (dpkg-shlibdeps) and file: the consumer stage.
+  redlock_install_deps clang libclang-rt-14-dev valgrind doxygen ccache dpkg-dev file || exit 1
 fi
 jobs="$(nproc)"
 passed=0

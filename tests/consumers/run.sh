@@ -143,6 +143,10 @@ consumers_of_kind() {  # consumers_of_kind static|shared
 
 # The .deb of a shared build for /usr: install, build the find_package consumer against it, remove.
 deb_consumer() {
+  local tool
+  for tool in cpack dpkg-shlibdeps file; do  # packages cmake, dpkg-dev, file
+    command -v "$tool" >/dev/null || { echo "--deb needs $tool"; return 1; }
+  done
   local dir="$WORK/shared/deb/redlock"
   build_lib shared "/usr" "$dir" -DREDLOCK_BUILD_TOOLS=ON >/dev/null &&
     (cd "$dir" && cpack -G DEB) || return 1
