@@ -1,11 +1,41 @@
-# Install rules: headers, the library, its CMake package (redlock::redlock) and redlock.pc.
+# RedlockInstall: install rules (headers, the library, its CMake package redlock::redlock,
+# redlock.pc, redlock-run's man page comes with the tool) and the Debian package (CPack DEB).
+#
+# The library's private dependencies are listed once, here, for the CMake package and for
+# pkg-config: adding one (e.g. OpenSSL) is one entry in each list.
+include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
+# find_dependency() arguments (libcrypto always: SHA-1; libssl with REDLOCK_WITH_TLS)
+set(REDLOCK_CMAKE_DEPS hiredis fmt "OpenSSL COMPONENTS Crypto")
+set(REDLOCK_PC_DEPS hiredis fmt libcrypto)  # pkg-config module names
+if(REDLOCK_WITH_TLS)
+  set(REDLOCK_CMAKE_DEPS hiredis fmt "OpenSSL COMPONENTS Crypto SSL")
+  list(APPEND REDLOCK_PC_DEPS libssl)
+endif()
+
+# A shared library links its dependencies itself; a static archive needs them on every link:
+# find_dependency() in redlockConfig.cmake, and Requires (not Requires.private) in redlock.pc.
+get_target_property(redlock_type redlock TYPE)
+set(REDLOCK_CONFIG_DEPENDENCIES "find_dependency(Threads)")
+list(JOIN REDLOCK_PC_DEPS " " redlock_pc_modules)
+if(redlock_type STREQUAL "STATIC_LIBRARY")
+  foreach(dep IN LISTS REDLOCK_CMAKE_DEPS)
+    string(APPEND REDLOCK_CONFIG_DEPENDENCIES "\nfind_dependency(${dep})")
+  endforeach()
+  set(REDLOCK_PC_REQUIRES "Requires: ${redlock_pc_modules}")
+else()
+  set(REDLOCK_PC_REQUIRES "Requires.private: ${redlock_pc_modules}")
+endif()
+
 install(DIRECTORY include/redlock DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(FILES ${PROJECT_BINARY_DIR}/include/redlock/version.hpp
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/redlock)
 install(TARGETS redlock EXPORT redlockTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
-        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
-        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} NAMELINK_COMPONENT Development
+        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 set(REDLOCK_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/redlock)
 install(EXPORT redlockTargets NAMESPACE redlock:: DESTINATION ${REDLOCK_CMAKE_DIR})
 configure_package_config_file(cmake/redlockConfig.cmake.in
@@ -16,5 +46,8 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/redlockConfig.cmake
               ${CMAKE_CURRENT_BINARY_DIR}/redlockConfigVersion.cmake
               cmake/Findhiredis.cmake
         DESTINATION ${REDLOCK_CMAKE_DIR})
+
 configure_file(cmake/redlock.pc.in ${CMAKE_CURRENT_BINARY_DIR}/redlock.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/redlock.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+include(RedlockPackage)

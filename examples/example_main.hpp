@@ -15,7 +15,7 @@
 
 #include <redlock/endpoint.hpp>  // Endpoint
 
-#include "support/redis_server.hpp"  // --self-test only: a throwaway redis-server
+#include "support/throwaway_servers.hpp"  // --self-test only: a throwaway redis-server
 
 namespace example {
 
@@ -42,10 +42,10 @@ int main_with(int argc, char** argv, const char* extra, std::uint64_t extra_defa
     }
   }
   try {
-    std::unique_ptr<redlock::test::RedisServer> server;  // lives until main returns
+    std::unique_ptr<ThrowawayServer> server;  // lives until main returns
     redlock::Endpoint endpoint;
     if (self_test) {
-      server = std::make_unique<redlock::test::RedisServer>();
+      server = std::make_unique<ThrowawayServer>();
       endpoint = server->endpoint();
     } else {
       endpoint = redlock::Endpoint::parse(uri);  // throws std::invalid_argument if malformed

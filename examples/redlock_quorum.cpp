@@ -29,7 +29,7 @@
 
 #include <redlock/redlock.hpp>  // Client, Endpoint, Redlock, errors, set_log_handler
 
-#include "support/redis_server.hpp"  // --self-test only: throwaway redis-servers
+#include "support/throwaway_servers.hpp"  // --self-test only: throwaway redis-servers
 
 namespace {
 
@@ -124,10 +124,10 @@ int main(int argc, char** argv) {
   }
   if (uris.empty()) uris.emplace_back("redis://127.0.0.1:6379");
   try {
-    std::unique_ptr<redlock::test::ServerGroup> servers;  // lives until main returns
+    std::unique_ptr<example::ThrowawayServers> servers;  // lives until main returns
     std::vector<redlock::Endpoint> endpoints;
     if (self_test) {
-      servers = std::make_unique<redlock::test::ServerGroup>(5);
+      servers = std::make_unique<example::ThrowawayServers>(5);
       endpoints = servers->endpoints();
       (*servers)[4].kill9();
       std::printf("self-test: 5 throwaway servers, %s killed on purpose\n",

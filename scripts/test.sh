@@ -6,6 +6,10 @@
 #   3. build-tsan/   the suite under ThreadSanitizer (clang)
 #   4. valgrind memcheck on a subset (the plain build's test binary)
 #   5. libFuzzer on Endpoint::parse and the reply handling, 60 s each (build-fuzz/)
+#   6. consumers: the library built and used as a user would (find_package, add_subdirectory,
+#      FetchContent, pkg-config; static and shared), and the .deb installed, used and removed
+#      (tests/consumers/run.sh --deb, build-consumers/)
+#   7. the API reference: doxygen docs/Doxyfile, warnings as errors (build-docs/)
 # and ends with one line "stages: N passed, M failed". `--quick` runs stage 1 only.
 set -uo pipefail
 REDLOCK_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,7 +19,8 @@ quick=0
 if [ $quick -eq 1 ]; then
   redlock_install_deps || exit 1
 else
-  redlock_install_deps clang libclang-rt-14-dev valgrind || exit 1
+  # doxygen: the API reference; ccache, dpkg-dev (dpkg-shlibdeps) and file: the consumer stage.
+  redlock_install_deps clang libclang-rt-14-dev valgrind doxygen ccache dpkg-dev file || exit 1
 fi
 jobs="$(nproc)"
 passed=0
@@ -58,7 +63,8 @@ fuzz() {
   local dir="$REDLOCK_ROOT/build-fuzz"
   redlock_build "$dir" -DCMAKE_CXX_COMPILER=clang++ -DREDLOCK_BUILD_FUZZ=ON \
     -DREDLOCK_SANITIZE=address,undefined -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link \
-    -DREDLOCK_BUILD_TESTS=OFF -DREDLOCK_BUILD_EXAMPLES=OFF -DREDLOCK_BUILD_BENCH=OFF >/dev/null ||
+    -DREDLOCK_BUILD_TESTS=OFF -DREDLOCK_BUILD_EXAMPLES=OFF -DREDLOCK_BUILD_TOOLS=OFF \
+    -DREDLOCK_BUILD_BENCH=OFF >/dev/null ||
     return 1
   local target corpus rc=0
   for target in endpoint replies; do
@@ -72,12 +78,19 @@ fuzz() {
   return $rc
 }
 
+api_reference() {
+  (cd "$REDLOCK_ROOT" && rm -rf build-docs && doxygen docs/Doxyfile &&
+    test -s build-docs/html/index.html)
+}
+
 stage "plain build + ctest" plain
 if [ $quick -eq 0 ]; then
   stage "ASan+UBSan build + ctest" sanitized build-asan address,undefined
   stage "TSan build + ctest" sanitized build-tsan thread
   stage "valgrind memcheck (subset)" memcheck
   stage "libFuzzer (60 s per target)" fuzz
+  stage "consumers (static + shared) and .deb" bash "$REDLOCK_ROOT/tests/consumers/run.sh" --deb
+  stage "API reference (doxygen)" api_reference
 fi
 echo
 [ $failed -gt 0 ] && echo "failed stages: ${failures[*]}"

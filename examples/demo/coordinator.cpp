@@ -34,7 +34,7 @@
 #include <redlock/redlock.hpp>  // Client, Endpoint, Redlock, errors
 
 #include "demo.hpp"
-#include "support/redis_server.hpp"  // ServerGroup: throwaway redis-servers, pause/kill/restart
+#include "support/throwaway_servers.hpp"  // ThrowawayServers: pause/kill/restart
 
 namespace demo {
 namespace {
@@ -319,7 +319,7 @@ std::string node_label(std::size_t index, const redlock::Endpoint& e) {
 // did in the run record. Runs on the main thread (see the file comment).
 class FaultInjector {
  public:
-  FaultInjector(redlock::test::ServerGroup& group, const FaultPlan& plan,
+  FaultInjector(example::ThrowawayServers& group, const FaultPlan& plan,
                 const std::vector<redlock::Endpoint>& endpoints, Console& console, RunRecord& run)
       : group_(group), plan_(plan), endpoints_(endpoints), console_(console), run_(run) {}
 
@@ -397,7 +397,7 @@ class FaultInjector {
     return now;
   }
 
-  redlock::test::ServerGroup& group_;
+  example::ThrowawayServers& group_;
   const FaultPlan plan_;
   const std::vector<redlock::Endpoint>& endpoints_;
   Console& console_;
@@ -591,7 +591,7 @@ int run_demo(const DemoConfig& config) {
   RunRecord run;
 
   // Servers: five lock nodes and the counter's server, or the ones given.
-  std::unique_ptr<redlock::test::ServerGroup> group;  // its destructor stops every server
+  std::unique_ptr<example::ThrowawayServers> group;  // its destructor stops every server
   std::vector<std::string> node_uris;
   std::string checker_uri;
   if (own_servers) {
@@ -600,9 +600,9 @@ int run_demo(const DemoConfig& config) {
         "counter)...\n",
         kNodes + 1, kNodes);
     std::fflush(stdout);
-    redlock::test::ServerOptions options;
-    options.tls.enabled = config.tls;  // certificates from tests/support/tls_certs.hpp
-    group = std::make_unique<redlock::test::ServerGroup>(kNodes + 1, options);
+    // With --tls: throwaway certificates (examples/support), rediss:// nodes.
+    group = std::make_unique<example::ThrowawayServers>(
+        kNodes + 1, config.tls ? example::Tls::on : example::Tls::off);
     for (std::size_t i = 0; i < kNodes; ++i) {
       redlock::Endpoint node = (*group)[i].endpoint();  // rediss:// with its CA when --tls
       node.connect_timeout = config.node_timeout;

@@ -17,8 +17,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "../duration.hpp"  // redlock_examples::parse_duration: redlock-run's syntax
 #include "demo.hpp"
+#include "duration.hpp"  // redlock_examples::parse_duration: redlock-run's syntax
 
 namespace {
 
@@ -31,7 +31,8 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// A positive duration, as redlock-run takes them (examples/duration.hpp). Throws UsageError.
+// A positive duration, as redlock-run takes them (tools/redlock-run/duration.hpp). Throws
+// UsageError.
 std::chrono::milliseconds parse_duration(const char* flag, const std::string& text) {
   const auto d = redlock_examples::parse_duration(text);
   if (!d) {

@@ -70,7 +70,7 @@ struct Endpoint {
   // Path of a unix domain socket; when non-empty it is used instead of host:port.
   std::string unix_socket;
   // ACL user name. Set: every connection sends `AUTH username password`, also with an empty
-  // password (redis://app@host): a `nopass` user accepts that, any other user answers
+  // password (`redis://app@host`): a `nopass` user accepts that, any other user answers
   // WRONGPASS, which surfaces as a ServerError naming AUTH. Empty: legacy `AUTH password` (when
   // password is set) or no AUTH at all (the server's `default` user).
   std::string username;

@@ -1,4 +1,5 @@
-// examples/duration.hpp: the duration syntax of redlock-run and redlock-demo, in one place.
+// tools/redlock-run/duration.hpp: the duration syntax of redlock-run and redlock-demo, in one
+// place.
 //
 //   parse_duration("1m30s") == 90'000ms;  parse_duration("0.5") == 500ms;  parse_duration("2 s")
 //   == nullopt.

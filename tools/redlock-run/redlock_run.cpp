@@ -1,4 +1,4 @@
-// examples/redlock_run.cpp: redlock-run, flock(1) for a fleet (like `etcdctl lock` and
+// tools/redlock-run/redlock_run.cpp: redlock-run, flock(1) for a fleet (like `etcdctl lock` and
 // `consul lock`): runs a command while holding a Redis lock, and stops the command if the lock is
 // lost.
 //
@@ -159,7 +159,7 @@ std::string signal_name(int signo) {
 
 // ---- Durations -------------------------------------------------------------------------------
 
-// Parses a duration (examples/duration.hpp: "250ms", "0.5s", "1m30s", a bare number of
+// Parses a duration (duration.hpp: "250ms", "0.5s", "1m30s", a bare number of
 // seconds). Throws UsageError naming `flag`.
 milliseconds parse_duration(std::string_view flag, std::string_view text) {
   const auto d = redlock_examples::parse_duration(text);
