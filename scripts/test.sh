@@ -44,7 +44,14 @@ stage() {  # stage NAME COMMAND...: runs one stage, records the outcome, never s
 
 plain() {
   redlock_build "$REDLOCK_ROOT/build" && (cd "$REDLOCK_ROOT/build" &&
-    ctest --output-on-failure -j2 --timeout 600)
+    ctest --output-on-failure -j2 --timeout 600 -LE known_defect) && known_defects
+}
+# Tests of a known, open defect (label known_defect; see the comment where each is declared):
+# run and reported, never gating.
+known_defects() {
+  (cd "$REDLOCK_ROOT/build" && ctest --output-on-failure --timeout 600 -L known_defect) ||
+    echo "=== known defect still reproduces (reported, not gating): see tests/torture/CMakeLists.txt ==="
+  return 0
 }
 sanitized() {  # sanitized DIR SANITIZERS
   local dir="$REDLOCK_ROOT/$1"
