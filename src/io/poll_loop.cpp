@@ -152,6 +152,21 @@ bool last_look(Pending& p) {
 void expire(Pending& p, Cut cut) {
   p.cut = cut;
   const auto connect_timeout = p.batch->node->endpoint().connect_timeout;
+  if (p.stage == Stage::dialing && cut == Cut::not_awaited) {
+    // A node in back-off whose reconnect is still under way when the others are done (this is a
+    // release, extend or rollback: acquires skip such nodes). The request still goes out once
+    // the connect completes: the finisher's first write waits for it. A release then still
+    // reaches a node that has just come back.
+    try {
+      p.connection = p.batch->node->adopt(p.dial);
+      p.connection->pool_slot = std::move(p.slot);
+      queue_request(p);
+    } catch (...) {
+      fail(p, std::current_exception());
+      return;
+    }
+    p.stage = Stage::writing;
+  }
   if (p.stage == Stage::dialing) {  // nothing was sent
     fail(p, accept_timeout(address(p), connect_timeout));
     return;
