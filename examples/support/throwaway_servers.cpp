@@ -98,8 +98,10 @@ TlsFiles make_tls_files() {
 }  // namespace
 
 const TlsFiles& tls_files() {
-  static const TlsFiles files = [] {
-    TlsFiles made = make_tls_files();
+  // Never destroyed: the exit handler that removes the directory runs after static destructors
+  // registered before it, so it must not read a destroyed object.
+  static const TlsFiles& files = *[] {
+    auto* made = new TlsFiles(make_tls_files());
     std::atexit([] {
       std::error_code ignored;
       std::filesystem::remove_all(tls_files().dir, ignored);
