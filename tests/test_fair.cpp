@@ -94,6 +94,34 @@ struct HeldFairLock {
   redlock::Lock holder;
 };
 
+// A server behind a fault proxy, a client straight to it and one through the proxy, and a fair
+// lock on `name` that the direct client holds.
+struct ProxiedHeldLock {
+  ProxiedHeldLock(const std::string& name, std::chrono::milliseconds command_timeout)
+      : proxy("127.0.0.1", server.endpoint().port),
+        k(key(name)),
+        direct(server.endpoint()),
+        via_proxy(proxied(server, proxy, command_timeout)),
+        holder(direct, k, fair()) {
+    holder.lock();
+  }
+  static redlock::Endpoint proxied(const RedisServer& server,
+                                   const redlock::test::FaultProxy& proxy,
+                                   std::chrono::milliseconds command_timeout) {
+    redlock::Endpoint endpoint = server.endpoint();
+    endpoint.port = proxy.port();
+    endpoint.command_timeout = command_timeout;
+    endpoint.connect_timeout = 2s;
+    return endpoint;
+  }
+  RedisServer server;
+  redlock::test::FaultProxy proxy;
+  std::string k;
+  redlock::Client direct;
+  redlock::Client via_proxy;
+  redlock::Lock holder;
+};
+
 }  // namespace
 
 TEST_CASE("Fair mode serves waiters in other processes in arrival order", "[redis][fair]") {
@@ -429,17 +457,12 @@ TEST_CASE("Fair mode: a refused retry on a stale connection keeps the waiter's p
   // That refusal cannot be the waiter's own grant (a script), so nothing may be rolled back: a
   // rollback (fair_release) after the holder handed the lock over would pass it on or delete it,
   // while the hand-over message still told the waiter it held the lock.
-  RedisServer server;
-  redlock::test::FaultProxy proxy("127.0.0.1", server.endpoint().port);
-  redlock::Endpoint endpoint = server.endpoint();
-  endpoint.port = proxy.port();
-  endpoint.command_timeout = 2s;
-  endpoint.connect_timeout = 2s;
-  redlock::Client direct(server.endpoint());
-  redlock::Client via_proxy(endpoint);
-  const auto k = key("fair-stale-retry");
-  redlock::Lock holder(direct, k, fair());
-  holder.lock();
+  ProxiedHeldLock held("fair-stale-retry", 2s);
+  RedisServer& server = held.server;
+  redlock::test::FaultProxy& proxy = held.proxy;
+  const std::string& k = held.k;
+  redlock::Client& via_proxy = held.via_proxy;
+  redlock::Lock& holder = held.holder;
   redlock::Lock waiter(via_proxy, k, fair(300ms));
   std::atomic<bool> got{false};
   std::thread t([&] {
@@ -513,4 +536,35 @@ TEST_CASE("A fair wait keeps one place and one token for its whole wait", "[redi
   t.join();
   REQUIRE(got.load());
   CHECK(holding == place);  // the hold is the queued token
+}
+
+TEST_CASE("Fair mode: a late undo of an abandoned attempt never ends the waiter's later hold",
+          "[redis][fair][fault]") {
+  // An attempt that times out is abandoned, and its undo (fair_release with the waiter's token)
+  // is queued behind it on the same connection. A slow network can deliver both long after the
+  // waiter's next attempts, on fresh connections, made it the holder. The undo must then find
+  // nothing of the waiter's to end. Found by torture_lock_fair (latency faults): the late undo
+  // deleted the key, the next waiter took it, and fencing caught the overlap.
+  ProxiedHeldLock held("fair-late-undo", 200ms);
+  const std::string& k = held.k;
+  redlock::LockOptions options = fair(50ms, 30s);
+  options.wake_on_release = false;  // retries every 50 ms: no subscriber through the proxy
+  redlock::Lock waiter(held.via_proxy, k, options);
+  held.proxy.set_delay(1500ms);  // the first attempts and their undos arrive 1.5 s late
+  std::atomic<bool> got{false};
+  std::thread t([&] {
+    got = waiter.try_lock_for(20s);
+    if (!got) return;
+    std::this_thread::sleep_for(2500ms);  // the delayed attempts and undos have now run
+    redlock::Lock third(held.direct, k, fair());
+    CHECK_FALSE(third.try_lock());
+    CHECK(waiter.owns_lock());
+    CHECK(waiter.release());
+  });
+  std::this_thread::sleep_for(500ms);
+  held.proxy.set_delay(0ms);
+  REQUIRE(wait_for_queue(held.server, k, 1));  // an attempt on a fresh connection queued the waiter
+  held.holder.unlock();                        // hands the lock over to it
+  t.join();
+  CHECK(got.load());
 }

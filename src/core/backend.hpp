@@ -85,6 +85,9 @@ class ReleaseWatch {
   virtual void wait_until(SteadyClock::time_point until) = 0;
   // Fair mode: a hand-over that arrived for this waiter (attempt `seq`, fence `fence`).
   virtual bool take_grant(std::uint64_t& seq, std::uint64_t& fence) noexcept = 0;
+  // Fair mode: hand-overs are for the token with this SHA1 (hex) from now on; one to the old
+  // token not taken yet is dropped.
+  virtual void retoken(std::string token_sha1) noexcept = 0;
   // Ends a wait_until in progress (or the next one) at once: cancel_waits(). Any thread.
   virtual void wake() noexcept = 0;
   // True if other waiters of this process watched the same lock before this one and still wait:

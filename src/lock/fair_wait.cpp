@@ -25,8 +25,18 @@ Try FairWait::attempt(Attempt how) {
   ++seq_;
   const Queue queue = how == Attempt::contended ? Queue::join : Queue::none;
   out.result = backend_.acquire(AcquireRequest{&out.token, how, queue, seq_});
-  if (out.result.left_queue) void_through_ = seq_;
+  if (out.result.left_queue) {
+    void_through_ = seq_;
+    retire_token();
+  }
   return out;
+}
+
+void FairWait::retire_token() {
+  token_ = make_token();
+  token_sha1_ = sha1_hex(token_);
+  queued_ = false;  // the old place is left by the fair_release; the new token has none yet
+  if (watch_) watch_->retoken(token_sha1_);
 }
 
 bool FairWait::hand_over(Try& out) {

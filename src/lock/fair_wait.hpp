@@ -1,5 +1,6 @@
 // src/lock/fair_wait.hpp: fair mode's wait strategy, the one place fair waiting lives: one token
-// is the waiter's place in the server's queue for the whole wait, attempts refresh it, a release
+// is the waiter's place in the server's queue for the whole wait (unless an attempt of it may
+// still be undone: see below), attempts refresh it, a release
 // hands the lock over without a round trip, and a waiter that gives up leaves the queue.
 #ifndef REDLOCK_SRC_LOCK_FAIR_WAIT_HPP
 #define REDLOCK_SRC_LOCK_FAIR_WAIT_HPP
@@ -20,7 +21,10 @@ enum class FairWake { timer, releases };
 // last attempt the server had seen; that attempt was sent before the key was set, so a lease
 // counted from its send time ends no later than the server's. An attempt after which the backend
 // ran fair_release with the token (a rollback: AcquireResult::left_queue) voids every hand-over
-// naming it or an earlier attempt.
+// naming it or an earlier attempt, and retires the token: that fair_release may reach the server
+// after later attempts (it follows an abandoned request on its connection, or goes on a fresh
+// one), and with the same token it would end the hold they made or the hand-over they queued
+// for. Later attempts queue with a new token, which nothing in flight can end.
 class FairWait final : public WaitStrategy {
  public:
   // Makes the waiter's token. Throws what token generation throws.
@@ -38,9 +42,11 @@ class FairWait final : public WaitStrategy {
  private:
   static constexpr std::uint64_t kKept = 32;  // send times remembered (recent attempts)
 
+  void retire_token();
+
   const FairWake wake_;
-  const std::string token_;
-  const std::string token_sha1_;
+  std::string token_;
+  std::string token_sha1_;
   std::uint64_t seq_{0};
   std::uint64_t void_through_{0};        // hand-overs naming attempts up to this are void
   bool queued_{false};                   // a contended attempt may have taken a place in the queue

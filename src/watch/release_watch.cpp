@@ -25,6 +25,7 @@ class SlotWatch : public ReleaseWatch {
     return slot_.take_grant(seq, fence);
   }
   void wake() noexcept override { slot_.notify(); }
+  void retoken(std::string token_sha1) noexcept override { slot_.retoken(std::move(token_sha1)); }
 
  protected:
   WakeSlot slot_;

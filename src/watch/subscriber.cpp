@@ -368,9 +368,7 @@ void Subscriber::on_message(Channel& channel, std::string_view payload) {
   }
   // A hand-over is for one waiter only (possibly in another process): nobody else here could
   // take the lock, so nobody else is woken.
-  for (WakeSlot* slot : channel.waiters) {
-    if (!slot->token_sha1().empty() && slot->token_sha1() == named) slot->grant(seq, fence);
-  }
+  for (WakeSlot* slot : channel.waiters) slot->offer_grant(named, seq, fence);
 }
 
 void Subscriber::on_subscribe(const std::string& name, Channel& channel) {

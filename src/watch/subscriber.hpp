@@ -48,8 +48,12 @@ class WakeSlot {
   explicit WakeSlot(std::string token_sha1) : token_sha1_(std::move(token_sha1)) {}
 
   void notify() noexcept;
-  // Fair mode: the server handed the lock to this slot's token ("grant:<seq>:<fence>:<sha1>").
-  void grant(std::uint64_t seq, std::uint64_t fence) noexcept;
+  // Fair mode: the server handed the lock to the token whose SHA1 is `named`
+  // ("grant:<seq>:<fence>:<sha1>"); kept if that is this slot's token. Any thread.
+  void offer_grant(std::string_view named, std::uint64_t seq, std::uint64_t fence) noexcept;
+  // Fair mode: the waiter queues with another token from now on (SHA1 hex); a hand-over to the
+  // old one that was not taken yet is dropped. Any thread.
+  void retoken(std::string token_sha1) noexcept;
   // True if notified and not yet consumed by wait_until.
   bool pending() noexcept;
   // Waits until notified or `deadline`; returns true if notified (and consumes it).
@@ -59,10 +63,9 @@ class WakeSlot {
   bool waited() noexcept;
   // Consumes a hand-over, if one arrived: the attempt number it named and the fence it carried.
   bool take_grant(std::uint64_t& seq, std::uint64_t& fence) noexcept;
-  const std::string& token_sha1() const noexcept { return token_sha1_; }
 
  private:
-  const std::string token_sha1_;
+  std::string token_sha1_;  // guarded by mutex_
   std::mutex mutex_;
   std::condition_variable cv_;
   bool notified_{false};

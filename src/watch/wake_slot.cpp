@@ -16,15 +16,23 @@ void WakeSlot::notify() noexcept {
   cv_.notify_all();
 }
 
-void WakeSlot::grant(std::uint64_t seq, std::uint64_t fence) noexcept {
+void WakeSlot::offer_grant(std::string_view named, std::uint64_t seq,
+                           std::uint64_t fence) noexcept {
   {
     std::lock_guard<std::mutex> guard(mutex_);
+    if (token_sha1_.empty() || token_sha1_ != named) return;
     notified_ = true;
     granted_ = true;
     grant_seq_ = seq;
     grant_fence_ = fence;
   }
   cv_.notify_all();
+}
+
+void WakeSlot::retoken(std::string token_sha1) noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  token_sha1_.swap(token_sha1);  // the old string is freed outside the lock
+  granted_ = false;
 }
 
 bool WakeSlot::take_grant(std::uint64_t& seq, std::uint64_t& fence) noexcept {
