@@ -155,6 +155,9 @@ class LockBase {
 
  protected:
   LockBase(std::vector<Client> instances, std::string key, LockOptions options);
+  // For a lock on another store (the optional backends): `core` is built by that component
+  // over its own lease backend. Never throws; `core` must not be null.
+  explicit LockBase(std::shared_ptr<detail::LockCore> core) noexcept;
 
  private:
   bool try_lock_for_ns(std::chrono::nanoseconds timeout);

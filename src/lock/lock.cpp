@@ -28,6 +28,8 @@ LockBase::LockBase(std::vector<Client> instances, std::string key, LockOptions o
     : core_(std::make_shared<detail::LockCore>(detail::impls_of(instances), std::move(key),
                                                std::move(options))) {}
 
+LockBase::LockBase(std::shared_ptr<detail::LockCore> core) noexcept : core_(std::move(core)) {}
+
 LockBase::~LockBase() { core_->destroy(); }
 
 void LockBase::lock() {

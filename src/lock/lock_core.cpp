@@ -60,8 +60,10 @@ constexpr CallWords kWords{"lock() of ",
 
 LockCore::LockCore(std::vector<std::shared_ptr<ClientImpl>> nodes, std::string key,
                    LockOptions options)
-    : options_(std::move(options)),
-      backend_(make_lease_engine(std::move(nodes), std::move(key), options_)) {
+    : LockCore(make_lease_engine(std::move(nodes), std::move(key), options), options) {}
+
+LockCore::LockCore(std::shared_ptr<LeaseBackend> backend, LockOptions options)
+    : options_(std::move(options)), backend_(std::move(backend)) {
   if ((options_.auto_renew || options_.on_lost) && !options_.watchdog) {
     options_.watchdog = Watchdog::shared();
   }

@@ -27,6 +27,9 @@ class LockCore : public std::enable_shared_from_this<LockCore> {
  public:
   // Throws std::invalid_argument for bad options or duplicate nodes.
   LockCore(std::vector<std::shared_ptr<ClientImpl>> nodes, std::string key, LockOptions options);
+  // A lock over any lease store (another backend behind the seam). `options` must already be
+  // validated by the backend's maker (ttl, retry_delay, ...). Never throws but std::bad_alloc.
+  LockCore(std::shared_ptr<LeaseBackend> backend, LockOptions options);
 
   // `deadline` max(): no deadline. Returns held; throws as LockBase::lock/try_lock*.
   bool acquire(Call call, SteadyClock::time_point deadline);
