@@ -16,6 +16,8 @@
 
 namespace redlock {
 
+class Observer;  // redlock/observer.hpp
+
 class Watchdog;
 
 // Why a held lease ended without the holder releasing it.
@@ -84,6 +86,9 @@ struct LockOptions {
   // Runs on the watchdog's callback thread, never on its renewal thread; must not throw
   // (exceptions are swallowed and logged). May be empty.
   std::function<void(const LostEvent&)> on_lost;
+  // Metrics hooks for this lock's events (redlock/observer.hpp). nullptr: the process-wide
+  // observer (redlock::set_observer), if any. Shared: the same observer may serve many locks.
+  std::shared_ptr<Observer> observer;
 };
 
 }  // namespace redlock

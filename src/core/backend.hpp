@@ -81,8 +81,9 @@ struct ReleaseResult {
 class ReleaseWatch {
  public:
   virtual ~ReleaseWatch() = default;
-  // Blocks until a release is announced or `until`, whichever is first.
-  virtual void wait_until(SteadyClock::time_point until) = 0;
+  // Blocks until a release is announced (or wake()) or `until`, whichever is first. Returns true
+  // if it was woken before `until`.
+  virtual bool wait_until(SteadyClock::time_point until) = 0;
   // Fair mode: a hand-over that arrived for this waiter (attempt `seq`, fence `fence`).
   virtual bool take_grant(std::uint64_t& seq, std::uint64_t& fence) noexcept = 0;
   // Fair mode: hand-overs are for the token with this SHA1 (hex) from now on; one to the old

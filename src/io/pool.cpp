@@ -222,14 +222,22 @@ std::size_t ClientImpl::open_connections() const {
   return slots_->open;
 }
 
+void ClientImpl::observe(NodeHealth health, std::string_view why) const noexcept {
+  if (Observer* const observer = redlock::observer()) {
+    observer->on_node(NodeEvent{address_, health, why});
+  }
+}
+
 void ClientImpl::note_health(bool reachable, std::string_view why) noexcept {
   if (reachable) {
     if (down_.exchange(false, std::memory_order_relaxed)) {
       logf(LogLevel::info, "redlock: {} answers again", address_);
+      observe(NodeHealth::reachable, {});
     }
   } else if (!down_.exchange(true, std::memory_order_relaxed)) {
     logf(LogLevel::warn, "redlock: {} is unreachable ({}); further failures are logged at debug",
          address_, why);
+    observe(NodeHealth::unreachable, why);
   } else {
     logf(LogLevel::debug, "redlock: {} still unreachable ({})", address_, why);
   }
@@ -241,6 +249,7 @@ void ClientImpl::note_timeout() noexcept {
   backoff_ms_.store(backoff, std::memory_order_relaxed);
   const auto until = Clock::now() + std::chrono::milliseconds(backoff);
   skip_until_ns_.store(until.time_since_epoch().count(), std::memory_order_relaxed);
+  if (previous == 0) observe(NodeHealth::slow, "timed out; acquires skip it for a back-off");
 }
 
 void ClientImpl::note_abandoned() noexcept {
@@ -258,9 +267,10 @@ void ClientImpl::note_abandoned() noexcept {
 
 void ClientImpl::note_answer() noexcept {
   abandoned_in_a_row_.store(0, std::memory_order_relaxed);
-  if (backoff_ms_.load(std::memory_order_relaxed) != 0) {
-    backoff_ms_.store(0, std::memory_order_relaxed);
+  if (backoff_ms_.load(std::memory_order_relaxed) != 0 &&
+      backoff_ms_.exchange(0, std::memory_order_relaxed) != 0) {
     skip_until_ns_.store(0, std::memory_order_relaxed);
+    if (!down_.load(std::memory_order_relaxed)) observe(NodeHealth::reachable, {});
   }
 }
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include <redlock/endpoint.hpp>
+#include <redlock/observer.hpp>
 
 #include "io/command.hpp"
 #include "io/dial.hpp"
@@ -98,6 +99,8 @@ class ClientImpl {
   // Records whether the node just answered; logs only transitions (down: warn, back: info), so
   // a dead node costs one log line, not one per operation. Never throws.
   void note_health(bool reachable, std::string_view why = {}) noexcept;
+  // Tells the process-wide observer (if any) of a health change. Never throws.
+  void observe(NodeHealth health, std::string_view why) const noexcept;
 
   // Circuit breaker for multi-node batches. After a timeout, or after being abandoned (cut after
   // an early finish's grace) three times in a row, the node is skipped by Redlock acquires (it

@@ -3,6 +3,7 @@
 
 #include "api/access.hpp"
 #include "util/log_internal.hpp"
+#include "util/observe.hpp"
 #include "watch/watchdog_impl.hpp"
 
 namespace redlock {
@@ -29,9 +30,25 @@ HoldEnd end_hold(HoldState& hold, LeaseBackend& lease) noexcept {
   return end;
 }
 
+void observe_release(Observer* observer, const std::string& key, const HoldState& hold,
+                     const HoldEnd& end) noexcept {
+  if (!observer) return;
+  const auto now = SteadyClock::now();
+  ReleaseEvent event;
+  event.key = key;
+  event.kept = end.kept;
+  event.failed = end.error != nullptr;
+  event.held = now - hold.acquired();
+  if (end.sent != SteadyClock::time_point{}) event.latency = now - end.sent;
+  event.listeners = end.listeners;
+  observer->on_release(event);
+}
+
 void report_loss(const std::shared_ptr<HoldState>& hold, LostReason reason,
                  const LockOptions& options, const std::string& key) noexcept {
-  if (!hold->mark_lost(reason) || !options.on_lost || !options.watchdog) return;
+  if (!hold->mark_lost(reason)) return;
+  observe_loss(observer_of(options), key, reason, hold->fence(), hold->renewals());
+  if (!options.on_lost || !options.watchdog) return;
   try {
     Access::watchdog(*options.watchdog).report_lost(key, hold, options.on_lost, reason);
   } catch (const std::exception& e) {  // no callback thread or memory: the loss stays marked

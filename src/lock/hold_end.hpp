@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include <redlock/observer.hpp>
 #include <redlock/options.hpp>
 
 #include "core/backend.hpp"
@@ -36,6 +37,10 @@ HoldEnd end_hold(HoldState& hold, LeaseBackend& lease) noexcept;
 // callback thread, naming `key`). Never throws.
 void report_loss(const std::shared_ptr<HoldState>& hold, LostReason reason,
                  const LockOptions& options, const std::string& key) noexcept;
+
+// Tells `observer` (nullptr: nobody) how the hold `key` ended. Never throws.
+void observe_release(Observer* observer, const std::string& key, const HoldState& hold,
+                     const HoldEnd& end) noexcept;
 
 // Ends a hold nobody will hear of (its thread exited, its object is destroyed): as end_hold,
 // then marks it released. A failure is logged, naming `what` (e.g. "a permit of k") and `when`.

@@ -14,6 +14,7 @@
 #include "lock/fair_wait.hpp"
 #include "lock/hold_end.hpp"
 #include "util/log_internal.hpp"
+#include "util/observe.hpp"
 #include "util/token.hpp"
 #include "watch/watchdog_impl.hpp"
 
@@ -72,12 +73,35 @@ LockCore::LockCore(std::shared_ptr<LeaseBackend> backend, LockOptions options)
 bool LockCore::acquire(Call call, SteadyClock::time_point deadline) {
   const Ownership::Entry entry = ownership_.enter(call, deadline);
   if (entry != Ownership::Entry::entered) return entry_result(entry, call, backend_->key(), kWords);
-  return gated_acquire(call, deadline);
+  Observer* const observer = observer_of(options_);
+  if (observer) return observed_acquire(*observer, call, deadline);
+  return gated_acquire(call, deadline, nullptr);
+}
+
+bool LockCore::observed_acquire(Observer& observer, Call call, SteadyClock::time_point deadline) {
+  AcquireEvent event;
+  event.key = backend_->key();
+  event.nodes = backend_->size();
+  const auto start = SteadyClock::now();
+  bool held = false;
+  try {
+    held = gated_acquire(call, deadline, &event);
+  } catch (...) {
+    event.outcome = AcquireOutcome::failed;
+    event.latency = SteadyClock::now() - start;
+    observer.on_acquire(event);
+    throw;
+  }
+  event.latency = SteadyClock::now() - start;
+  event.outcome = held ? AcquireOutcome::acquired : AcquireOutcome::contended;
+  if (held) event.fence = ownership_.hold_of_caller()->fence();
+  observer.on_acquire(event);
+  return held;
 }
 
 // This thread alone of this process talks to the servers for this object until it holds the
 // lock or gives up.
-bool LockCore::gated_acquire(Call call, SteadyClock::time_point deadline) {
+bool LockCore::gated_acquire(Call call, SteadyClock::time_point deadline, AcquireEvent* event) {
   // This object just released a lock others were waiting for: give the woken waiter the few
   // round trips it needs before competing again (no barging; see release()).
   const SteadyClock::time_point courtesy{
@@ -87,7 +111,7 @@ bool LockCore::gated_acquire(Call call, SteadyClock::time_point deadline) {
   }
   bool held = false;
   try {
-    held = attempts(call, deadline);
+    held = attempts(call, deadline, event);
   } catch (...) {
     ownership_.open_gate();
     throw;
@@ -97,10 +121,14 @@ bool LockCore::gated_acquire(Call call, SteadyClock::time_point deadline) {
 }
 
 // The wait strategy is chosen once per call and lives on this stack frame.
-bool LockCore::attempts(Call call, SteadyClock::time_point deadline) {
+bool LockCore::attempts(Call call, SteadyClock::time_point deadline, AcquireEvent* event) {
   const auto round = [&](WaitStrategy& wait) {
-    Round r{call, deadline, wait,
-            Unavailability(backend_->key(), call, deadline, options_.max_unavailable)};
+    Round r{call,
+            deadline,
+            wait,
+            Unavailability(backend_->key(), call, deadline, options_.max_unavailable),
+            std::chrono::milliseconds(-1),
+            event};
     return attempts(r);
   };
   if (backend_->fair()) {
@@ -162,13 +190,15 @@ bool LockCore::wait_loop(Round& r) {
     }
     const auto now = SteadyClock::now();
     if (r.deadline != kNoDeadline && now >= r.deadline) {
-      if (take_hand_over(r.wait)) return true;  // it came in time
+      if (take_hand_over(r)) return true;  // it came in time
       r.wait.leave();
       return r.unavailable.give_up();
     }
-    r.wait.wait_until(next_wake(r, now));
+    const bool woken = r.wait.wait_until(next_wake(r, now));
     if (ownership_.cancelled()) continue;
-    if (take_hand_over(r.wait) || settle(r, r.wait.attempt(Attempt::contended))) return true;
+    if (take_hand_over(r)) return true;
+    if (woken && r.event) observe_wake(WakeKind::released);
+    if (settle(r, r.wait.attempt(Attempt::contended))) return true;
   }
 }
 
@@ -188,6 +218,10 @@ SteadyClock::time_point LockCore::next_wake(const Round& r, SteadyClock::time_po
 // Applies one attempt's outcome: a failure goes to the unavailability rule, a grant is taken.
 bool LockCore::settle(Round& r, Try attempt) {
   r.holder_pttl = attempt.result.holder_pttl;
+  if (r.event) {
+    ++r.event->attempts;
+    r.event->granted = attempt.result.granted;
+  }
   if (attempt.result.failure) {
     r.unavailable.failed(attempt.result.failure);
     return false;
@@ -196,9 +230,21 @@ bool LockCore::settle(Round& r, Try attempt) {
   return attempt.result.held && take(attempt.result, std::move(attempt.token), attempt.sent);
 }
 
-bool LockCore::take_hand_over(WaitStrategy& wait) {
+bool LockCore::take_hand_over(Round& r) {
   Try handed;
-  return wait.hand_over(handed) && take(handed.result, std::move(handed.token), handed.sent);
+  if (!r.wait.hand_over(handed) || !take(handed.result, std::move(handed.token), handed.sent)) {
+    return false;
+  }
+  if (r.event) {
+    r.event->handed_over = true;
+    observe_wake(WakeKind::handed_over);
+  }
+  return true;
+}
+
+void LockCore::observe_wake(WakeKind kind) const noexcept {
+  Observer* const observer = observer_of(options_);
+  if (observer) observer->on_wake(WakeEvent{backend_->key(), kind});
 }
 
 bool LockCore::take(const AcquireResult& result, std::string token, SteadyClock::time_point start) {
@@ -210,7 +256,8 @@ bool LockCore::take(const AcquireResult& result, std::string token, SteadyClock:
   try {
     Access::watchdog(*options_.watchdog)
         .watch(backend_, hold,
-               WatchSettings{options_.max_renewals, options_.max_hold, options_.on_lost});
+               WatchSettings{options_.max_renewals, options_.max_hold, options_.on_lost,
+                             options_.observer});
   } catch (...) {
     // Could not start renewal (thread creation failed): do not hand out a hold the caller
     // believes is renewed. Roll back and report.
@@ -242,6 +289,7 @@ bool LockCore::release() {
   }
   const std::shared_ptr<HoldState>& hold = last.hold;
   const HoldEnd end = end_hold(*hold, *backend_);
+  observe_release(observer_of(options_), backend_->key(), *hold, end);
   if (end.listeners > 0 && !backend_->fair()) hold_back_after(end.sent);  // fair: queue decides
   // The lease turned out to be gone: that is a loss, and LeaseToken listeners hear of it.
   if (end.lost) report_lost(hold, end.reason);
@@ -283,8 +331,16 @@ bool LockCore::extend(std::chrono::milliseconds ttl) {
     throw;
   }
   // Held only if a quorum confirmed before the old validity ran out.
-  const bool in_time = result.held && SteadyClock::now() < hold->valid_until();
+  const auto done = SteadyClock::now();
+  const bool in_time = result.held && done < hold->valid_until();
   const bool held = hold->end_extend(id, in_time && !result.failure);
+  if (Observer* const observer = observer_of(options_)) {
+    ExtendEvent event;
+    event.key = backend_->key();
+    event.held = held;
+    event.latency = done - start;
+    observer->on_extend(event);
+  }
   if (result.failure) std::rethrow_exception(result.failure);
   if (held) {
     // A short ttl must not outlive the watchdog's schedule: its next renewal moves up.

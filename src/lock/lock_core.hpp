@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <redlock/observer.hpp>
 #include <redlock/options.hpp>
 
 #include "core/backend.hpp"
@@ -53,14 +54,17 @@ class LockCore : public std::enable_shared_from_this<LockCore> {
     WaitStrategy& wait;
     Unavailability unavailable;
     std::chrono::milliseconds holder_pttl{-1};  // from the last attempt (-1: unknown)
+    AcquireEvent* event;                        // counts attempts for an observer (or nullptr)
   };
-  bool gated_acquire(Call call, SteadyClock::time_point deadline);
-  bool attempts(Call call, SteadyClock::time_point deadline);
+  bool observed_acquire(Observer& observer, Call call, SteadyClock::time_point deadline);
+  bool gated_acquire(Call call, SteadyClock::time_point deadline, AcquireEvent* event);
+  bool attempts(Call call, SteadyClock::time_point deadline, AcquireEvent* event);
   bool attempts(Round& round);
   bool wait_loop(Round& round);
   bool queue_behind(Round& round);
   bool settle(Round& round, Try attempt);
-  bool take_hand_over(WaitStrategy& wait);
+  bool take_hand_over(Round& round);
+  void observe_wake(WakeKind kind) const noexcept;
   SteadyClock::time_point next_wake(const Round& round, SteadyClock::time_point now) const;
   bool take(const AcquireResult& result, std::string token, SteadyClock::time_point start);
   void hold_back_after(SteadyClock::time_point release_start);

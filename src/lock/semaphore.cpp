@@ -21,6 +21,7 @@
 #include "lock/hold_end.hpp"
 #include "lock/ownership.hpp"
 #include "util/log_internal.hpp"
+#include "util/observe.hpp"
 #include "util/token.hpp"
 #include "watch/release_watch.hpp"
 #include "watch/watchdog_impl.hpp"
@@ -159,7 +160,7 @@ void SemaphoreCore::take(const AcquireResult& result, std::string token,
   const std::shared_ptr<LeaseBackend> lease = permits_->permit(result.slot);
   try {
     // on_lost names the semaphore's key, not the slot key the watchdog renews.
-    WatchSettings settings{options_.max_renewals, options_.max_hold, {}};
+    WatchSettings settings{options_.max_renewals, options_.max_hold, {}, options_.observer};
     if (options_.on_lost) {
       settings.on_lost = [on_lost = options_.on_lost, key = key_](const LostEvent& e) {
         LostEvent event = e;
@@ -201,6 +202,7 @@ bool SemaphoreCore::release() {
   }
   const std::shared_ptr<HoldState>& hold = last.hold;
   const HoldEnd end = end_hold(*hold, *permits_->permit(last.slot));
+  observe_release(observer_of(options_), key_, *hold, end);
   if (end.lost) report_lost(hold, end.reason);
   hold->mark_released();
   ownership_.open_gate();

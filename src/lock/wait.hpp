@@ -59,7 +59,8 @@ class WaitStrategy {
   // True if this process's earlier waiters for the lock are woken first (ReleaseWatch).
   bool behind_others() const noexcept { return watch_ && watch_->behind_others(); }
   // Sleeps until a release is announced, cancel_waits(), or `until`. start_watch() first.
-  void wait_until(SteadyClock::time_point until) { watch_->wait_until(until); }
+  // Returns true if woken before `until`.
+  bool wait_until(SteadyClock::time_point until) { return watch_->wait_until(until); }
 
  protected:
   virtual std::unique_ptr<ReleaseWatch> make_watch(SteadyClock::time_point deadline) = 0;

@@ -20,7 +20,7 @@ namespace {
 class SlotWatch : public ReleaseWatch {
  public:
   explicit SlotWatch(std::string token_sha1 = {}) : slot_(std::move(token_sha1)) {}
-  void wait_until(SteadyClock::time_point until) override { slot_.wait_until(until); }
+  bool wait_until(SteadyClock::time_point until) override { return slot_.wait_until(until); }
   bool take_grant(std::uint64_t& seq, std::uint64_t& fence) noexcept override {
     return slot_.take_grant(seq, fence);
   }

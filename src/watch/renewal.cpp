@@ -5,6 +5,7 @@
 
 #include "core/tally.hpp"
 #include "util/log_internal.hpp"
+#include "util/observe.hpp"
 #include "watch/watchdog_impl.hpp"
 
 namespace redlock {
@@ -130,6 +131,15 @@ void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::tim
 void WatchdogImpl::conclude(const Renewing& renewing, const RenewalOutcome& outcome,
                             SteadyClock::time_point started, SteadyClock::time_point done) {
   Entry& entry = *renewing.entry;
+  if (Observer* const observer = observer_of(entry.settings.observer)) {
+    ExtendEvent event;
+    event.key = entry.backend->key();
+    event.renewal = true;
+    event.held = outcome.held_in_time && !outcome.lapsed;
+    event.latency = done - started;
+    event.lateness = std::max(SteadyClock::duration::zero(), started - entry.due);
+    observer->on_extend(event);
+  }
   if (outcome.refused > 0) {
     std::lock_guard<std::mutex> guard(mutex_);
     refused_ += outcome.refused;

@@ -9,6 +9,7 @@
 #include <redlock/errors.hpp>
 
 #include "util/log_internal.hpp"
+#include "util/observe.hpp"
 #include "util/token.hpp"
 #include "watch/watchdog_impl.hpp"
 
@@ -171,6 +172,8 @@ void WatchdogImpl::report_lost(const std::string& key, const std::shared_ptr<Hol
 void WatchdogImpl::lose(Entry& entry, LostReason reason) {
   std::vector<std::function<void()>> token_callbacks;
   if (!entry.hold->mark_lost(reason, &token_callbacks)) return;
+  observe_loss(observer_of(entry.settings.observer), entry.backend->key(), reason,
+               entry.hold->fence(), entry.hold->renewals());
   if (!token_callbacks.empty()) {
     // LeaseToken::on_lost callbacks run on the callback thread too, never on this one.
     post([callbacks = std::move(token_callbacks)]() mutable {

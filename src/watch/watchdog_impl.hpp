@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include <redlock/observer.hpp>
 #include <redlock/options.hpp>
 #include <redlock/watchdog.hpp>
 
@@ -28,6 +29,7 @@ struct WatchSettings {
   std::uint64_t max_renewals{0};
   std::chrono::milliseconds max_hold{0};
   std::function<void(const LostEvent&)> on_lost;
+  std::shared_ptr<Observer> observer;  // the lock's own; nullptr: the process-wide one
 };
 
 // Shared with its own threads (they hold a reference), so that the last Watchdog reference may
