@@ -1055,3 +1055,38 @@ TEST_CASE("redlock-run --limit 2 lets at most two commands hold the key at once"
         64);
   CHECK_THAT(err, Catch::Contains("--fair"));
 }
+
+TEST_CASE("redlock-run --metrics PATH writes Prometheus text at start and at exit",
+          "[redis][cli]") {
+  RedisServer server;
+  TempDir dir;
+  const std::string path = dir / "redlock.prom";
+  const auto k = key("run-metrics");
+  // The command sees the file already written (at start), with no acquire counted yet.
+  const std::string seen = dir / "seen";
+  CHECK(run({"--redis", uri(server), "--key", k, "--metrics", path, "--", "sh", "-c",
+             "cp \"$0\" \"$1\"", path, seen}) == 0);
+  CHECK(slurp(seen).find("# TYPE redlock_acquires_total counter") != std::string::npos);
+  CHECK(slurp(seen).find("outcome=\"acquired\"") == std::string::npos);
+  const std::string text = slurp(path);
+  CHECK(text.find("redlock_acquires_total{key=\"" + k + "\",outcome=\"acquired\"} 1") !=
+        std::string::npos);
+  CHECK(text.find("redlock_releases_total{key=\"" + k + "\",result=\"kept\"} 1") !=
+        std::string::npos);
+  CHECK(text.find("redlock_acquire_seconds_count{key=\"" + k + "\"} 1") != std::string::npos);
+  // Written atomically (a temporary file renamed): nothing else is left beside it.
+  std::size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir / "")) {
+    (void)entry;
+    ++files;
+  }
+  CHECK(files == 2);  // redlock.prom and seen
+  // A path that cannot be written is a usage error naming the option; the command never runs.
+  std::string err;
+  CHECK(run({"--redis", uri(server), "--key", k, "--metrics", dir / "no/such/dir/x.prom", "--",
+             "touch", dir / "ran"},
+            &err) == 64);
+  CHECK(err.find("--metrics") != std::string::npos);
+  CHECK_FALSE(exists(dir / "ran"));
+  CHECK_FALSE(held(server, k));
+}

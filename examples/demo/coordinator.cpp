@@ -661,6 +661,10 @@ int run_demo(const DemoConfig& config) {
                                      std::to_string(config.ttl.count())};
     for (const auto& uri : node_uris) args.insert(args.end(), {"--node", uri});
     if (!config.fencing) args.emplace_back("--no-fencing");
+    if (!config.metrics.empty()) {
+      args.insert(args.end(),
+                  {"--metrics", config.metrics + "/worker-" + std::to_string(i + 1) + ".prom"});
+    }
     workers[i].id = static_cast<int>(i + 1);
     try {
       spawn(workers[i], std::move(args));
@@ -764,7 +768,12 @@ int run_demo(const DemoConfig& config) {
   if (own_servers) run.node_timeout = config.node_timeout;
   run.fencing = config.fencing;
   run.faults_note = faults_note;
-  return print_summary(run);
+  const int status = print_summary(run);
+  if (!config.metrics.empty()) {
+    std::printf("metrics: %s/worker-1..%zu.prom (Prometheus text, one file per worker)\n",
+                config.metrics.c_str(), workers.size());
+  }
+  return status;
   // `group` goes out of scope here: every server the demo started is killed and its dir removed.
 }
 

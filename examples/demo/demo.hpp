@@ -79,6 +79,7 @@ struct WorkerConfig {
   std::string prefix;              // key prefix of this run
   std::chrono::milliseconds ttl{1000};
   bool fencing{true};
+  std::string metrics;  // where to write this worker's Prometheus metrics at the end; empty: none
 };
 
 // The --worker mode. Returns the process exit status.
@@ -99,6 +100,8 @@ struct DemoConfig {
   std::chrono::milliseconds node_timeout{200};
   // The servers the demo starts speak TLS (throwaway certificates; the nodes are rediss:// URIs).
   bool tls{false};
+  // A directory: each worker writes worker-<id>.prom there (Prometheus text) as it ends.
+  std::string metrics;
 };
 
 // The coordinator. Returns the process exit status: 0 pass, 1 a lost update or an overlap, 69

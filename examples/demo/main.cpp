@@ -6,12 +6,13 @@
 // With no --redis it starts its own throwaway servers and injects faults; with --redis it uses
 // the given servers and injects none. `redlock-demo --worker ...` is the worker mode the demo
 // execs for each of its worker processes (not meant to be typed by hand).
-#include <chrono>     // std::chrono
-#include <cstdio>     // std::fprintf
-#include <cstdlib>    // std::strtod
-#include <exception>  // std::exception
-#include <string>     // std::string
-#include <vector>     // std::vector
+#include <chrono>      // std::chrono
+#include <cstdio>      // std::fprintf
+#include <cstdlib>     // std::strtod
+#include <exception>   // std::exception
+#include <filesystem>  // std::filesystem::is_directory
+#include <string>      // std::string
+#include <vector>      // std::vector
 
 #include <stdexcept>  // std::runtime_error, std::invalid_argument
 
@@ -96,6 +97,7 @@ int worker_main(int argc, char** argv) {
   app.add_option("--prefix", config.prefix)->required();
   app.add_option("--ttl-ms", ttl_ms);
   app.add_flag("--no-fencing", no_fencing);
+  app.add_option("--metrics", config.metrics);
   CLI11_PARSE(app, argc, argv);
   config.ttl = std::chrono::milliseconds(ttl_ms);
   config.fencing = !no_fencing;
@@ -152,6 +154,10 @@ int main(int argc, char** argv) {
                "connect over rediss://, verified");
   app.add_flag("--no-fencing", no_fencing,
                "Counter writes carry no fence token: only the lock protects the counter");
+  app.add_option("--metrics", config.metrics,
+                 "Each worker writes its lock metrics (Prometheus text) to DIR/worker-N.prom as "
+                 "it ends")
+      ->type_name("DIR");
   try {
     app.parse(argc, argv);
     config.duration = parse_duration("--duration", duration);
@@ -159,6 +165,9 @@ int main(int argc, char** argv) {
     config.node_timeout = parse_duration("--node-timeout", node_timeout);
     config.processes = parse_count("--processes", processes);
     config.threads = parse_count("--threads", threads);
+    if (!config.metrics.empty() && !std::filesystem::is_directory(config.metrics)) {
+      throw UsageError("--metrics '" + config.metrics + "' is not a directory");
+    }
     if (!config.checker.empty() && config.redis.empty()) {
       throw UsageError("--checker needs --redis (own servers have their own)");
     }

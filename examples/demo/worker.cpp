@@ -18,6 +18,7 @@
 #include <cstdio>       // std::snprintf
 #include <exception>    // std::exception
 #include <functional>   // std::cref
+#include <memory>       // std::shared_ptr
 #include <mutex>        // std::mutex
 #include <string>       // std::string
 #include <string_view>  // std::string_view
@@ -27,6 +28,7 @@
 #include <redlock/redlock.hpp>  // Client, Redlock, Script, errors, set_log_handler
 
 #include "demo.hpp"
+#include "metrics/prometheus_observer.hpp"  // PrometheusObserver (--metrics)
 
 namespace demo {
 
@@ -224,6 +226,12 @@ int run_worker(const WorkerConfig& config) {
         g_channel.send("L " + one_line(e.what()));
       }
     }
+    // --metrics: this process's lock metrics, written as the worker ends.
+    std::shared_ptr<redlock_examples::PrometheusObserver> metrics;
+    if (!config.metrics.empty()) {
+      metrics = std::make_shared<redlock_examples::PrometheusObserver>();
+      redlock::set_observer(metrics);
+    }
     g_channel.send("ready");
     if (!wait_for_go()) return 0;
 
@@ -235,6 +243,7 @@ int run_worker(const WorkerConfig& config) {
     }
     wait_for_stop();
     for (auto& t : threads) t.join();
+    if (metrics) metrics->write_file(config.metrics);
   } catch (const std::exception& e) {
     g_channel.send("E fatal: " + one_line(e.what()));
     return 1;

@@ -78,6 +78,7 @@
 #include <redlock/version.hpp>  // REDLOCK_VERSION_STRING
 
 #include "duration.hpp"  // redlock_examples::parse_duration: the syntax shared with the demo
+#include "metrics/prometheus_observer.hpp"  // PrometheusObserver (examples/metrics/)
 
 namespace {
 
@@ -200,6 +201,7 @@ struct Config {
   bool verbose{false};
   Mode mode{Mode::run};
   std::size_t limit{0};  // --limit N: a semaphore of N permits; 0: a plain lock
+  std::string metrics;   // --metrics PATH: Prometheus text, written at start and at exit
   std::vector<std::string> command;
 };
 
@@ -251,6 +253,9 @@ Output:
                         missed, lost.
   -q, --quiet           No message when the lock is held elsewhere (the exit status says
                         it). Errors and a lost lease are always reported.
+  --metrics PATH        Write lock metrics in Prometheus text format (acquires, wait time,
+                        renewals and their lateness, losses, node health) to PATH, at start
+                        and at exit, atomically (for node_exporter's textfile collector).
   -h, --help            This text.   --version   The version.
 
 Our options end at the first word that is not one of them, or at --.
@@ -353,6 +358,7 @@ const std::pair<std::string_view, std::string_view> kValueOptions[] = {
     {"--grace", "--grace"},
     {"--unavailable-timeout", "--unavailable-timeout"},
     {"--limit", "--limit"},
+    {"--metrics", "--metrics"},
     {"--conflict-exit-code", "-E"},
     {"-E", "-E"}};
 
@@ -385,6 +391,8 @@ void take_value(std::string_view name, const std::string& flag, const std::strin
     raw.unavailable = value;
   } else if (name == "--limit") {
     raw.limit = value;
+  } else if (name == "--metrics") {
+    config.metrics = value;
   } else {
     raw.conflict_exit = value;
   }
@@ -1257,6 +1265,27 @@ int run(const Config& config, Runtime& rt) {
   return hold(clients, config, rt, lock);
 }
 
+// --metrics PATH: the process-wide observer, its file written once before `body` (a path that
+// cannot be written is a usage error) and again after it, whatever it returns.
+template <typename Body>
+int with_metrics(const Config& config, Body body) {
+  if (config.metrics.empty()) return body();
+  auto metrics = std::make_shared<redlock_examples::PrometheusObserver>();
+  try {
+    metrics->write_file(config.metrics);
+  } catch (const std::runtime_error& e) {
+    throw UsageError(std::string("--metrics: ") + e.what());
+  }
+  redlock::set_observer(metrics);
+  const int status = body();
+  try {
+    metrics->write_file(config.metrics);
+  } catch (const std::runtime_error& e) {
+    say(e.what());
+  }
+  return status;
+}
+
 // Blocks the handled signals in this (the only) thread, so that every thread started later
 // inherits the mask, and starts the signal thread.
 void setup_signals(Runtime& rt) {
@@ -1313,7 +1342,7 @@ int redlock_run(int argc, char** argv) {
       const bool ours = message.find(" lost (") != std::string_view::npos;
       if (!quiet && level >= shown && !ours) say(in_our_words(std::string(message)));
     });
-    return run(config, rt);
+    return with_metrics(config, [&] { return run(config, rt); });
   } catch (const UsageError& e) {
     say(e.what());
     std::fputs("Try 'redlock-run --help'.\n", stderr);
