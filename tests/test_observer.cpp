@@ -308,3 +308,27 @@ TEST_CASE("Observer: set_observer(nullptr) silences the process-wide hooks", "[o
   CHECK(std::string(redlock::to_string(redlock::AcquireOutcome::contended)) == "contended");
   CHECK(std::string(redlock::to_string(redlock::NodeHealth::slow)) == "slow");
 }
+
+TEST_CASE("Observer: a Semaphore's acquires and releases", "[redis][observer][semaphore]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  auto recorder = std::make_shared<Recorder>();
+  const auto k = key("observer-semaphore");
+  redlock::Semaphore first(client, k, 1, observed(recorder));
+  redlock::Semaphore second(client, k, 1, observed(recorder));
+  REQUIRE(first.try_acquire());
+  CHECK_FALSE(second.try_acquire());
+  CHECK(first.release());
+
+  std::lock_guard<std::mutex> guard(recorder->mutex);
+  REQUIRE(recorder->acquires.size() == 2);
+  CHECK(recorder->acquires[0].key == k);
+  CHECK(recorder->acquires[0].event.outcome == redlock::AcquireOutcome::acquired);
+  CHECK(recorder->acquires[0].event.granted == 1);
+  CHECK(recorder->acquires[0].event.fence >= 1);
+  CHECK(recorder->acquires[1].event.outcome == redlock::AcquireOutcome::contended);
+  CHECK(recorder->acquires[1].event.attempts == 1);
+  REQUIRE(recorder->releases.size() == 1);
+  CHECK(recorder->releases[0].key == k);
+  CHECK(recorder->releases[0].event.kept);
+}

@@ -13,6 +13,7 @@
 #include "core/engine.hpp"
 #include "lock/fair_wait.hpp"
 #include "lock/hold_end.hpp"
+#include "lock/observed.hpp"
 #include "util/log_internal.hpp"
 #include "util/observe.hpp"
 #include "util/token.hpp"
@@ -74,29 +75,11 @@ bool LockCore::acquire(Call call, SteadyClock::time_point deadline) {
   const Ownership::Entry entry = ownership_.enter(call, deadline);
   if (entry != Ownership::Entry::entered) return entry_result(entry, call, backend_->key(), kWords);
   Observer* const observer = observer_of(options_);
-  if (observer) return observed_acquire(*observer, call, deadline);
-  return gated_acquire(call, deadline, nullptr);
-}
-
-bool LockCore::observed_acquire(Observer& observer, Call call, SteadyClock::time_point deadline) {
-  AcquireEvent event;
-  event.key = backend_->key();
-  event.nodes = backend_->size();
-  const auto start = SteadyClock::now();
-  bool held = false;
-  try {
-    held = gated_acquire(call, deadline, &event);
-  } catch (...) {
-    event.outcome = AcquireOutcome::failed;
-    event.latency = SteadyClock::now() - start;
-    observer.on_acquire(event);
-    throw;
-  }
-  event.latency = SteadyClock::now() - start;
-  event.outcome = held ? AcquireOutcome::acquired : AcquireOutcome::contended;
-  if (held) event.fence = ownership_.hold_of_caller()->fence();
-  observer.on_acquire(event);
-  return held;
+  if (!observer) return gated_acquire(call, deadline, nullptr);
+  return observed_acquire(
+      *observer, backend_->key(), backend_->size(),
+      [&](AcquireEvent* event) { return gated_acquire(call, deadline, event); },
+      [&] { return ownership_.hold_of_caller()->fence(); });
 }
 
 // This thread alone of this process talks to the servers for this object until it holds the

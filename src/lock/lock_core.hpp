@@ -56,7 +56,6 @@ class LockCore : public std::enable_shared_from_this<LockCore> {
     std::chrono::milliseconds holder_pttl{-1};  // from the last attempt (-1: unknown)
     AcquireEvent* event;                        // counts attempts for an observer (or nullptr)
   };
-  bool observed_acquire(Observer& observer, Call call, SteadyClock::time_point deadline);
   bool gated_acquire(Call call, SteadyClock::time_point deadline, AcquireEvent* event);
   bool attempts(Call call, SteadyClock::time_point deadline, AcquireEvent* event);
   bool attempts(Round& round);

@@ -19,6 +19,7 @@
 #include "core/hold.hpp"
 #include "core/permits.hpp"
 #include "lock/hold_end.hpp"
+#include "lock/observed.hpp"
 #include "lock/ownership.hpp"
 #include "util/log_internal.hpp"
 #include "util/observe.hpp"
@@ -75,8 +76,9 @@ class SemaphoreCore {
     bool held{false};
     std::chrono::milliseconds holder_pttl{-1};
   };
-  Attempt attempt();
-  bool wait_loop(Call call, SteadyClock::time_point deadline);
+  bool gated_acquire(Call call, SteadyClock::time_point deadline, AcquireEvent* event);
+  Attempt attempt(AcquireEvent* event);
+  bool wait_loop(Call call, SteadyClock::time_point deadline, AcquireEvent* event);
   std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline);
   void take(const AcquireResult& result, std::string token, SteadyClock::time_point start);
   void report_lost(const std::shared_ptr<HoldState>& hold, LostReason reason);
@@ -99,9 +101,18 @@ bool SemaphoreCore::acquire(Call call, SteadyClock::time_point deadline) {
     ownership_.open_gate();
     return cancelled_result(call, key_, kWords);
   }
+  Observer* const observer = observer_of(options_);
+  if (!observer) return gated_acquire(call, deadline, nullptr);
+  return observed_acquire(
+      *observer, key_, 1, [&](AcquireEvent* event) { return gated_acquire(call, deadline, event); },
+      [&] { return ownership_.hold_of_caller()->fence(); });
+}
+
+bool SemaphoreCore::gated_acquire(Call call, SteadyClock::time_point deadline,
+                                  AcquireEvent* event) {
   bool held = false;
   try {
-    held = wait_loop(call, deadline);
+    held = wait_loop(call, deadline, event);
   } catch (...) {
     ownership_.open_gate();
     throw;
@@ -119,15 +130,15 @@ std::unique_ptr<ReleaseWatch> SemaphoreCore::watch(SteadyClock::time_point deadl
 // Waiting means: watch for releases first, then try again, so a release between a refused
 // attempt and the wait cannot be missed. A wait never sleeps past the earliest slot expiry
 // (expiry is not announced), nor past the caller's deadline.
-bool SemaphoreCore::wait_loop(Call call, SteadyClock::time_point deadline) {
-  Attempt a = attempt();
+bool SemaphoreCore::wait_loop(Call call, SteadyClock::time_point deadline, AcquireEvent* event) {
+  Attempt a = attempt(event);
   if (a.held || call == Call::try_lock) return a.held;
   const bool forever = deadline == SteadyClock::time_point::max();
   const std::unique_ptr<ReleaseWatch> watch = this->watch(deadline);
   const Ownership::Watching registered(ownership_, *watch);
   const auto base = std::chrono::nanoseconds(options_.retry_delay);
   while (!ownership_.cancelled()) {
-    a = attempt();
+    a = attempt(event);
     if (a.held) return true;
     const auto now = SteadyClock::now();
     if (!forever && now >= deadline) return false;
@@ -135,15 +146,22 @@ bool SemaphoreCore::wait_loop(Call call, SteadyClock::time_point deadline) {
     if (a.holder_pttl.count() >= 0) {
       wait = std::min<std::chrono::nanoseconds>(wait, a.holder_pttl + std::chrono::milliseconds(1));
     }
-    watch->wait_until(forever ? now + wait : std::min(now + wait, deadline));
+    const bool woken = watch->wait_until(forever ? now + wait : std::min(now + wait, deadline));
+    if (woken && event && !ownership_.cancelled()) {
+      observer_of(options_)->on_wake(WakeEvent{key_, WakeKind::released});
+    }
   }
   return cancelled_result(call, key_, kWords);
 }
 
-SemaphoreCore::Attempt SemaphoreCore::attempt() {
+SemaphoreCore::Attempt SemaphoreCore::attempt(AcquireEvent* event) {
   std::string token = make_token();
   const auto start = SteadyClock::now();
   const AcquireResult result = permits_->acquire(token);
+  if (event) {
+    ++event->attempts;
+    event->granted = result.held ? 1 : 0;
+  }
   Attempt out;
   out.held = result.held;
   out.holder_pttl = result.holder_pttl;
