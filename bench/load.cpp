@@ -13,17 +13,22 @@
 //       peak of connected clients and the connections opened (INFO). Goals: <= 3 commands per
 //       acquisition, min/max >= 0.5, peak connections <= the pool's bound + the subscriber + the
 //       benchmark's own INFO connection.
+//   6d. Clients: 2,000 Clients to one server, one short wait each (so each watches through the
+//       subscriber). Threads, fds and server connections added; then, idle, how often the
+//       process's threads woke in 2 s. Goal: one subscriber thread and connection for them all.
 //
 // The waiters of 6a use a long retry_delay so that the figure is the subscriber's cost per
 // channel, not polling (which 6c measures).
-#include <algorithm>  // std::min, std::max
-#include <atomic>     // std::atomic
-#include <iostream>   // std::cout
-#include <map>        // std::map
-#include <memory>     // std::unique_ptr
-#include <string>     // std::string
-#include <thread>     // std::thread
-#include <vector>     // std::vector
+#include <algorithm>   // std::min, std::max
+#include <atomic>      // std::atomic
+#include <filesystem>  // std::filesystem::directory_iterator
+#include <fstream>     // std::ifstream
+#include <iostream>    // std::cout
+#include <map>         // std::map
+#include <memory>      // std::unique_ptr
+#include <string>      // std::string
+#include <thread>      // std::thread
+#include <vector>      // std::vector
 
 #include <fmt/format.h>
 
@@ -294,6 +299,71 @@ void waiters(const Config& config, const RedisServer& server, Json& out) {
   out.set("waiters", std::move(j));
 }
 
+std::size_t entries(const char* dir) {
+  std::size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    (void)e;
+    ++n;
+  }
+  return n;
+}
+
+// Voluntary context switches of every thread of this process: how often they woke.
+std::uint64_t wakeups() {
+  std::uint64_t n = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream status(task.path() / "status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) n += std::stoull(line.substr(24));
+    }
+  }
+  return n;
+}
+
+void clients(const Config& config, const RedisServer& server, Json& out) {
+  const int n = config.quick ? 200 : 2000;
+  RawContext raw = raw_connect(endpoint_of(server, config.timeout));
+  const redlock::Client holder_client(endpoint_of(server, config.timeout));
+  redlock::Lock holder(holder_client, "load:clients", redlock::LockOptions{});
+  holder.lock();
+  const std::size_t threads_before = entries("/proc/self/task");
+  const std::size_t fds_before = entries("/proc/self/fd");
+  const std::uint64_t connections_before = info_number(raw.get(), "clients", "connected_clients");
+  std::vector<redlock::Client> clients;
+  clients.reserve(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    clients.emplace_back(endpoint_of(server, config.timeout));
+    // One short wait each: its watch subscribes through the process's subscriber.
+    redlock::Lock waiter(clients.back(), "load:clients", redlock::LockOptions{});
+    if (waiter.try_lock_for(std::chrono::milliseconds(2))) waiter.unlock();
+  }
+  const std::size_t threads = entries("/proc/self/task") - threads_before;
+  const std::size_t fds = entries("/proc/self/fd") - fds_before;
+  const std::uint64_t connections =
+      info_number(raw.get(), "clients", "connected_clients") - connections_before;
+  // Idle: the subscriptions lapse (500 ms); then nothing should wake.
+  std::this_thread::sleep_for(milliseconds(800));
+  const std::uint64_t woke_before = wakeups();
+  std::this_thread::sleep_for(milliseconds(2000));
+  const std::uint64_t woke = wakeups() - woke_before;
+  // Goals: one subscriber thread and connection for all of them (and a pooled connection each).
+  const bool met = threads <= 2 && connections <= static_cast<std::uint64_t>(n) + 1;
+  std::cout << fmt::format(
+      "\n5d. {} Clients to one server, one wait each: +{} threads, +{} fds, +{} server "
+      "connections (goal: <= 2 threads, <= {} connections: {}); idle, their threads woke {} "
+      "times in 2 s\n",
+      n, threads, fds, connections, n + 1, verdict(met), woke);
+  Json j = Json::object();
+  j.set("clients", n)
+      .set("threads_added", threads)
+      .set("fds_added", fds)
+      .set("server_connections_added", connections)
+      .set("idle_wakeups_in_2s", woke)
+      .set("goal_met", met);
+  out.set("clients", std::move(j));
+}
+
 }  // namespace
 
 void section_load(const Config& config, Report& report) {
@@ -309,6 +379,10 @@ void section_load(const Config& config, Report& report) {
   {
     RedisServer server;
     waiters(config, server, out);
+  }
+  {
+    RedisServer server;
+    clients(config, server, out);
   }
   report.sections.set("6_load", std::move(out));
 }

@@ -415,3 +415,101 @@ TEST_CASE("A try_lock_for queued behind this process's waiters still tries once 
   ahead.cancel_waits();
   waiter.join();
 }
+
+namespace {
+long long pubsub_connections(const RedisServer& server) {
+  const std::string list = server.raw({"CLIENT", "LIST", "TYPE", "pubsub"}).str();
+  return static_cast<long long>(std::count(list.begin(), list.end(), '\n'));
+}
+}  // namespace
+
+TEST_CASE("Clients to one server share one subscriber connection and thread",
+          "[redis][wake][load]") {
+  RedisServer server;
+  const auto k = key("shared-subscriber");
+  redlock::Client holder_client(server.endpoint());
+  redlock::Lock holder(holder_client, k, slow_polling());
+  holder.lock();
+  // 20 Clients (as a service with a Client per request or tenant would make), a waiter on each.
+  constexpr int kClients = 20;
+  std::vector<redlock::Client> clients;
+  for (int i = 0; i < kClients; ++i) clients.emplace_back(server.endpoint());
+  std::atomic<int> got{0};
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < kClients; ++i) {
+    waiters.emplace_back([&, i] {
+      redlock::Lock lock(clients[static_cast<std::size_t>(i)], k, slow_polling());
+      if (lock.try_lock_for(30s)) {
+        ++got;
+        lock.unlock();
+      }
+    });
+  }
+  const auto end = Clock::now() + 10s;
+  while (redlock::detail::Access::client(clients.back())->started_subscriber() == nullptr ||
+         subscribers(server, k + ":released") < 1) {
+    if (Clock::now() > end) break;
+    std::this_thread::sleep_for(5ms);
+  }
+  std::this_thread::sleep_for(200ms);  // every waiter has watched by now (or soon will)
+  CHECK(pubsub_connections(server) == 1);
+  CHECK(subscribers(server, k + ":released") == 1);
+  const auto* first = redlock::detail::Access::client(clients.front())->started_subscriber();
+  for (const auto& c : clients) {
+    const auto* s = redlock::detail::Access::client(c)->started_subscriber();
+    CHECK((s == nullptr || s == first));
+  }
+  // Another user, or another server, gets its own.
+  redlock::Endpoint other = server.endpoint();
+  other.command_timeout = 999ms;
+  redlock::Client different(other);
+  CHECK(&redlock::detail::Access::client(different)->subscriber() != first);
+  holder.unlock();
+  for (auto& t : waiters) t.join();
+  CHECK(got.load() == kClients);  // woken one after another through the one connection
+}
+
+TEST_CASE("An idle subscriber closes its connection, and the next wait opens it again",
+          "[redis][wake][load]") {
+  redlock::detail::set_idle_close_for_test(300ms);
+  struct Restore {
+    ~Restore() { redlock::detail::set_idle_close_for_test(30s); }
+  } restore;
+  RedisServer server;
+  redlock::Endpoint endpoint = server.endpoint();
+  endpoint.connect_timeout = 1234ms;  // a subscriber of this test's own
+  redlock::Client client(endpoint);
+  const auto k = key("idle-subscriber");
+  for (int round = 0; round < 2; ++round) {
+    redlock::Lock holder(client, k, slow_polling());
+    holder.lock();
+    std::atomic<bool> got{false};
+    std::thread waiter([&] {
+      redlock::Lock lock(client, k, slow_polling());
+      got = lock.try_lock_for(20s);
+      if (got) lock.unlock();
+    });
+    const auto end = Clock::now() + 5s;
+    while (subscribers(server, k + ":released") < 1 && Clock::now() < end) {
+      std::this_thread::sleep_for(5ms);
+    }
+    REQUIRE(subscribers(server, k + ":released") == 1);
+    const auto released = Clock::now();
+    holder.unlock();
+    waiter.join();
+    REQUIRE(got.load());
+    CHECK(Clock::now() - released < 5s);  // woken, not polled (retry_delay is 10 s)
+    // The subscription lingers 500 ms, then the connection 300 ms more: then it is closed.
+    auto& subscriber = redlock::detail::Access::client(client)->subscriber();
+    const auto closed_by = Clock::now() + 10s;
+    while (subscriber.stats().idle_closes < static_cast<std::uint64_t>(round + 1) &&
+           Clock::now() < closed_by) {
+      std::this_thread::sleep_for(20ms);
+    }
+    CHECK(subscriber.stats().idle_closes == static_cast<std::uint64_t>(round + 1));
+    // The server agrees: no connection is left whose last command was the UNSUBSCRIBE.
+    const std::string list = server.raw({"CLIENT", "LIST"}).str();
+    CHECK(list.find("cmd=unsubscribe") == std::string::npos);
+  }
+  CHECK(redlock::detail::Access::client(client)->subscriber().stats().reconnects == 2);
+}

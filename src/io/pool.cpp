@@ -2,6 +2,10 @@
 #include "io/pool.hpp"
 
 #include <algorithm>
+#include <iterator>
+#include <mutex>
+#include <string>
+#include <unordered_map>
 #include <utility>
 
 #include <fmt/format.h>
@@ -286,11 +290,51 @@ bool ClientImpl::skip(Clock::time_point now) noexcept {
                                                  std::memory_order_relaxed);
 }
 
+namespace {
+
+// Endpoints whose subscriptions can share one connection: the same server reached the same way
+// (TLS settings, reply caps, timeouts) as the same user. The database does not matter (pub/sub
+// channels are global), nor the pool's size.
+std::string subscriber_key(const Endpoint& e) {
+  const TlsOptions& t = e.tls;
+  return fmt::format("{}|{}|{}|{}:{}|{}:{}|{}|{}|{}|{}:{}|{}:{}|{}:{}|{}:{}|{}:{}|{}|{}|{}", e.host,
+                     e.port, e.unix_socket, e.username.size(), e.username, e.password.size(),
+                     e.password, e.connect_timeout.count(), e.command_timeout.count(), t.enabled,
+                     t.ca_file.size(), t.ca_file, t.ca_dir.size(), t.ca_dir, t.cert_file.size(),
+                     t.cert_file, t.key_file.size(), t.key_file, t.server_name.size(),
+                     t.server_name, t.verify, e.reply_limits.max_bulk_bytes,
+                     e.reply_limits.max_elements);
+}
+
+struct SubscriberRegistry {
+  std::mutex mutex;
+  std::unordered_map<std::string, std::weak_ptr<Subscriber>> by_endpoint;
+};
+
+}  // namespace
+
+std::shared_ptr<Subscriber> shared_subscriber(const Endpoint& endpoint) {
+  static SubscriberRegistry& registry = *new SubscriberRegistry;  // never destroyed
+  const std::string key = subscriber_key(endpoint);
+  std::lock_guard<std::mutex> guard(registry.mutex);
+  std::weak_ptr<Subscriber>& entry = registry.by_endpoint[key];
+  if (std::shared_ptr<Subscriber> found = entry.lock()) return found;
+  // Forget subscribers gone since (their last Client went away).
+  for (auto it = registry.by_endpoint.begin(); it != registry.by_endpoint.end();) {
+    it = it->second.expired() && it->first != key ? registry.by_endpoint.erase(it) : std::next(it);
+  }
+  // Its own pool, only to connect: no Client's lifetime holds the shared subscriber up.
+  auto dialer = std::make_shared<ClientImpl>(endpoint);
+  SubscriberLink link{dialer->address(), [dialer] { return dialer->connect_ready(); },
+                      [dialer](std::string_view why) { dialer->note_health(false, why); }};
+  auto subscriber = std::make_shared<Subscriber>(std::move(link));
+  registry.by_endpoint[key] = subscriber;
+  return subscriber;
+}
+
 Subscriber& ClientImpl::subscriber() {
   std::call_once(subscriber_once_, [this] {
-    SubscriberLink link{address_, [this] { return connect_ready(); },
-                        [this](std::string_view why) { note_health(false, why); }};
-    subscriber_ = std::make_unique<Subscriber>(std::move(link));
+    subscriber_ = shared_subscriber(endpoint_);
     started_subscriber_.store(subscriber_.get(), std::memory_order_release);
   });
   return *subscriber_;

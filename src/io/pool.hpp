@@ -32,6 +32,10 @@ namespace detail {
 
 class Subscriber;
 
+// The process's subscriber for `endpoint`'s server, user and connection settings: found, or
+// created with a dialer of its own. Throws std::bad_alloc, std::system_error (thread).
+std::shared_ptr<Subscriber> shared_subscriber(const Endpoint& endpoint);
+
 class ClientImpl {
  public:
   explicit ClientImpl(Endpoint endpoint);
@@ -82,7 +86,9 @@ class ClientImpl {
   // The handshake commands (AUTH, SELECT) for a new connection; empty if none needed.
   const std::vector<CommandView>& handshake() const noexcept { return handshake_; }
 
-  // The subscriber for wake-on-release, created on first call. Thread-safe.
+  // The subscriber for wake-on-release, found or created on first call: one per process for
+  // every Client of the same server, user and connection settings (shared_subscriber). Thread-
+  // safe.
   Subscriber& subscriber();
   // The subscriber if it was created already, else null. Thread-safe, never creates one.
   Subscriber* started_subscriber() const noexcept {
@@ -145,7 +151,7 @@ class ClientImpl {
   std::atomic<std::int64_t> backoff_ms_{0};
   std::atomic<int> abandoned_in_a_row_{0};
   std::once_flag subscriber_once_;
-  std::unique_ptr<Subscriber> subscriber_;
+  std::shared_ptr<Subscriber> subscriber_;  // shared with Clients of the same endpoint
   std::atomic<Subscriber*> started_subscriber_{nullptr};
 };
 

@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <string_view>
 #include <utility>
@@ -21,6 +23,17 @@
 
 namespace redlock {
 namespace detail {
+namespace {
+std::atomic<std::int64_t> g_idle_close_ms{30'000};
+}  // namespace
+
+std::chrono::milliseconds idle_close() {
+  return std::chrono::milliseconds(g_idle_close_ms.load(std::memory_order_relaxed));
+}
+
+void set_idle_close_for_test(std::chrono::milliseconds after) {
+  g_idle_close_ms.store(after.count(), std::memory_order_relaxed);
+}
 
 Subscriber::Subscriber(SubscriberLink link) : link_(std::move(link)) {
   event_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);  // not inherited across exec
@@ -64,8 +77,10 @@ void Subscriber::watch(const std::string& channel, WakeSlot* slot) {
         if (it->second.waiters.empty()) channels_.erase(it);
         throw;
       }
-      wake = true;
     }
+    // Not connected: the thread may sleep without a connection (idle); it connects now and
+    // subscribes every channel.
+    wake = inserted;
   }
   if (wake) wake_thread();
 }
@@ -193,11 +208,17 @@ void Subscriber::run() noexcept {
   for (;;) {
     try {
       if (!obey(connection)) return;
+      if (!connection && !has_channels()) {
+        wait_readable(nullptr, -1);  // idle, without a connection: until a watch() (or stop)
+        continue;
+      }
       if (!connection && !(connection = reconnect(backoff))) continue;
       send_outgoing(*connection);
-      const int timeout_ms = schedule_unsubscribes();
+      int timeout_ms = schedule_unsubscribes();
       if (timeout_ms == 0) continue;  // send the UNSUBSCRIBEs first
-      if (wait_readable(*connection, timeout_ms)) read_replies(*connection);
+      timeout_ms = close_if_idle(connection, timeout_ms);
+      if (!connection) continue;
+      if (wait_readable(connection.get(), timeout_ms)) read_replies(*connection);
     } catch (const std::exception& e) {
       lost(connection, e.what());
     } catch (...) {
@@ -276,17 +297,42 @@ void Subscriber::send_outgoing(Connection& connection) {
   write_all(connection, link_.address);
 }
 
+bool Subscriber::has_channels() const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return !channels_.empty();
+}
+
+int Subscriber::close_if_idle(std::unique_ptr<Connection>& connection, int timeout_ms) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  const auto now = std::chrono::steady_clock::now();
+  if (!channels_.empty() || !outgoing_.empty() || !sent_.empty()) {
+    empty_since_.reset();
+    return timeout_ms;
+  }
+  if (!empty_since_) empty_since_ = now;
+  const auto close_at = *empty_since_ + idle_close();
+  if (now >= close_at) {
+    connection.reset();  // reopened by the next watch()
+    connected_ = false;
+    empty_since_.reset();
+    ++stats_.idle_closes;
+    return -1;
+  }
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(close_at - now).count();
+  return timeout_ms < 0 ? static_cast<int>(left) : std::min(timeout_ms, static_cast<int>(left));
+}
+
 int Subscriber::schedule_unsubscribes() {
   std::lock_guard<std::mutex> guard(mutex_);
   const auto now = std::chrono::steady_clock::now();
-  int timeout_ms = 1000;
+  int timeout_ms = -1;  // nothing due: sleep until woken
   bool queued = false;
   while (!idle_.empty()) {
     const Idle& front = idle_.front();
     const auto due = front.since + kLinger;
     if (due > now) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(due - now).count();
-      timeout_ms = std::min(timeout_ms, static_cast<int>(left));
+      timeout_ms =
+          static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(due - now).count());
       break;
     }
     const auto it = channels_.find(front.channel);
@@ -303,18 +349,19 @@ int Subscriber::schedule_unsubscribes() {
   return queued ? 0 : timeout_ms;
 }
 
-bool Subscriber::wait_readable(const Connection& connection, int timeout_ms) {
-  if (connection.transport.buffered()) return true;
-  pollfd fds[2] = {{connection.transport.fd(), POLLIN, 0}, {event_fd_, POLLIN, 0}};
-  const int rc = ::poll(fds, 2, timeout_ms);
+bool Subscriber::wait_readable(const Connection* connection, int timeout_ms) {
+  if (connection && connection->transport.buffered()) return true;
+  pollfd fds[2] = {{event_fd_, POLLIN, 0},
+                   {connection ? connection->transport.fd() : -1, POLLIN, 0}};
+  const int rc = ::poll(fds, connection ? 2 : 1, timeout_ms);
   if (rc < 0 && errno != EINTR) {
     throw ConnectionError(fmt::format("redlock: poll failed: {}", std::strerror(errno)));
   }
-  if ((fds[1].revents & POLLIN) != 0) {
+  if ((fds[0].revents & POLLIN) != 0) {
     std::uint64_t value = 0;
     [[maybe_unused]] const ssize_t n = ::read(event_fd_, &value, sizeof value);
   }
-  return rc > 0 && fds[0].revents != 0;
+  return connection && rc > 0 && fds[1].revents != 0;
 }
 
 void Subscriber::read_replies(Connection& connection) {

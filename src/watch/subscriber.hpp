@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -83,8 +84,15 @@ bool parse_grant(std::string_view payload, std::uint64_t& seq, std::uint64_t& fe
 struct SubscriberStats {
   std::uint64_t messages{0};
   std::uint64_t reconnects{0};
+  std::uint64_t idle_closes{0};  // connections closed after idle_close() without a channel
   std::size_t channels{0};
 };
+
+// How long a subscriber keeps its connection without any channel before closing it (30 s; the
+// next watch() reconnects). Thread-safe.
+std::chrono::milliseconds idle_close();
+// Test hook: sets idle_close() for subscribers from now on. Thread-safe.
+void set_idle_close_for_test(std::chrono::milliseconds after);
 
 // How the subscriber reaches its server: given by the pool that owns it (no back-reference).
 struct SubscriberLink {
@@ -167,9 +175,14 @@ class Subscriber {
   // due entries); returns how long to sleep (ms) until the next one is due (0: some were queued).
   // Takes mutex_.
   int schedule_unsubscribes();
-  // Sleeps until the connection or the event fd is readable, or `timeout_ms`. True if the
-  // connection is. Throws ConnectionError if poll fails.
-  bool wait_readable(const Connection& connection, int timeout_ms);
+  // Sleeps until the connection (if any) or the event fd is readable, or `timeout_ms` (-1: no
+  // limit). True if the connection is. Throws ConnectionError if poll fails.
+  bool wait_readable(const Connection* connection, int timeout_ms);
+  bool has_channels() const;  // takes mutex_
+  // Closes the connection once no channel, command or reply has been pending for
+  // idle_close(); returns `timeout_ms` lowered to when that is due (-1 stays "no limit" while
+  // channels exist). Takes mutex_.
+  int close_if_idle(std::unique_ptr<Connection>& connection, int timeout_ms);
   // Reads what arrived and handles every complete reply. Throws redlock::Error.
   void read_replies(Connection& connection);
   void handle_reply(const redisReply& reply);
@@ -201,6 +214,7 @@ class Subscriber {
   bool failing_{false};            // guarded by mutex_: last connect attempt failed
   bool stop_{false};               // guarded by mutex_
   bool drop_requested_{false};     // guarded by mutex_
+  std::optional<std::chrono::steady_clock::time_point> empty_since_;  // no channel since; mutex_
   // Guarded by mutex_: the server refused a SUBSCRIBE (an ACL user without channel permission);
   // from then on nothing is subscribed and waiters poll. Kept for the Subscriber's life.
   bool refused_{false};
