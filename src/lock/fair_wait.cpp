@@ -12,19 +12,21 @@ namespace redlock {
 namespace detail {
 
 FairWait::FairWait(LeaseBackend& backend, FairWake wake)
-    : WaitStrategy(backend), wake_(wake), token_(make_token()), token_sha1_(sha1_hex(token_)) {}
+    : WaitStrategy(backend), wake_(wake), token_(make_token()) {}
 
 FairWait::~FairWait() = default;
 
 Try FairWait::attempt(Attempt how) {
   if (how == Attempt::contended) queued_ = true;
   Try out;
-  out.token = token_;
   out.sent = SteadyClock::now();
   sent_[seq_ % kKept] = out.sent;
   ++seq_;
   const Queue queue = how == Attempt::contended ? Queue::join : Queue::none;
-  out.result = backend_.acquire(AcquireRequest{&out.token, how, queue, seq_});
+  out.result = backend_.acquire(AcquireRequest{&token_, how, queue, seq_});
+  // Held: the wait is over and the token becomes the hold's (no copy). Otherwise the Try's
+  // token is not used.
+  if (out.result.held) out.token = std::move(token_);
   if (out.result.left_queue) {
     void_through_ = seq_;
     retire_token();
@@ -34,9 +36,8 @@ Try FairWait::attempt(Attempt how) {
 
 void FairWait::retire_token() {
   token_ = make_token();
-  token_sha1_ = sha1_hex(token_);
   queued_ = false;  // the old place is left by the fair_release; the new token has none yet
-  if (watch_) watch_->retoken(token_sha1_);
+  if (watch_) watch_->retoken(sha1_hex(token_));
 }
 
 bool FairWait::hand_over(Try& out) {
@@ -48,13 +49,14 @@ bool FairWait::hand_over(Try& out) {
   }
   out.sent = sent_[(granted - 1) % kKept];
   out.result = backend_.handed_over(fence, out.sent);
-  out.token = token_;
   // Not held: too late to trust the message's validity; the next attempt re-arms the key.
-  return out.result.held;
+  if (!out.result.held) return false;
+  out.token = std::move(token_);
+  return true;
 }
 
 void FairWait::leave() noexcept {
-  if (!queued_) return;
+  if (!queued_ || token_.empty()) return;  // empty: it became the hold's token
   queued_ = false;
   try {
     backend_.release(token_, Announce::waiters);
@@ -70,7 +72,7 @@ bool FairWait::watch_is_free() const noexcept {
 
 std::unique_ptr<ReleaseWatch> FairWait::make_watch(SteadyClock::time_point deadline) {
   if (wake_ == FairWake::timer) return make_timer_watch();
-  return backend_.watch(deadline, token_sha1_);
+  return backend_.watch(deadline, sha1_hex(token_));  // hand-overs name the token's SHA1
 }
 
 }  // namespace detail

@@ -45,8 +45,7 @@ class FairWait final : public WaitStrategy {
   void retire_token();
 
   const FairWake wake_;
-  std::string token_;
-  std::string token_sha1_;
+  std::string token_;  // moved into the hold once an attempt is granted
   std::uint64_t seq_{0};
   std::uint64_t void_through_{0};        // hand-overs naming attempts up to this are void
   bool queued_{false};                   // a contended attempt may have taken a place in the queue

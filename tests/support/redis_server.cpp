@@ -608,7 +608,7 @@ std::vector<std::string> minimal_acl_rules() {
           "+del", "+pexpire", "+pttl", "+incr", "+type", "+eval", "+evalsha", "+publish",
           "+subscribe", "+unsubscribe", "+ping",
           // fair mode's queue scripts
-          "+time", "+lindex", "+lpop", "+lrem", "+rpush", "+hget", "+hset", "+hdel"};
+          "+time", "+lindex", "+lpop", "+lrem", "+rpush", "+hget", "+hset", "+hdel", "+exists"};
 }
 
 redlock::Endpoint RedisServer::unix_endpoint() const {
