@@ -126,11 +126,29 @@ sets_nothing_global() {
   echo "build type left empty, no compile_commands.json"
 }
 
+# The shared library exports the public API only (cmake/redlock.map): every defined dynamic
+# symbol is in namespace redlock, none in redlock::detail except the protected LockBase
+# constructor that takes a LockCore, and the SONAME carries the ABI version.
+exports_only_redlock() {
+  local so
+  so="$(find "$1" -name 'libredlock.so' | head -1)"
+  [ -n "$so" ] || { echo "no libredlock.so under $1"; return 1; }
+  local all others internal
+  all="$(nm -D --defined-only "$so" | awk '{print $3}')"
+  others="$(grep -v -E '^_Z(N|NK|TIN|TSN|TVN|ThnN?[0-9]*_N|ZN)7redlock' <<<"$all")"
+  internal="$(c++filt <<<"$all" | grep 'redlock::detail' | grep -v 'LockBase::LockBase')"
+  [ -z "$others" ] || { echo "exported outside namespace redlock:"; echo "$others" | head; return 1; }
+  [ -z "$internal" ] || { echo "internals exported:"; echo "$internal" | head; return 1; }
+  readelf -d "$so" | grep -q 'SONAME.*libredlock\.so\.[0-9]' || { echo "no versioned SONAME"; return 1; }
+  echo "nm -D: $(wc -l <<<"$all") symbols, all in namespace redlock; $(readelf -d "$so" | grep -o 'libredlock\.so\.[0-9.]*')"
+}
+
 consumers_of_kind() {  # consumers_of_kind static|shared
   local kind="$1" prefix="$WORK/$1/prefix"
   local shared=OFF
   [ "$kind" = shared ] && shared=ON
   check "$kind-install" install_lib "$kind" "$prefix" "$WORK/$kind/install/redlock"
+  [ "$kind" = shared ] && check "shared-exports" exports_only_redlock "$prefix"
   check "$kind-find-package" cmake_app "$WORK/$kind/find-package" "$HERE/find-package" \
     -DCMAKE_PREFIX_PATH="$prefix"
   check "$kind-add-subdirectory" cmake_app "$WORK/$kind/add-subdirectory" \
