@@ -1,0 +1,88 @@
+// src/watch/subscriber_replies.cpp: what the subscriber's connection brings back: replies to
+// SUBSCRIBE and UNSUBSCRIBE, refusals, and the messages that wake waiters or hand them the lock.
+#include <string>
+#include <string_view>
+
+#include <hiredis/hiredis.h>
+
+#include "io/wire.hpp"
+#include "watch/subscriber.hpp"
+
+namespace redlock {
+namespace detail {
+
+void Subscriber::read_replies(Connection& connection) {
+  const IoResult result = read_some(connection);
+  if (result.error == IoError::again) return;
+  if (result.error != IoError::none) {
+    std::rethrow_exception(transport_error(result, link_.address, "read from", connection.timeout));
+  }
+  for (;;) {
+    ReplyPtr reply;
+    const Decoded decoded = connection.in.next(reply);
+    if (decoded == Decoded::need_more) return;
+    if (decoded == Decoded::malformed)
+      std::rethrow_exception(protocol_error(connection, link_.address));
+    handle_reply(*reply);
+  }
+}
+
+void Subscriber::handle_reply(const redisReply& reply) {
+  if (reply.type == REDIS_REPLY_ERROR) {
+    // The answer to the oldest command without one (e.g. NOPERM from an ACL user without
+    // channel permissions).
+    if (!sent_.empty() && sent_.front().op == Op::subscribe) refuse(text(&reply));
+    if (!sent_.empty()) sent_.pop_front();
+    return;
+  }
+  if (reply.type != REDIS_REPLY_ARRAY || reply.elements < 3) return;
+  const std::string_view kind = text(reply.element[0]);
+  if ((kind == "subscribe" || kind == "unsubscribe") && !sent_.empty()) sent_.pop_front();
+  const std::string channel(text(reply.element[1]));
+  std::lock_guard<std::mutex> guard(mutex_);
+  auto it = channels_.find(channel);
+  if (kind == "message") ++stats_.messages;
+  if (it == channels_.end()) return;
+  if (kind == "message") {
+    on_message(it->second, text(reply.element[2]));
+  } else if (kind == "subscribe") {
+    on_subscribe(it->first, it->second);
+  } else if (kind == "unsubscribe") {
+    on_unsubscribe(it);
+  }
+}
+
+void Subscriber::on_message(Channel& channel, std::string_view payload) {
+  std::uint64_t seq = 0;
+  std::uint64_t fence = 0;
+  std::string_view named;  // SHA1 of the waiter's token
+  if (!parse_grant(payload, seq, fence, named)) {
+    wake_one(channel);
+    return;
+  }
+  // A hand-over is for one waiter only (possibly in another process): nobody else here could
+  // take the lock, so nobody else is woken.
+  for (WakeSlot* slot : channel.waiters) slot->offer_grant(named, seq, fence);
+}
+
+void Subscriber::on_subscribe(const std::string& name, Channel& channel) {
+  channel.state = State::subscribed;
+  if (channel.waiters.empty()) became_idle(name, channel, Contended::no);
+  if (channel.wake_all_on_confirm) {
+    channel.wake_all_on_confirm = false;
+    for (WakeSlot* slot : channel.waiters) slot->notify();
+  }
+  confirmed_.notify_all();
+}
+
+void Subscriber::on_unsubscribe(Channels::iterator it) {
+  if (it->second.waiters.empty()) {
+    channels_.erase(it);
+  } else {
+    it->second.state = State::subscribing;
+    enqueue(Op::subscribe, it->first);
+  }
+}
+
+}  // namespace detail
+}  // namespace redlock
