@@ -1,4 +1,5 @@
 // Unit tests for redlock::Endpoint: URI parsing, address() and to_string(). No Redis needed.
+#include <redlock/client.hpp>
 #include <redlock/endpoint.hpp>
 
 #include <chrono>
@@ -522,4 +523,68 @@ TEST_CASE("Endpoint::to_string prints TLS settings but never the password", "[un
   const std::string text = built.to_string();
   CHECK(text == "rediss://:***@cache.example:6379?cacert=/etc/ssl/ca.pem&insecure=1");
   CHECK(text.find(kSecret) == std::string::npos);
+}
+
+TEST_CASE("Endpoint::parse reads the Sentinel forms", "[unit][sentinel-uri]") {
+  const Endpoint e = Endpoint::parse(std::string("redis-sentinel://app:") + kSecret +
+                                     "@s1,s2:26380,[::1]:7/2?sentinel_username=watch&"
+                                     "sentinel_password=" +
+                                     kSecret + "&command_timeout=500#my%20master");
+  CHECK(e.sentinel.service == "my master");
+  CHECK(e.username == "app");
+  CHECK(e.password == kSecret);
+  CHECK(e.database == 2);
+  CHECK_FALSE(e.tls.enabled);
+  REQUIRE(e.sentinel.sentinels.size() == 3);
+  CHECK(e.sentinel.sentinels[0].host == "s1");
+  CHECK(e.sentinel.sentinels[0].port == 26379);  // the default sentinel port
+  CHECK(e.sentinel.sentinels[1].port == 26380);
+  CHECK(e.sentinel.sentinels[2].host == "::1");
+  for (const Endpoint& s : e.sentinel.sentinels) {
+    CHECK(s.username == "watch");
+    CHECK(s.password == kSecret);
+    CHECK(s.command_timeout == std::chrono::milliseconds(500));  // shared with the master
+    CHECK(s.database == 0);
+  }
+  CHECK(e.address() == "sentinel:my master");
+  const std::string text = e.to_string();
+  CHECK(text ==
+        "redis-sentinel://app:***@s1:26379,s2:26380,[::1]:7/2?command_timeout=500&"
+        "sentinel_username=watch&sentinel_password=***#my%20master");
+  CHECK(text.find(kSecret) == std::string::npos);
+
+  const Endpoint t = Endpoint::parse("rediss-sentinel://s1:1?cacert=/ca.pem#m");
+  CHECK(t.tls.enabled);
+  REQUIRE(t.sentinel.sentinels.size() == 1);
+  CHECK(t.sentinel.sentinels[0].tls.enabled);  // TLS to the sentinels too
+  CHECK(t.sentinel.sentinels[0].tls.ca_file == "/ca.pem");
+  CHECK(Endpoint::parse(t.to_string()).sentinel.sentinels[0].port == 1);
+}
+
+TEST_CASE("Endpoint::parse rejects malformed Sentinel URIs, naming the part",
+          "[unit][sentinel-uri]") {
+  const auto bad = GENERATE(values<BadUri>({
+      {"redis-sentinel://s1", "#service"},
+      {"redis-sentinel://s1#", "#service"},
+      {"redis-sentinel://s1,,s2#m", "empty host"},
+      {"redis-sentinel://s1:0#m", "port"},
+      {"redis-sentinel://s1#m%zz", "service name"},
+      {"redis://h?sentinel_password=hunter2secret", "is for Sentinel"},
+      {"redis-sentinel://s1?sentinel_password=hunter2secret&nope=1#m", "unknown query parameter"},
+      {"redis-sentinel://s1?cacert=/a#m", "is for TLS"},
+      {"redis-sentinels://s1#m", "unsupported scheme"},
+  }));
+  check_bad(bad);
+}
+
+TEST_CASE("Client(uri) parses like Endpoint::parse and validates Sentinel endpoints", "[unit]") {
+  CHECK(redlock::Client("redis://127.0.0.1:7000").endpoint().port == 7000);
+  CHECK(redlock::Client("redis-sentinel://127.0.0.1#m").endpoint().sentinel.service == "m");
+  CHECK_THROWS_WITH(redlock::Client("redis-sentinel://127.0.0.1"), Catch::Contains("#service"));
+  Endpoint none;
+  none.sentinel.service = "m";
+  CHECK_THROWS_WITH(redlock::Client(none), Catch::Contains("sentinel.sentinels must not be empty"));
+  Endpoint bad_port = Endpoint::parse("redis-sentinel://127.0.0.1#m");
+  bad_port.sentinel.sentinels[0].port = 0;
+  CHECK_THROWS_WITH(redlock::Client(bad_port), Catch::Contains("endpoint.port"));
 }

@@ -51,6 +51,11 @@ class Client {
   // Throws std::invalid_argument naming the field if the endpoint is unusable (port out of range,
   // non-positive timeout, negative database, empty host and no unix socket).
   explicit Client(Endpoint endpoint);
+  // The same from a URI: Client("redis://127.0.0.1:6379"), Client("rediss://..."),
+  // Client("unix:///run/redis.sock"), Client("redis-sentinel://s1,s2,s3#mymaster"), as
+  // Endpoint::parse() reads it. Throws std::invalid_argument naming the bad part of the URI (the
+  // password never appears), or the unusable field as above.
+  explicit Client(std::string_view uri);
 
   // The endpoint this client talks to. Thread-safe.
   const Endpoint& endpoint() const noexcept;

@@ -12,6 +12,8 @@
 //   redis://[user[:password]@]host[:port][/db][?param=value&...]
 //   rediss://[user[:password]@]host[:port][/db][?param=value&...]     (TLS)
 //   unix://[user[:password]@]/path/to/socket[?db=N&...]
+//   redis-sentinel://[user[:password]@]host[:port][,host2[:port2]...][/db][?param=value&...]#service
+//   rediss-sentinel://...                                               (Sentinel, TLS everywhere)
 // host may be a name, an IPv4 address or a bracketed IPv6 address ([::1]). user, password and
 // parameter values are percent-decoded. Query parameters (every scheme): db, connect_timeout,
 // command_timeout (the timeouts in whole milliseconds, e.g. ?command_timeout=500). rediss://
@@ -19,6 +21,11 @@
 // and key (client certificate and key, PEM, for mutual TLS), sni (the server name sent and
 // verified; default: host) and insecure=1 (no verification at all: ask for it explicitly).
 // A library built with -DREDLOCK_WITH_TLS=OFF rejects rediss://.
+// The Sentinel forms (Lettuce's syntax) name the sentinels (default port 26379) and, after '#',
+// the service: the lock talks to whichever server the sentinels report as that service's
+// master. user and password are the master's; sentinel_username= and sentinel_password= log in
+// to the sentinels. rediss-sentinel:// uses TLS (and its parameters) to the sentinels and to the
+// master alike.
 #ifndef REDLOCK_ENDPOINT_HPP
 #define REDLOCK_ENDPOINT_HPP
 
@@ -26,6 +33,7 @@
 #include <cstddef>      // std::size_t
 #include <string>       // std::string
 #include <string_view>  // std::string_view
+#include <vector>       // std::vector
 
 namespace redlock {
 
@@ -60,6 +68,24 @@ struct ReplyLimits {
   std::size_t max_bulk_bytes{512U * 1024U * 1024U};
   // Most elements in one array reply (each costs a pointer before it arrives). > 0.
   std::size_t max_elements{1024U * 1024U};
+};
+
+struct Endpoint;
+
+// Where to find a master through Redis Sentinel (redis-sentinel:// and rediss-sentinel://).
+// Plain data. With `service` set, the Endpoint's host, port and unix_socket are not used: every
+// new connection goes to the address the sentinels report for `service`, once ROLE has
+// confirmed that it is a master. The Client asks again after a connection failure, after a
+// READONLY, LOADING or MASTERDOWN reply, and at once when the sentinel it listens to announces
+// +switch-master; pooled connections to a former master are dropped, never reused.
+struct SentinelOptions {
+  // The master's name, as in `sentinel monitor <name> ...`. Empty: not through Sentinel.
+  std::string service;
+  // The sentinels, asked in turn (the one that answers moves to the front). Each one's host and
+  // port, its ACL user and password (sentinel_username=, sentinel_password=), its TLS settings
+  // and its timeouts are used; database, max_connections and the sentinel field are ignored.
+  // Must not be empty when service is set.
+  std::vector<Endpoint> sentinels;
 };
 
 struct Endpoint {
@@ -97,21 +123,25 @@ struct Endpoint {
   TlsOptions tls;
   // Caps on reply headers (see ReplyLimits).
   ReplyLimits reply_limits;
+  // Through Redis Sentinel when sentinel.service is set (see SentinelOptions).
+  SentinelOptions sentinel;
 
-  // Parses a redis://, rediss:// or unix:// URI (format above).
+  // Parses a redis://, rediss://, unix://, redis-sentinel:// or rediss-sentinel:// URI (format
+  // above).
   // Returns the endpoint; fields the URI does not mention keep their defaults.
   // Throws std::invalid_argument naming the bad part (scheme, host, port, db, parameter, ...);
   // for rediss:// in a library built without TLS, the message names REDLOCK_WITH_TLS.
   // Thread-safe (pure function).
   static Endpoint parse(std::string_view uri);
 
-  // "host:port" (IPv6 hosts in brackets) or "unix:/path". Never includes credentials.
+  // "host:port" (IPv6 hosts in brackets), "unix:/path", or "sentinel:<service>" through
+  // Sentinel. Never includes credentials.
   // Used in every message about this endpoint. Thread-safe (const).
   std::string address() const;
 
-  // The endpoint as a URI (rediss:// with its TLS parameters when tls.enabled), with the password
-  // replaced by "***" if there is one; parse() of it gives back every other field (reply_limits
-  // have no URI form). Thread-safe.
+  // The endpoint as a URI (rediss:// with its TLS parameters when tls.enabled, the Sentinel form
+  // through Sentinel), with the passwords replaced by "***"; parse() of it gives back every other
+  // field (reply_limits have no URI form). Thread-safe.
   std::string to_string() const;
 };
 

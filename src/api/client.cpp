@@ -18,8 +18,29 @@
 namespace redlock {
 namespace {
 
+void validate(const Endpoint& ep);
+
+// Through Sentinel: the service and every sentinel (each a plain host:port) must be usable.
+void validate_sentinels(const Endpoint& ep) {
+  if (ep.sentinel.sentinels.empty()) {
+    throw std::invalid_argument(
+        fmt::format("redlock: endpoint.sentinel.sentinels must not be empty (service '{}' set)",
+                    ep.sentinel.service));
+  }
+  for (const Endpoint& sentinel : ep.sentinel.sentinels) {
+    if (!sentinel.sentinel.service.empty() || !sentinel.unix_socket.empty()) {
+      throw std::invalid_argument(
+          "redlock: endpoint.sentinel.sentinels: each sentinel is a host and port (no unix "
+          "socket, no service of its own)");
+    }
+    validate(sentinel);
+  }
+}
+
 void validate(const Endpoint& ep) {
-  if (ep.unix_socket.empty()) {
+  if (!ep.sentinel.service.empty()) {
+    validate_sentinels(ep);
+  } else if (ep.unix_socket.empty()) {
     if (ep.host.empty()) {
       throw std::invalid_argument("redlock: endpoint.host must not be empty (or set unix_socket)");
     }
@@ -145,6 +166,8 @@ Client::Client(Endpoint endpoint) {
   validate(endpoint);
   impl_ = std::make_shared<detail::ClientImpl>(std::move(endpoint));
 }
+
+Client::Client(std::string_view uri) : Client(Endpoint::parse(uri)) {}
 
 const Endpoint& Client::endpoint() const noexcept { return impl_->endpoint(); }
 

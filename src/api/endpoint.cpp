@@ -7,6 +7,7 @@
 #include <cstddef>      // std::size_t
 #include <string>       // std::string, std::to_string
 #include <string_view>  // std::string_view
+#include <utility>      // std::move
 
 #include "api/endpoint_text.hpp"
 
@@ -23,6 +24,7 @@ using detail::uri_fail;
 
 constexpr std::string_view kSchemeSeparator = "://";
 constexpr int kMaxPort = 65535;
+constexpr int kSentinelPort = 26379;
 
 // Host names and IPv4 addresses: letters, digits, '-', '.', '_'.
 bool is_valid_host_name(std::string_view host) {
@@ -41,17 +43,20 @@ bool is_valid_ipv6(std::string_view host) {
 Scheme parse_scheme(std::string_view uri, std::string_view scheme) {
   if (detail::iequals(scheme, "redis")) return Scheme::redis;
   if (detail::iequals(scheme, "unix")) return Scheme::unix_socket;
-  if (detail::iequals(scheme, "rediss")) {
+  if (detail::iequals(scheme, "redis-sentinel")) return Scheme::sentinel;
+  const bool sentinel = detail::iequals(scheme, "rediss-sentinel");
+  if (sentinel || detail::iequals(scheme, "rediss")) {
 #if defined(REDLOCK_WITH_TLS)
-    return Scheme::rediss;
+    return sentinel ? Scheme::sentinel_tls : Scheme::rediss;
 #else
-    uri_fail(uri,
-             "rediss:// (TLS) needs a library built with -DREDLOCK_WITH_TLS=ON (this one was built "
-             "with REDLOCK_WITH_TLS=OFF)");
+    uri_fail(uri, std::string(scheme) +
+                      ":// (TLS) needs a library built with -DREDLOCK_WITH_TLS=ON (this one was "
+                      "built with REDLOCK_WITH_TLS=OFF)");
 #endif
   }
   uri_fail(uri, "unsupported scheme '" + std::string(scheme) +
-                    "' (expected redis://, rediss:// or unix://)");
+                    "' (expected redis://, rediss://, unix://, redis-sentinel:// or "
+                    "rediss-sentinel://)");
 }
 
 struct Split {
@@ -138,15 +143,40 @@ void parse_port(std::string_view uri, std::string_view text, Endpoint& endpoint)
   endpoint.port = static_cast<int>(port);
 }
 
-// host[:port][/db] of a redis:// or rediss:// URI. Returns true if the path named a database.
-bool parse_location(std::string_view uri, std::string_view location, Endpoint& endpoint) {
-  const std::size_t slash = location.find('/');
-  const std::string_view authority = location.substr(0, slash);
+// host[:port] into endpoint.host and endpoint.port (which keeps its value if no port is given).
+void parse_authority(std::string_view uri, std::string_view authority, Endpoint& endpoint) {
   std::string_view port_text;
   const bool has_port = !authority.empty() && authority.front() == '['
                             ? parse_ipv6_host(uri, authority, endpoint, port_text)
                             : parse_named_host(uri, authority, endpoint, port_text);
   if (has_port) parse_port(uri, port_text, endpoint);
+}
+
+// host[:port][,host[:port]...] of a Sentinel URI: one Endpoint per sentinel (port 26379 unless
+// given).
+void parse_sentinels(std::string_view uri, std::string_view authorities, Endpoint& endpoint) {
+  for (;;) {
+    const std::size_t comma = authorities.find(',');
+    Endpoint sentinel;
+    sentinel.port = kSentinelPort;
+    parse_authority(uri, authorities.substr(0, comma), sentinel);
+    endpoint.sentinel.sentinels.push_back(std::move(sentinel));
+    if (comma == std::string_view::npos) return;
+    authorities.remove_prefix(comma + 1);
+  }
+}
+
+// host[:port][/db] of a redis:// or rediss:// URI (a list of hosts through Sentinel). Returns
+// true if the path named a database.
+bool parse_location(std::string_view uri, std::string_view location, Scheme scheme,
+                    Endpoint& endpoint) {
+  const std::size_t slash = location.find('/');
+  const std::string_view authority = location.substr(0, slash);
+  if (detail::through_sentinel(scheme)) {
+    parse_sentinels(uri, authority, endpoint);
+  } else {
+    parse_authority(uri, authority, endpoint);
+  }
   if (slash == std::string_view::npos) return false;
   const std::string_view path = location.substr(slash + 1);
   if (path.empty()) return false;  // "redis://host/" means db 0
@@ -166,34 +196,67 @@ void parse_unix_path(std::string_view uri, std::string_view location, Endpoint& 
   endpoint.unix_socket = std::string(location);
 }
 
+// "#service" of a Sentinel URI (the first '#' after the credentials). Returns the URI without
+// it. Other schemes have no fragment: a '#' there stays part of what it is in.
+std::string_view take_service(std::string_view uri, Scheme scheme, Endpoint& endpoint) {
+  if (!detail::through_sentinel(scheme)) return uri;
+  const std::size_t at = uri.rfind('@');
+  const std::size_t hash = uri.find('#', at == std::string_view::npos ? 0 : at);
+  if (hash == std::string_view::npos || hash + 1 == uri.size()) {
+    uri_fail(uri,
+             "missing the service name: a Sentinel URI ends in #service, the name the "
+             "sentinels monitor the master under");
+  }
+  if (!detail::percent_decode(uri.substr(hash + 1), endpoint.sentinel.service)) {
+    uri_fail(uri, "malformed percent-escape in the service name (expected %XX)");
+  }
+  return uri.substr(0, hash);
+}
+
+// The settings a Sentinel URI gives for the master apply to the sentinels too: TLS, timeouts.
+void share_settings(Endpoint& endpoint) {
+  for (Endpoint& sentinel : endpoint.sentinel.sentinels) {
+    sentinel.tls = endpoint.tls;
+    sentinel.tls.server_name.clear();  // sni= names the master; each sentinel is checked by host
+    sentinel.connect_timeout = endpoint.connect_timeout;
+    sentinel.command_timeout = endpoint.command_timeout;
+    sentinel.reply_limits = endpoint.reply_limits;
+  }
+}
+
 }  // namespace
 
-Endpoint Endpoint::parse(std::string_view uri) {
-  const std::size_t separator = uri.find(kSchemeSeparator);
+Endpoint Endpoint::parse(std::string_view whole) {
+  const std::size_t separator = whole.find(kSchemeSeparator);
   if (separator == std::string_view::npos) {
-    uri_fail(uri, "missing \"://\" after the scheme (expected redis://, rediss:// or unix://)");
+    uri_fail(whole,
+             "missing \"://\" after the scheme (expected redis://, rediss://, unix://, "
+             "redis-sentinel:// or rediss-sentinel://)");
   }
-  const Scheme scheme = parse_scheme(uri, uri.substr(0, separator));
+  const Scheme scheme = parse_scheme(whole, whole.substr(0, separator));
   Endpoint endpoint;
-  endpoint.tls.enabled = scheme == Scheme::rediss;
+  const std::string_view uri = take_service(whole, scheme, endpoint);
+  endpoint.tls.enabled = detail::uses_tls(scheme);
   const Split split = split_userinfo(uri.substr(separator + kSchemeSeparator.size()), scheme);
-  if (split.has_userinfo) parse_userinfo(uri, split.userinfo, endpoint);
+  if (split.has_userinfo) parse_userinfo(whole, split.userinfo, endpoint);
 
   const std::size_t question = split.rest.find('?');
   const std::string_view location = split.rest.substr(0, question);
   bool db_in_path = false;
   if (scheme == Scheme::unix_socket) {
-    parse_unix_path(uri, location, endpoint);
+    parse_unix_path(whole, location, endpoint);
   } else {
-    db_in_path = parse_location(uri, location, endpoint);
+    db_in_path = parse_location(whole, location, scheme, endpoint);
   }
   if (question != std::string_view::npos) {
-    detail::parse_query(uri, split.rest.substr(question + 1), scheme, db_in_path, endpoint);
+    detail::parse_query(whole, split.rest.substr(question + 1), scheme, db_in_path, endpoint);
   }
+  if (detail::through_sentinel(scheme)) share_settings(endpoint);
   return endpoint;
 }
 
 std::string Endpoint::address() const {
+  if (!sentinel.service.empty()) return "sentinel:" + sentinel.service;
   if (!unix_socket.empty()) return "unix:" + unix_socket;
   std::string out;
   if (host.find(':') != std::string::npos) {
@@ -209,7 +272,11 @@ std::string Endpoint::address() const {
 }
 
 std::string Endpoint::to_string() const {
-  std::string out = !unix_socket.empty() ? "unix://" : tls.enabled ? "rediss://" : "redis://";
+  const bool sentinels = !sentinel.service.empty();
+  std::string out = sentinels ? (tls.enabled ? "rediss-sentinel://" : "redis-sentinel://")
+                    : !unix_socket.empty() ? "unix://"
+                    : tls.enabled          ? "rediss://"
+                                           : "redis://";
   if (!username.empty() || !password.empty()) {
     out += detail::percent_encode(username);
     if (!password.empty()) out += ":***";
@@ -219,12 +286,21 @@ std::string Endpoint::to_string() const {
     out += unix_socket;
     return out + detail::format_query(*this, detail::DbIn::query);
   }
-  out += address();
+  if (sentinels) {
+    for (const Endpoint& node : sentinel.sentinels) {
+      if (&node != sentinel.sentinels.data()) out += ',';
+      out += node.address();
+    }
+  } else {
+    out += address();
+  }
   if (database != 0) {
     out += '/';
     out += std::to_string(database);
   }
-  return out + detail::format_query(*this, detail::DbIn::path);
+  out += detail::format_query(*this, detail::DbIn::path);
+  if (sentinels) out += '#' + detail::percent_encode(sentinel.service);
+  return out;
 }
 
 }  // namespace redlock

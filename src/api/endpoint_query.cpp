@@ -28,7 +28,7 @@ constexpr std::string_view kSchemeSeparator = "://";
 constexpr long long kMaxTimeoutMs = INT_MAX;
 
 // Which schemes accept a parameter.
-enum class Needs : unsigned char { any_scheme, tls };
+enum class Needs : unsigned char { any_scheme, tls, sentinel };
 
 using Apply = void (*)(std::string_view uri, std::string_view value, Endpoint& endpoint);
 
@@ -81,7 +81,17 @@ void apply_sni(std::string_view uri, std::string_view value, Endpoint& endpoint)
   endpoint.tls.server_name = std::string(value);
 }
 
-const std::array<Parameter, 9> kParameters{{
+// sentinel_username= and sentinel_password=: every sentinel's credentials.
+void apply_sentinel_user(std::string_view uri, std::string_view value, Endpoint& endpoint) {
+  const std::string user = decoded(uri, "sentinel_username", value);
+  for (Endpoint& sentinel : endpoint.sentinel.sentinels) sentinel.username = user;
+}
+void apply_sentinel_password(std::string_view uri, std::string_view value, Endpoint& endpoint) {
+  const std::string password = decoded(uri, "sentinel_password", value);
+  for (Endpoint& sentinel : endpoint.sentinel.sentinels) sentinel.password = password;
+}
+
+const std::array<Parameter, 11> kParameters{{
     {"db", Needs::any_scheme, apply_db, nullptr},
     {"connect_timeout", Needs::any_scheme,
      [](std::string_view uri, std::string_view v, Endpoint& e) {
@@ -99,7 +109,12 @@ const std::array<Parameter, 9> kParameters{{
     {"key", Needs::tls, nullptr, &TlsOptions::key_file},
     {"sni", Needs::tls, apply_sni, nullptr},
     {"insecure", Needs::tls, apply_insecure, nullptr},
+    {"sentinel_username", Needs::sentinel, apply_sentinel_user, nullptr},
+    {"sentinel_password", Needs::sentinel, apply_sentinel_password, nullptr},
 }};
+
+// Parameters whose values never appear in a message.
+bool secret(std::string_view name) { return name == "sentinel_password"; }
 
 const Parameter* find_parameter(std::string_view name) {
   const auto it = std::find_if(kParameters.begin(), kParameters.end(),
@@ -133,7 +148,8 @@ std::string redact(std::string_view uri) {
     const std::size_t amp = query.find('&');
     const std::string_view param = query.substr(0, amp);
     const std::size_t eq = param.find('=');
-    if (eq != std::string_view::npos && find_parameter(param.substr(0, eq)) == nullptr) {
+    const std::string_view name = param.substr(0, eq);
+    if (eq != std::string_view::npos && (find_parameter(name) == nullptr || secret(name))) {
       out += param.substr(0, eq + 1);
       out += "***";
     } else {
@@ -167,12 +183,17 @@ void parse_parameter(std::string_view uri, std::string_view param, Scheme scheme
   const Parameter* known = find_parameter(name);
   if (known == nullptr) {
     uri_fail(uri,
-             "unknown query parameter (expected db, connect_timeout, command_timeout, or for "
-             "rediss:// cacert, cacertdir, cert, key, sni, insecure)");
+             "unknown query parameter (expected db, connect_timeout, command_timeout, for "
+             "rediss:// cacert, cacertdir, cert, key, sni, insecure, and for redis-sentinel:// "
+             "sentinel_username, sentinel_password)");
   }
   const std::string quoted(name);
-  if (known->needs == Needs::tls && scheme != Scheme::rediss) {
-    uri_fail(uri, "query parameter " + quoted + " is for TLS: use rediss://");
+  if (known->needs == Needs::tls && !uses_tls(scheme)) {
+    uri_fail(uri, "query parameter " + quoted + " is for TLS: use rediss:// or rediss-sentinel://");
+  }
+  if (known->needs == Needs::sentinel && !through_sentinel(scheme)) {
+    uri_fail(uri, "query parameter " + quoted +
+                      " is for Sentinel: use redis-sentinel:// or rediss-sentinel://");
   }
   const unsigned bit = 1U << static_cast<unsigned>(known - kParameters.data());
   if ((seen & bit) != 0) uri_fail(uri, "duplicate query parameter " + quoted);
@@ -294,6 +315,11 @@ std::string format_query(const Endpoint& endpoint, DbIn db) {
   }
   if (endpoint.command_timeout != defaults.command_timeout) {
     append_param(query, "command_timeout", std::to_string(endpoint.command_timeout.count()));
+  }
+  if (!endpoint.sentinel.sentinels.empty()) {
+    const Endpoint& first = endpoint.sentinel.sentinels.front();
+    append_param(query, "sentinel_username", percent_encode(first.username));
+    if (!first.password.empty()) append_param(query, "sentinel_password", "***");
   }
   const TlsOptions& tls = endpoint.tls;
   if (!tls.enabled) return query;

@@ -13,7 +13,14 @@ namespace redlock {
 namespace detail {
 
 // Which scheme a URI used: query parameters differ (TLS ones need rediss://).
-enum class Scheme : unsigned char { redis, rediss, unix_socket };
+enum class Scheme : unsigned char { redis, rediss, unix_socket, sentinel, sentinel_tls };
+
+inline bool uses_tls(Scheme scheme) {
+  return scheme == Scheme::rediss || scheme == Scheme::sentinel_tls;
+}
+inline bool through_sentinel(Scheme scheme) {
+  return scheme == Scheme::sentinel || scheme == Scheme::sentinel_tls;
+}
 
 // Throws std::invalid_argument: "invalid Redis endpoint URI "<uri, secrets masked>": <what>".
 [[noreturn]] void uri_fail(std::string_view uri, std::string_view what);

@@ -67,6 +67,8 @@ Dial::~Dial() {
 Dial& Dial::operator=(Dial&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) ::close(fd_);
+    target = std::move(other.target);
+    epoch = other.epoch;
     fd_ = other.release();
   }
   return *this;

@@ -12,8 +12,10 @@
 #ifndef REDLOCK_SRC_IO_DIAL_HPP
 #define REDLOCK_SRC_IO_DIAL_HPP
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include <redlock/endpoint.hpp>
 
@@ -28,7 +30,8 @@ class Dial {
   Dial() = default;
   explicit Dial(int fd) noexcept : fd_(fd) {}
   ~Dial();
-  Dial(Dial&& other) noexcept : fd_(other.release()) {}
+  Dial(Dial&& other) noexcept
+      : target(std::move(other.target)), epoch(other.epoch), fd_(other.release()) {}
   Dial& operator=(Dial&& other) noexcept;
   Dial(const Dial&) = delete;
   Dial& operator=(const Dial&) = delete;
@@ -40,6 +43,10 @@ class Dial {
     fd_ = -1;
     return fd;
   }
+
+  // Through Sentinel: the master this connects to, and the locator's epoch when it was chosen.
+  std::shared_ptr<const Endpoint> target;
+  std::uint64_t epoch{0};
 
  private:
   int fd_{-1};

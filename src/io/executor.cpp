@@ -109,6 +109,20 @@ void finish(Pending& p) {
   p.handshake = 0;
 }
 
+// Through Sentinel, a reply that says the server is not a master now (READONLY, LOADING,
+// MASTERDOWN: a failover happened or is under way) fails the node like a lost connection: the
+// command did not run there, and the next request goes to the master the sentinels name then.
+void check_master(Pending& p) {
+  if (p.done) return;
+  for (const ReplyPtr& reply : p.batch->replies) {
+    if (!is_error(reply.get()) || !p.batch->node->master_moved(text(reply.get()))) continue;
+    fail(p, std::make_exception_ptr(ConnectionError(
+                fmt::format("redlock: {} is not the master now ({}); asking the sentinels again",
+                            p.batch->node->address(), text(reply.get())))));
+    return;
+  }
+}
+
 // EVAL fallback for NOSCRIPT replies, one node at a time (rare: after SCRIPT FLUSH or restart).
 void retry_noscript(Pending& p) {
   if (p.done) return;
@@ -204,6 +218,7 @@ void execute_once(NodeBatch* batches, std::size_t count, bool* stale, const Earl
     stale[i] = worth_retry(p);
     finish(p);
     retry_noscript(p);
+    check_master(p);
     if (p.connection_attempted && !stale[i]) note_outcome(p);
     if (!p.done) p.batch->node->checkin(std::move(p.connection));
   }

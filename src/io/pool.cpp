@@ -12,6 +12,7 @@
 
 #include <redlock/errors.hpp>
 
+#include "io/sentinel.hpp"
 #include "io/tls.hpp"
 #include "util/log_internal.hpp"
 #include "util/token.hpp"
@@ -61,6 +62,7 @@ ClientImpl::ClientImpl(Endpoint endpoint)
       slots_(std::make_shared<Slots>(endpoint_.max_connections)) {
   address_ = endpoint_.address();
   build_handshake();
+  if (!endpoint_.sentinel.service.empty()) locator_ = shared_locator(endpoint_);
 }
 
 ClientImpl::~ClientImpl() { clear_idle(); }  // their slots refer to slots_
@@ -174,6 +176,7 @@ bool ClientImpl::try_obtain(std::unique_ptr<Connection>& connection, std::shared
 }
 
 bool ClientImpl::fresh(Connection& connection) const noexcept {
+  if (locator_ && connection.epoch != locator_->epoch()) return false;  // to a former master
   // An idle connection has nothing to read unless the server closed it (restart, CLIENT KILL,
   // idle timeout): such a one is dropped (by the caller) before anything is sent on it.
   if (!connection.transport.readable_now()) {
@@ -184,17 +187,33 @@ bool ClientImpl::fresh(Connection& connection) const noexcept {
   return false;
 }
 
-Dial ClientImpl::dial() const { return start_dial(endpoint_, address_); }
+Dial ClientImpl::dial() const {
+  if (!locator_) return start_dial(endpoint_, address_);
+  MasterLocator::Answer master = locator_->master();
+  Dial dial = start_dial(*master.endpoint, address_ + " at " + master.endpoint->address());
+  dial.target = std::move(master.endpoint);
+  dial.epoch = master.epoch;
+  return dial;
+}
+
+bool ClientImpl::master_moved(std::string_view error) noexcept {
+  if (!locator_ || !says_not_master(error)) return false;
+  locator_->stale(error);
+  clear_idle();
+  return true;
+}
 
 std::unique_ptr<Connection> ClientImpl::adopt(Dial& dial) const {
   Transport transport = finish_dial(dial, address_);
-  transport.secure(make_secure_layer(endpoint_, address_));  // TLS: handshake in the poll loop
+  const Endpoint& target = dial.target ? *dial.target : endpoint_;
+  transport.secure(make_secure_layer(target, address_));  // TLS: handshake in the poll loop
   logf(LogLevel::debug, "redlock: connected to {}", address_);
   auto connection = std::make_unique<Connection>(endpoint_.reply_limits);
   connection->transport = std::move(transport);
   connection->transport.allow_waiting(endpoint_.command_timeout);  // a failure costs a poll
   connection->timeout = endpoint_.command_timeout;
   connection->authenticated = handshake_.empty();
+  connection->epoch = dial.epoch;
   return connection;
 }
 
@@ -233,6 +252,7 @@ void ClientImpl::observe(NodeHealth health, std::string_view why) const noexcept
 }
 
 void ClientImpl::note_health(bool reachable, std::string_view why) noexcept {
+  if (!reachable && locator_) locator_->stale(why);  // the master may have moved: ask again
   if (reachable) {
     if (down_.exchange(false, std::memory_order_relaxed)) {
       logf(LogLevel::info, "redlock: {} answers again", address_);
@@ -290,21 +310,24 @@ bool ClientImpl::skip(Clock::time_point now) noexcept {
                                                  std::memory_order_relaxed);
 }
 
-namespace {
+namespace {}  // namespace
 
-// Endpoints whose subscriptions can share one connection: the same server reached the same way
-// (TLS settings, reply caps, timeouts) as the same user. The database does not matter (pub/sub
-// channels are global), nor the pool's size.
-std::string subscriber_key(const Endpoint& e) {
+std::string settings_key(const Endpoint& e) {
   const TlsOptions& t = e.tls;
-  return fmt::format("{}|{}|{}|{}:{}|{}:{}|{}|{}|{}|{}:{}|{}:{}|{}:{}|{}:{}|{}:{}|{}|{}|{}", e.host,
-                     e.port, e.unix_socket, e.username.size(), e.username, e.password.size(),
-                     e.password, e.connect_timeout.count(), e.command_timeout.count(), t.enabled,
-                     t.ca_file.size(), t.ca_file, t.ca_dir.size(), t.ca_dir, t.cert_file.size(),
-                     t.cert_file, t.key_file.size(), t.key_file, t.server_name.size(),
-                     t.server_name, t.verify, e.reply_limits.max_bulk_bytes,
-                     e.reply_limits.max_elements);
+  std::string key =
+      fmt::format("{}|{}|{}|{}:{}|{}:{}|{}|{}|{}|{}:{}|{}:{}|{}:{}|{}:{}|{}:{}|{}|{}|{}", e.host,
+                  e.port, e.unix_socket, e.username.size(), e.username, e.password.size(),
+                  e.password, e.connect_timeout.count(), e.command_timeout.count(), t.enabled,
+                  t.ca_file.size(), t.ca_file, t.ca_dir.size(), t.ca_dir, t.cert_file.size(),
+                  t.cert_file, t.key_file.size(), t.key_file, t.server_name.size(), t.server_name,
+                  t.verify, e.reply_limits.max_bulk_bytes, e.reply_limits.max_elements);
+  if (e.sentinel.service.empty()) return key;
+  key += fmt::format("|sentinel:{}:{}", e.sentinel.service.size(), e.sentinel.service);
+  for (const Endpoint& s : e.sentinel.sentinels) key += "|{" + settings_key(s) + "}";
+  return key;
 }
+
+namespace {
 
 struct SubscriberRegistry {
   std::mutex mutex;
@@ -315,7 +338,9 @@ struct SubscriberRegistry {
 
 std::shared_ptr<Subscriber> shared_subscriber(const Endpoint& endpoint) {
   static SubscriberRegistry& registry = *new SubscriberRegistry;  // never destroyed
-  const std::string key = subscriber_key(endpoint);
+  // Subscriptions of one server reached the same way as the same user can share a connection:
+  // pub/sub channels are global, so the database does not matter.
+  const std::string key = settings_key(endpoint);
   std::lock_guard<std::mutex> guard(registry.mutex);
   std::weak_ptr<Subscriber>& entry = registry.by_endpoint[key];
   if (std::shared_ptr<Subscriber> found = entry.lock()) return found;

@@ -31,6 +31,12 @@ namespace redlock {
 namespace detail {
 
 class Subscriber;
+class MasterLocator;
+
+// Endpoints equal in everything that decides which server a connection reaches and how (host,
+// port or socket, credentials, timeouts, TLS, reply caps, and through Sentinel the sentinels and
+// the service) have equal keys. The database and the pool's size are not part of it.
+std::string settings_key(const Endpoint& endpoint);
 
 // The process's subscriber for `endpoint`'s server, user and connection settings: found, or
 // created with a dialer of its own. Throws std::bad_alloc, std::system_error (thread).
@@ -85,6 +91,11 @@ class ClientImpl {
 
   // The handshake commands (AUTH, SELECT) for a new connection; empty if none needed.
   const std::vector<CommandView>& handshake() const noexcept { return handshake_; }
+
+  // Through Sentinel (Endpoint::sentinel.service set): whether `error` (a reply) says the server
+  // is no longer a master (READONLY, LOADING, MASTERDOWN); if so, the master is looked up again
+  // and pooled connections are dropped. Always false for other endpoints. Never throws.
+  bool master_moved(std::string_view error) noexcept;
 
   // The subscriber for wake-on-release, found or created on first call: one per process for
   // every Client of the same server, user and connection settings (shared_subscriber). Thread-
@@ -153,6 +164,7 @@ class ClientImpl {
   std::once_flag subscriber_once_;
   std::shared_ptr<Subscriber> subscriber_;  // shared with Clients of the same endpoint
   std::atomic<Subscriber*> started_subscriber_{nullptr};
+  std::shared_ptr<MasterLocator> locator_;  // through Sentinel only
 };
 
 }  // namespace detail

@@ -5,6 +5,7 @@
 #define REDLOCK_SRC_IO_WIRE_HPP
 
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <string>
@@ -30,6 +31,7 @@ struct Connection {
   std::chrono::milliseconds timeout{0};  // the endpoint's command_timeout, for blocking writes
   bool authenticated{false};             // AUTH/SELECT handshake done
   bool reused{false};                    // came out of the idle pool (may be stale after a restart)
+  std::uint64_t epoch{0};                // through Sentinel: the master lookup it was dialed under
   // The pool's slot (io/pool.hpp): freed when the connection closes. Empty: not counted.
   std::shared_ptr<void> pool_slot;
 };

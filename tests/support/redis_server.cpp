@@ -631,6 +631,16 @@ void RedisServer::add_tls_args(std::vector<std::string>& args) {
                certs.ca, "--tls-auth-clients", tls.auth_clients ? "yes" : "no"});
 }
 
+std::string RedisServer::write_sentinel_config() const {
+  const std::string path = dir_ + "/sentinel.conf";
+  if (::access(path.c_str(), F_OK) == 0) return path;  // the sentinel's own rewrite: kept
+  std::ofstream out(path);
+  for (const std::string& line : options_.config_lines) out << line << '\n';
+  out.close();
+  if (!out) throw std::runtime_error("redis_server: cannot write " + path);
+  return path;
+}
+
 void RedisServer::spawn(int port) {
   // A new port (not a restart): a new TLS port too, in case the old one was what was busy.
   if (tls() && (port != port_ || tls_port_ == 0)) tls_port_ = pick_port(this, &Entry::tls_port);
@@ -638,10 +648,10 @@ void RedisServer::spawn(int port) {
   log_offset_ = file_size_or_zero(log_path_);
   out_offset_ = file_size_or_zero(out_path_);
 
-  std::vector<std::string> args = {
-      redis_path_, "--port",       std::to_string(port),
-      "--bind",    "127.0.0.1",    "--save",
-      "",          "--appendonly", options_.persistence ? "yes" : "no"};
+  std::vector<std::string> args = {redis_path_};
+  if (options_.sentinel) args.insert(args.end(), {write_sentinel_config(), "--sentinel"});
+  args.insert(args.end(), {"--port", std::to_string(port), "--bind", "127.0.0.1", "--save", "",
+                           "--appendonly", options_.persistence ? "yes" : "no"});
   if (options_.persistence) args.insert(args.end(), {"--appendfsync", "always"});
   args.insert(args.end(), {"--dir", dir_, "--daemonize", "no", "--enable-debug-command", "local",
                            "--logfile", log_path_});
@@ -649,7 +659,7 @@ void RedisServer::spawn(int port) {
     args.insert(args.end(), {"--unixsocket", unix_socket_, "--unixsocketperm", "700"});
   }
   if (tls()) add_tls_args(args);
-  if (restricted_user_mode()) {
+  if (restricted_user_mode() && !options_.sentinel) {
     // The tests' own bookkeeping (counters, hold logs) needs a few more commands than the library.
     args.insert(args.end(), {"--user", kRestrictedUser});
     for (auto& rule : minimal_acl_rules()) args.push_back(rule);

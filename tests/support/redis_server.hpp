@@ -62,6 +62,11 @@ struct ServerOptions {
   std::string faketime;
   // Appended to the command line, e.g. {"--requirepass", "pw"}.
   std::vector<std::string> extra_args;
+  // Run as a Redis Sentinel (redis-server <dir>/sentinel.conf --sentinel) whose config file
+  // starts with these lines (written once: the sentinel rewrites it, and a restart keeps what it
+  // learnt). Never gets the restricted user's ACL.
+  bool sentinel = false;
+  std::vector<std::string> config_lines;
   TlsServerOptions tls;
 };
 
@@ -143,6 +148,7 @@ class RedisServer {
   // Waits for the process launched by the NoWait constructor; retries on other ports.
   void finish_start();
   void spawn(int port);
+  std::string write_sentinel_config() const;
   void add_tls_args(std::vector<std::string>& args);
   StartResult await_ready();
   void stop_process() noexcept;

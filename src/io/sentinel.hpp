@@ -1,0 +1,104 @@
+// src/io/sentinel.hpp: where a Sentinel-managed master is now. A `MasterLocator` asks the
+// sentinels of an endpoint (SENTINEL get-master-addr-by-name, one after the other; the one that
+// answers moves to the front), confirms with ROLE that the address is a master, and keeps the
+// answer until told it is stale: by a pool whose connection failed or got a READONLY, LOADING or
+// MASTERDOWN reply, or by its watcher thread, which listens to one sentinel's +switch-master.
+// Every answer has an epoch; a pooled connection made under an older epoch is never reused.
+//
+//   auto locator = shared_locator(endpoint);       // one per sentinel set and service, per process
+//   MasterLocator::Answer now = locator->master();  // throws ConnectionError or ServerError
+//   start_dial(*now.endpoint, ...);                 // the master's host and port, its credentials
+//
+// Thread-safe. Lock order: the locator's resolve mutex, then its state mutex; neither is held
+// while calling into anything but the sentinels' and the candidate master's pools.
+#ifndef REDLOCK_SRC_IO_SENTINEL_HPP
+#define REDLOCK_SRC_IO_SENTINEL_HPP
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <redlock/endpoint.hpp>
+
+namespace redlock {
+namespace detail {
+
+class ClientImpl;
+
+class MasterLocator {
+ public:
+  struct Answer {
+    std::shared_ptr<const Endpoint> endpoint;  // the master: host and port filled in, no sentinel
+    std::uint64_t epoch{0};
+  };
+
+  // `endpoint.sentinel.service` must be set. Connects nothing yet.
+  explicit MasterLocator(const Endpoint& endpoint);
+  // Stops and joins the watcher thread. Never throws.
+  ~MasterLocator();
+  MasterLocator(const MasterLocator&) = delete;
+  MasterLocator& operator=(const MasterLocator&) = delete;
+
+  // The current master, asking the sentinels if it is not known. Callers that arrive while one
+  // asks wait for its answer. Throws ConnectionError (no sentinel answered, or no reported
+  // address confirmed that it is a master) or ServerError (no sentinel knows the service); the
+  // message names every sentinel and address tried and what each said.
+  Answer master();
+
+  // The epoch of the current answer (it changes when the answer is forgotten).
+  std::uint64_t epoch() const noexcept { return epoch_.load(std::memory_order_acquire); }
+
+  // Forgets the current answer (`why` goes to the log); the next master() asks again. Only the
+  // first call after an answer changes the epoch. Never throws.
+  void stale(std::string_view why) noexcept;
+
+  // Test hook: how many times the sentinels were asked.
+  std::uint64_t lookups() const noexcept { return lookups_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Reported;
+  enum class Said : unsigned char { address, unknown, failed };
+  Answer resolve();
+  Said ask(std::size_t index, std::vector<Reported>& reported, std::string& log);
+  bool confirm(const Reported& candidate, std::string& log);
+  void adopt(const Reported& candidate, std::size_t sentinel);
+  void start_watcher();
+  void watch();
+  void listen(std::size_t sentinel);
+
+  Endpoint template_;  // the master's settings (credentials, db, TLS, timeouts)
+  std::vector<std::shared_ptr<ClientImpl>> sentinels_;
+  std::mutex resolve_mutex_;  // one lookup at a time
+
+  mutable std::mutex mutex_;        // guards the fields below
+  std::vector<std::size_t> order_;  // sentinels by preference
+  std::shared_ptr<const Endpoint> current_;
+  std::condition_variable stop_cv_;
+  bool stopping_{false};
+
+  std::atomic<std::uint64_t> epoch_{1};
+  std::atomic<std::uint64_t> lookups_{0};
+  int wake_fd_{-1};                 // eventfd: wakes the watcher's poll
+  std::once_flag watcher_once_;
+  std::thread watcher_;
+};
+
+// The process's locator for this endpoint's sentinels, service and settings (a registry of weak
+// references, like shared_subscriber): every Client of one Sentinel set shares one lookup and
+// one watcher. Thread-safe.
+std::shared_ptr<MasterLocator> shared_locator(const Endpoint& endpoint);
+
+// Whether an error reply says the server cannot take writes as a master now (READONLY, LOADING,
+// MASTERDOWN). Through Sentinel such a reply means the master moved.
+bool says_not_master(std::string_view error) noexcept;
+
+}  // namespace detail
+}  // namespace redlock
+
+#endif  // REDLOCK_SRC_IO_SENTINEL_HPP
