@@ -15,6 +15,7 @@
 #include "io/sentinel.hpp"
 #include "io/tls.hpp"
 #include "util/log_internal.hpp"
+#include "util/shared_registry.hpp"
 #include "util/token.hpp"
 #include "watch/subscriber.hpp"
 
@@ -327,34 +328,17 @@ std::string settings_key(const Endpoint& e) {
   return key;
 }
 
-namespace {
-
-struct SubscriberRegistry {
-  std::mutex mutex;
-  std::unordered_map<std::string, std::weak_ptr<Subscriber>> by_endpoint;
-};
-
-}  // namespace
-
 std::shared_ptr<Subscriber> shared_subscriber(const Endpoint& endpoint) {
-  static SubscriberRegistry& registry = *new SubscriberRegistry;  // never destroyed
+  static auto& registry = *new SharedRegistry<Subscriber>;  // never destroyed
   // Subscriptions of one server reached the same way as the same user can share a connection:
   // pub/sub channels are global, so the database does not matter.
-  const std::string key = settings_key(endpoint);
-  std::lock_guard<std::mutex> guard(registry.mutex);
-  std::weak_ptr<Subscriber>& entry = registry.by_endpoint[key];
-  if (std::shared_ptr<Subscriber> found = entry.lock()) return found;
-  // Forget subscribers gone since (their last Client went away).
-  for (auto it = registry.by_endpoint.begin(); it != registry.by_endpoint.end();) {
-    it = it->second.expired() && it->first != key ? registry.by_endpoint.erase(it) : std::next(it);
-  }
-  // Its own pool, only to connect: no Client's lifetime holds the shared subscriber up.
-  auto dialer = std::make_shared<ClientImpl>(endpoint);
-  SubscriberLink link{dialer->address(), [dialer] { return dialer->connect_ready(); },
-                      [dialer](std::string_view why) { dialer->note_health(false, why); }};
-  auto subscriber = std::make_shared<Subscriber>(std::move(link));
-  registry.by_endpoint[key] = subscriber;
-  return subscriber;
+  return registry.get(settings_key(endpoint), [&endpoint] {
+    // Its own pool, only to connect: no Client's lifetime holds the shared subscriber up.
+    auto dialer = std::make_shared<ClientImpl>(endpoint);
+    SubscriberLink link{dialer->address(), [dialer] { return dialer->connect_ready(); },
+                        [dialer](std::string_view why) { dialer->note_health(false, why); }};
+    return std::make_shared<Subscriber>(std::move(link));
+  });
 }
 
 Subscriber& ClientImpl::subscriber() {

@@ -11,7 +11,6 @@
 #include <cstdlib>
 #include <initializer_list>
 #include <string>
-#include <unordered_map>
 #include <utility>
 
 #include <fmt/format.h>
@@ -24,6 +23,7 @@
 #include "io/pool.hpp"
 #include "io/wire.hpp"
 #include "util/log_internal.hpp"
+#include "util/shared_registry.hpp"
 
 namespace redlock {
 namespace detail {
@@ -316,27 +316,10 @@ void MasterLocator::listen(std::size_t sentinel) {
   }
 }
 
-namespace {
-
-struct LocatorRegistry {
-  std::mutex mutex;
-  std::unordered_map<std::string, std::weak_ptr<MasterLocator>> by_key;
-};
-
-}  // namespace
-
 std::shared_ptr<MasterLocator> shared_locator(const Endpoint& endpoint) {
-  static LocatorRegistry& registry = *new LocatorRegistry;  // never destroyed
-  const std::string key = settings_key(endpoint);
-  std::lock_guard<std::mutex> guard(registry.mutex);
-  std::weak_ptr<MasterLocator>& entry = registry.by_key[key];
-  if (std::shared_ptr<MasterLocator> found = entry.lock()) return found;
-  for (auto it = registry.by_key.begin(); it != registry.by_key.end();) {
-    it = it->second.expired() && it->first != key ? registry.by_key.erase(it) : std::next(it);
-  }
-  auto locator = std::make_shared<MasterLocator>(endpoint);
-  entry = locator;
-  return locator;
+  static auto& registry = *new SharedRegistry<MasterLocator>;  // never destroyed
+  return registry.get(settings_key(endpoint),
+                      [&endpoint] { return std::make_shared<MasterLocator>(endpoint); });
 }
 
 }  // namespace detail
