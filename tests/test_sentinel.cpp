@@ -217,3 +217,75 @@ TEST_CASE("Sentinel: passwords on the sentinels and on the master", "[sentinel]"
   redlock::Lock bad_master(redlock::Client(wrong), k, patient());
   CHECK_THROWS_AS(bad_master.try_lock(), redlock::ServerError);
 }
+
+TEST_CASE("Sentinel: wait_replicas makes a grant wait for the replicas, or fail and leave nothing",
+          "[sentinel]") {
+  SentinelSet set;
+  const auto k = key("sentinel-wait");
+  redlock::Endpoint two = set.endpoint();
+  two.wait_replicas = 2;
+  two.command_timeout = 500ms;
+  two.wait_timeout = 200ms;
+  redlock::Client client(two);
+
+  SECTION("acknowledged by both replicas, a hold survives a failover at once") {
+    redlock::Lock lock(client, k, patient());
+    REQUIRE(lock.try_lock());  // no await_replicated: WAIT already said both replicas have it
+    const std::size_t promoted = set.failover();
+    CHECK(set.data(promoted).raw({"EXISTS", k}).integer() == 1);
+    set.await_role(0, "slave", 20s);
+    CHECK(lock.extend(30s));
+    lock.unlock();
+    CHECK(set.data(promoted).raw({"EXISTS", k}).integer() == 0);
+  }
+  SECTION("one replica paused: ReplicationError, and the grant is rolled back") {
+    set.data(1).pause();
+    redlock::Lock lock(client, k, patient());
+    try {
+      (void)lock.try_lock();
+      FAIL("try_lock() did not throw");
+    } catch (const redlock::ReplicationError& e) {
+      CHECK_THAT(e.what(), Catch::Contains("1 of the 2 replicas"));
+      CHECK_THAT(e.what(), Catch::Contains("wait_replicas"));
+    }
+    CHECK_FALSE(lock.owns_lock());
+    CHECK(set.data(0).raw({"EXISTS", k}).integer() == 0);  // nothing left behind
+    // A plain client (no WAIT) sees the lock free.
+    redlock::Lock plain(redlock::Client(set.endpoint()), k, patient());
+    REQUIRE(plain.try_lock());
+    plain.unlock();
+
+    // lock() treats it like an outage: it retries for max_unavailable, then throws it.
+    redlock::LockOptions brief = patient();
+    brief.max_unavailable = 600ms;
+    redlock::Lock waiting(client, k, brief);
+    CHECK_THROWS_AS(waiting.lock(), redlock::ReplicationError);
+    set.data(1).resume();
+    REQUIRE(waiting.try_lock());  // both acknowledge again
+    waiting.unlock();
+  }
+  SECTION("an extend too few replicas acknowledged is not confirmed") {
+    redlock::Lock lock(client, k, patient());
+    REQUIRE(lock.try_lock());
+    set.data(2).pause();
+    CHECK_THROWS_AS(lock.extend(30s), redlock::ReplicationError);
+    set.data(2).resume();
+    lock.unlock();
+  }
+}
+
+TEST_CASE("wait_replicas on a server that refuses WAIT names the option", "[sentinel]") {
+  redlock::test::ServerOptions options;
+  options.extra_args = {"--rename-command", "WAIT", ""};
+  redlock::test::RedisServer server(options);
+  redlock::Endpoint ep = server.endpoint();
+  ep.wait_replicas = 1;
+  redlock::Lock lock(redlock::Client(ep), key("wait-refused"), patient());
+  try {
+    (void)lock.try_lock();
+    FAIL("try_lock() did not throw");
+  } catch (const redlock::ServerError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("wait_replicas"));
+  }
+  CHECK(server.raw({"EXISTS", key("wait-refused")}).integer() == 0);
+}

@@ -8,6 +8,7 @@
 //   redlock::Endpoint c;            // 127.0.0.1:6379, db 0, 200 ms timeouts
 //   c.port = 7000;
 //
+// wait_replicas=N and wait_timeout=ms (every scheme) ask for replica acknowledgements (below).
 // Accepted URIs (anything else throws std::invalid_argument naming the bad part):
 //   redis://[user[:password]@]host[:port][/db][?param=value&...]
 //   rediss://[user[:password]@]host[:port][/db][?param=value&...]     (TLS)
@@ -125,6 +126,14 @@ struct Endpoint {
   ReplyLimits reply_limits;
   // Through Redis Sentinel when sentinel.service is set (see SentinelOptions).
   SentinelOptions sentinel;
+  // Replica safety (wait_replicas=, wait_timeout=): > 0 pipelines `WAIT wait_replicas
+  // wait_timeout` behind every acquire and extend on this server, in the same round trip. A
+  // grant or extend that fewer replicas acknowledged in time is rolled back (an extend counts
+  // as not confirmed) and the attempt fails with ReplicationError, never as contention; in a
+  // Redlock such a node counts as one that did not grant. 0 (the default): no WAIT. The reply
+  // waits for WAIT, so wait_timeout must be shorter than command_timeout.
+  int wait_replicas{0};
+  std::chrono::milliseconds wait_timeout{100};
 
   // Parses a redis://, rediss://, unix://, redis-sentinel:// or rediss-sentinel:// URI (format
   // above).

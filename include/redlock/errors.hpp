@@ -62,6 +62,15 @@ class ServerError : public Error {
   std::string server_message_;
 };
 
+// Endpoint::wait_replicas: the grant (or extend) reached the server but fewer replicas than
+// asked acknowledged it within wait_timeout, so it was rolled back (a failover could lose it).
+// Not contention: the lock may be free. try_lock() throws it; lock() and try_lock_for() retry
+// while the outage lasts (LockOptions::max_unavailable), like a connection failure.
+class ReplicationError : public Error {
+ public:
+  using Error::Error;
+};
+
 // lock() gave up because cancel_waits() was called on the lock object (see LockBase).
 class CancelledError : public Error {
  public:

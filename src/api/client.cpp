@@ -60,6 +60,17 @@ void validate(const Endpoint& ep) {
   if (ep.command_timeout.count() <= 0 || ep.command_timeout > kDay) {
     throw std::invalid_argument("redlock: endpoint.command_timeout must be > 0 ms and <= 24 h");
   }
+  if (ep.wait_replicas < 0) {
+    throw std::invalid_argument(
+        fmt::format("redlock: endpoint.wait_replicas must be >= 0 (got {})", ep.wait_replicas));
+  }
+  if (ep.wait_replicas > 0 &&
+      (ep.wait_timeout.count() <= 0 || ep.wait_timeout >= ep.command_timeout)) {
+    throw std::invalid_argument(fmt::format(
+        "redlock: endpoint.wait_timeout must be > 0 ms and shorter than command_timeout ({} ms), "
+        "which bounds the reply that waits for WAIT (got {} ms)",
+        ep.command_timeout.count(), ep.wait_timeout.count()));
+  }
   if (ep.max_connections < 1 || ep.max_connections > 65536) {
     throw std::invalid_argument("redlock: endpoint.max_connections must be 1..65536");
   }

@@ -91,7 +91,15 @@ void apply_sentinel_password(std::string_view uri, std::string_view value, Endpo
   for (Endpoint& sentinel : endpoint.sentinel.sentinels) sentinel.password = password;
 }
 
-const std::array<Parameter, 11> kParameters{{
+void apply_wait_replicas(std::string_view uri, std::string_view value, Endpoint& endpoint) {
+  long long n = 0;
+  if (!parse_number(value, 0, 1000, n)) {
+    uri_fail(uri, "wait_replicas must be a whole number of replicas in 0..1000 (digits only)");
+  }
+  endpoint.wait_replicas = static_cast<int>(n);
+}
+
+const std::array<Parameter, 13> kParameters{{
     {"db", Needs::any_scheme, apply_db, nullptr},
     {"connect_timeout", Needs::any_scheme,
      [](std::string_view uri, std::string_view v, Endpoint& e) {
@@ -101,6 +109,12 @@ const std::array<Parameter, 11> kParameters{{
     {"command_timeout", Needs::any_scheme,
      [](std::string_view uri, std::string_view v, Endpoint& e) {
        e.command_timeout = timeout(uri, "command_timeout", v);
+     },
+     nullptr},
+    {"wait_replicas", Needs::any_scheme, apply_wait_replicas, nullptr},
+    {"wait_timeout", Needs::any_scheme,
+     [](std::string_view uri, std::string_view v, Endpoint& e) {
+       e.wait_timeout = timeout(uri, "wait_timeout", v);
      },
      nullptr},
     {"cacert", Needs::tls, nullptr, &TlsOptions::ca_file},
@@ -183,7 +197,8 @@ void parse_parameter(std::string_view uri, std::string_view param, Scheme scheme
   const Parameter* known = find_parameter(name);
   if (known == nullptr) {
     uri_fail(uri,
-             "unknown query parameter (expected db, connect_timeout, command_timeout, for "
+             "unknown query parameter (expected db, connect_timeout, command_timeout, "
+             "wait_replicas, wait_timeout, for "
              "rediss:// cacert, cacertdir, cert, key, sni, insecure, and for redis-sentinel:// "
              "sentinel_username, sentinel_password)");
   }
@@ -315,6 +330,12 @@ std::string format_query(const Endpoint& endpoint, DbIn db) {
   }
   if (endpoint.command_timeout != defaults.command_timeout) {
     append_param(query, "command_timeout", std::to_string(endpoint.command_timeout.count()));
+  }
+  if (endpoint.wait_replicas != defaults.wait_replicas) {
+    append_param(query, "wait_replicas", std::to_string(endpoint.wait_replicas));
+  }
+  if (endpoint.wait_timeout != defaults.wait_timeout) {
+    append_param(query, "wait_timeout", std::to_string(endpoint.wait_timeout.count()));
   }
   if (!endpoint.sentinel.sentinels.empty()) {
     const Endpoint& first = endpoint.sentinel.sentinels.front();

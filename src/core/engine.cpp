@@ -84,6 +84,8 @@ void LeaseEngine::build(Round& a) const {
     b.commands.push_back(c.view());
     if (a.dialects[i] == AcquireDialect::set_nx) b.commands.push_back(a.get.view());
     if (a.want_pttl(i)) b.commands.push_back(a.pttl.view());
+    // Endpoint::wait_replicas: the replicas' acknowledgement, in the same round trip.
+    if (const CommandView* wait = nodes_[i]->replica_wait()) b.commands.push_back(*wait);
     // A node too slow to answer in time does not count; undo whatever it does later, in order.
     b.on_timeout.push_back(a.undo.view());
   }
@@ -92,7 +94,9 @@ void LeaseEngine::build(Round& a) const {
 void LeaseEngine::read_node(Round& a, std::size_t i, AcquireResult& result) const {
   const NodeBatch& b = a.batches[i];
   const AcquireDialect dialect = a.dialects[i];
-  const redisReply* pttl = a.want_pttl(i) ? b.replies.back().get() : nullptr;
+  const bool waits = nodes_[i]->replica_wait() != nullptr;
+  const std::size_t before_wait = b.replies.size() - (waits ? 1 : 0);
+  const redisReply* pttl = a.want_pttl(i) ? b.replies[before_wait - 1].get() : nullptr;
   AcquireReply r = read_acquire_reply(b.replies[0].get(), pttl, dialect, a.token);
   const redisReply* failed_reply = b.replies[0].get();
   if (dialect == AcquireDialect::set_nx && r.answer == Answer::refused &&
@@ -106,6 +110,11 @@ void LeaseEngine::read_node(Round& a, std::size_t i, AcquireResult& result) cons
   }
   switch (r.problem) {
     case AcquireReply::Problem::none:
+      // A grant too few replicas acknowledged is a failure of this node, and rolled back.
+      if (r.answer == Answer::granted && waits &&
+          !a.tally.replicas_acknowledged(i, *nodes_[i], b.replies.back().get())) {
+        return;
+      }
       a.answers[i] = r.answer;
       a.fences[i] = r.fence;
       a.tally.answered(r.answer == Answer::granted);

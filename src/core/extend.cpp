@@ -60,6 +60,10 @@ void build(const ExtendItem* items, std::size_t count, PerNode<ExtendCommand>& c
       ++at;
     }
   }
+  // Endpoint::wait_replicas: one WAIT behind all of a node's extends covers them all.
+  for (NodeBatch& batch : batches) {
+    if (const CommandView* wait = batch.node->replica_wait()) batch.commands.push_back(*wait);
+  }
 }
 
 void run(PerNode<NodeBatch>& batches, const ExtendItem* items, std::size_t count, Finish finish) {
@@ -91,6 +95,10 @@ void tally_item(ExtendItem& item, const PerNode<NodeBatch>& batches, const Place
       continue;
     }
     const bool yes = confirmed(reply);
+    if (yes && batch.node->replica_wait() != nullptr &&
+        !tally.replicas_acknowledged(i, *nodes[i], batch.replies.back().get())) {
+      continue;  // too few replicas have the new expiry: not confirmed
+    }
     tally.answered(yes);
     if (!yes) tally.refused();
   }

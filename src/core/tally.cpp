@@ -7,6 +7,8 @@
 
 #include <redlock/errors.hpp>
 
+#include "protocol/replies.hpp"
+
 namespace redlock {
 namespace detail {
 
@@ -14,6 +16,23 @@ void Tally::server_error(std::size_t node, const ClientImpl& client, std::string
                          std::string_view message) {
   errors_[node] = detail::server_error(client.address(), operation, message);
   is_server_[node] = true;
+}
+
+bool Tally::replicas_acknowledged(std::size_t node, const ClientImpl& client,
+                                  const redisReply* reply) {
+  if (is_error_reply(reply)) {
+    server_error(node, client, "WAIT (asked for by the endpoint's wait_replicas)",
+                 error_text(reply));
+    return false;
+  }
+  const long long acknowledged = read_wait_reply(reply);
+  const Endpoint& ep = client.endpoint();
+  if (acknowledged >= ep.wait_replicas) return true;
+  errors_[node] = std::make_exception_ptr(ReplicationError(fmt::format(
+      "redlock: {}: {} of the {} replicas asked for (wait_replicas) acknowledged the write within "
+      "wait_timeout ({} ms); it was rolled back",
+      client.address(), std::max(acknowledged, 0LL), ep.wait_replicas, ep.wait_timeout.count())));
+  return false;
 }
 
 std::exception_ptr Tally::pick_failure() const {

@@ -36,6 +36,11 @@ class Tally {
   void server_error(std::size_t node, const ClientImpl& client, std::string_view operation,
                     std::string_view message);
 
+  // Endpoint::wait_replicas: checks the WAIT reply behind node's write. Returns true if enough
+  // replicas acknowledged; otherwise records the node as failed (ReplicationError, or a
+  // ServerError naming the option when the server refused WAIT) and returns false.
+  bool replicas_acknowledged(std::size_t node, const ClientImpl& client, const redisReply* reply);
+
   std::size_t yes() const noexcept { return yes_; }
   std::size_t refusals() const noexcept { return refused_; }
   std::size_t answers() const noexcept { return answered_; }

@@ -5,7 +5,6 @@
 #include <iterator>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <utility>
 
 #include <fmt/format.h>
@@ -63,6 +62,16 @@ ClientImpl::ClientImpl(Endpoint endpoint)
       slots_(std::make_shared<Slots>(endpoint_.max_connections)) {
   address_ = endpoint_.address();
   build_handshake();
+  if (endpoint_.wait_replicas > 0) {
+    wait_args_[0] = "WAIT";
+    wait_args_[1] = std::to_string(endpoint_.wait_replicas);
+    wait_args_[2] = std::to_string(endpoint_.wait_timeout.count());
+    for (int i = 0; i < 3; ++i) {
+      wait_argv_[i] = wait_args_[i].data();
+      wait_lens_[i] = wait_args_[i].size();
+    }
+    wait_ = CommandView{3, wait_argv_, wait_lens_};
+  }
   if (!endpoint_.sentinel.service.empty()) locator_ = shared_locator(endpoint_);
 }
 

@@ -97,6 +97,10 @@ class ClientImpl {
   // and pooled connections are dropped. Always false for other endpoints. Never throws.
   bool master_moved(std::string_view error) noexcept;
 
+  // `WAIT wait_replicas wait_timeout` for this endpoint (Endpoint::wait_replicas), to pipeline
+  // behind a write; null when the endpoint asks for no replica acknowledgement.
+  const CommandView* replica_wait() const noexcept { return wait_.argc != 0 ? &wait_ : nullptr; }
+
   // The subscriber for wake-on-release, found or created on first call: one per process for
   // every Client of the same server, user and connection settings (shared_subscriber). Thread-
   // safe.
@@ -146,6 +150,10 @@ class ClientImpl {
   std::vector<std::vector<const char*>> handshake_argv_;
   std::vector<std::vector<std::size_t>> handshake_lens_;
   std::vector<CommandView> handshake_;
+  std::string wait_args_[3];
+  const char* wait_argv_[3]{};
+  std::size_t wait_lens_[3]{};
+  CommandView wait_;
 
   // Shared with every connection's slot: a connection may be closed after its ClientImpl is
   // gone (the finisher). Defined in pool.cpp.

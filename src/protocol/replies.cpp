@@ -106,6 +106,10 @@ std::string_view error_text(const redisReply* reply) noexcept {
   return is_error_reply(reply) ? text_of(reply) : std::string_view();
 }
 
+long long read_wait_reply(const redisReply* reply) noexcept {
+  return reply != nullptr && reply->type == REDIS_REPLY_INTEGER ? reply->integer : -1;
+}
+
 bool is_error_reply(const redisReply* reply) noexcept {
   return reply != nullptr && reply->type == REDIS_REPLY_ERROR;
 }

@@ -49,6 +49,9 @@ struct ReleaseReply {
 };
 ReleaseReply read_release_reply(const redisReply* reply) noexcept;
 
+// WAIT's answer: the replicas that acknowledged, or -1 for anything but an integer.
+long long read_wait_reply(const redisReply* reply) noexcept;
+
 // The message of an error reply, or empty (null, or not an error reply).
 std::string_view error_text(const redisReply* reply) noexcept;
 bool is_error_reply(const redisReply* reply) noexcept;

@@ -33,6 +33,9 @@ SentinelSet::SentinelSet(SentinelSetOptions options) : options_(std::move(option
   if (!options_.master_password.empty()) {
     auth = {"--requirepass", options_.master_password, "--masterauth", options_.master_password};
   }
+  // Every data node may become the master: a full sync starts at once (not after the default 5 s
+  // delay for more replicas to join).
+  auth.insert(auth.end(), {"--repl-diskless-sync-delay", "0"});
   ServerOptions master;
   master.extra_args = auth;
   data_.push_back(std::make_unique<RedisServer>(master));
@@ -44,10 +47,18 @@ SentinelSet::SentinelSet(SentinelSetOptions options) : options_(std::move(option
     data_.push_back(std::make_unique<RedisServer>(replica));
   }
   // Sentinels learn the replicas from the master's INFO, asked at once and then every 10 s: the
-  // replicas must be online before the sentinels start, or the set waits 10 s for them.
+  // replicas must be online (synced) before the sentinels start, or the set waits 10 s for them.
   const auto deadline = Clock::now() + std::chrono::seconds(20);
-  const std::string online = "connected_slaves:" + std::to_string(options_.replicas);
-  while (ask_data(0, {"INFO", "replication"}).str().find(online) == std::string::npos) {
+  const auto online = [this] {
+    const std::string info = ask_data(0, {"INFO", "replication"}).str();
+    std::size_t count = 0;
+    for (auto at = info.find("state=online"); at != std::string::npos;
+         at = info.find("state=online", at + 1)) {
+      ++count;
+    }
+    return count == options_.replicas;
+  };
+  while (!online()) {
     if (Clock::now() > deadline) throw std::runtime_error("sentinel_set: replicas did not connect");
     std::this_thread::sleep_for(kPoll);
   }
