@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "support/redis_server.hpp"
+#include "support/sentinel_set.hpp"
 
 #ifndef REDLOCK_RUN_PATH
 #error "REDLOCK_RUN_PATH must name the redlock-run binary (see tests/CMakeLists.txt)"
@@ -1089,4 +1090,30 @@ TEST_CASE("redlock-run --metrics PATH writes Prometheus text at start and at exi
   CHECK(err.find("--metrics") != std::string::npos);
   CHECK_FALSE(exists(dir / "ran"));
   CHECK_FALSE(held(server, k));
+}
+
+TEST_CASE("redlock-run through Sentinel: --redis, REDLOCK_REDIS and --redis-file take the URI",
+          "[sentinel][cli]") {
+  redlock::test::SentinelSet set;
+  TempDir dir;
+  const auto k = key("run-sentinel");
+  const std::string uri = set.uri();  // redis-sentinel://127.0.0.1:p1,127.0.0.1:p2,...#mymaster
+  const std::string started = dir / "started";
+  {
+    Tool tool({"--key", k, "--", "sh", "-c", "touch " + started + "; sleep 0.3"},
+              {"REDLOCK_REDIS=" + uri});
+    REQUIRE(eventually([&] { return exists(started); }));
+    CHECK(held(set.data(set.master_index()), k));  // on the master the sentinels name
+    CHECK(tool.wait() == 0);
+  }
+  std::string err;
+  std::string waiting = uri;
+  waiting.insert(waiting.find('#'), "?wait_replicas=2&wait_timeout=150");
+  CHECK(run({"--redis", waiting, "--key", k, "--", "true"}, &err) == 0);
+  CHECK(err.empty());
+  const std::string file = dir / "servers";
+  std::ofstream(file) << "# through Sentinel\n" << uri << "  # the service after '#'\n";
+  CHECK(run({"--redis-file", file, "--key", k, "--", "true"}, &err) == 0);
+  CHECK(err.empty());
+  CHECK_FALSE(held(set.data(set.master_index()), k));
 }

@@ -52,7 +52,8 @@
 #include <termios.h>    // tcgetpgrp, tcsetpgrp
 #include <unistd.h>     // fork, execvpe, pipe2, close_range, gethostname
 
-#include <algorithm>    // std::sort, std::min
+#include <algorithm>    // std::sort, std::min, std::all_of
+#include <cctype>       // std::isalnum, std::isspace
 #include <cerrno>       // errno
 #include <chrono>       // std::chrono
 #include <csignal>      // sigprocmask, sigaction, kill (POSIX, declared by <signal.h>)
@@ -214,9 +215,13 @@ Run a command while holding a Redis lock: flock(1) for a fleet.
 Servers (one is a plain lock; several form a Redlock, held when N/2+1 of them grant it):
   --redis URI           redis://[user[:password]@]host[:port][/db][?command_timeout=ms
                         &connect_timeout=ms], rediss://... (TLS, verified; ?cacert=FILE,
-                        &cert=FILE&key=FILE, &sni=NAME, &insecure=1) or
-                        unix:///path/to/sock. Repeat for a Redlock.
-  --redis-file PATH     Read server URIs from PATH, one a line (# starts a comment).
+                        &cert=FILE&key=FILE, &sni=NAME, &insecure=1),
+                        unix:///path/to/sock, or through Sentinel
+                        redis-sentinel://[:password@]s1[:port],s2[,...][?sentinel_password=
+                        PW]#SERVICE (rediss-sentinel:// for TLS); any of them takes
+                        ?wait_replicas=N&wait_timeout=ms. Repeat for a Redlock.
+  --redis-file PATH     Read server URIs from PATH, one a line (# after a space starts a
+                        comment).
                         Without --redis and --redis-file: the REDLOCK_REDIS environment
                         variable (URIs separated by spaces or commas). Prefer these two for
                         a password: a URI on the command line shows in ps (we warn).
@@ -307,15 +312,43 @@ void check_uri(const std::string& uri, const std::string& source) {
 }
 
 // Splits REDLOCK_REDIS ("uri uri" or "uri,uri") into URIs.
+// Whether `text` starts with "scheme://" (letters, digits, '+', '-', '.').
+bool starts_uri(std::string_view text) {
+  const std::size_t sep = text.find("://");
+  if (sep == 0 || sep == std::string_view::npos) return false;
+  return std::all_of(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(sep), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '+' || c == '-' || c == '.';
+  });
+}
+
+// URIs separated by white space, or by commas where the next one starts with a scheme (a
+// redis-sentinel:// URI lists its sentinels with commas).
 std::vector<std::string> split_uris(std::string_view text) {
   std::vector<std::string> uris;
   std::size_t at = 0;
   while (at < text.size()) {
-    const std::size_t end = std::min(text.find_first_of(" ,\t\n", at), text.size());
+    std::size_t end = std::min(text.find_first_of(" \t\n", at), text.size());
+    for (std::size_t comma = text.find(',', at); comma < end; comma = text.find(',', comma + 1)) {
+      if (starts_uri(text.substr(comma + 1)) || comma + 1 == end) {
+        end = comma;
+        break;
+      }
+    }
     if (end > at) uris.emplace_back(text.substr(at, end - at));
     at = end + 1;
   }
   return uris;
+}
+
+// A line of a --redis-file without its comment: from a '#' at the start or after white space
+// (a '#' inside a URI is a Sentinel service name).
+std::string_view without_comment(std::string_view line) {
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    if (line[i] == '#' && (i == 0 || std::isspace(static_cast<unsigned char>(line[i - 1])) != 0)) {
+      return line.substr(0, i);
+    }
+  }
+  return line;
 }
 
 std::vector<std::string> read_redis_file(const std::string& path) {
@@ -324,7 +357,7 @@ std::vector<std::string> read_redis_file(const std::string& path) {
   std::vector<std::string> uris;
   std::string line;
   while (std::getline(in, line)) {
-    const auto words = split_uris(line.substr(0, line.find('#')));
+    const auto words = split_uris(without_comment(line));
     uris.insert(uris.end(), words.begin(), words.end());
   }
   for (const auto& uri : uris) check_uri(uri, "--redis-file " + path);
