@@ -48,6 +48,10 @@
 //      the same commands synchronously over OpenSSL with hiredis's reader; the same in plain
 //      text; reconnect (handshake) cost with and without session resumption.
 //
+//   8. Sentinel (bench/sentinel.cpp): the Lock cycle through Sentinel against the same Lock
+//      straight to the master, the cost of wait_replicas=1, and the time from kill -9 of the
+//      master to the first acquire on the new one, against down-after-milliseconds.
+//
 // Nothing here asserts timing: a benchmark is not a test. The exit status is 1 only if a
 // measurement failed (an exception, a server that would not start, an uncontended attempt that
 // did not get its lock).
@@ -946,7 +950,7 @@ void usage(std::ostream& out) {
          "                     [--threads LIST] [--json PATH]\n"
          "  --quick        short runs (smoke test): 0.25 s, 2 rounds, 1,000 leases\n"
          "  --section N    run section N only (1 uncontended, 2 redlock, 3 contended,\n"
-         "                 4 watchdog, 5 degraded, 6 load, 7 tls); repeatable\n"
+         "                 4 watchdog, 5 degraded, 6 load, 7 tls, 8 sentinel); repeatable\n"
          "  --seconds S    length of each timed measurement (default 1.0)\n"
          "  --rounds R     interleaved rounds in sections 1-2 (default 7)\n"
          "  --threads LIST client threads in sections 1, 2 and 5 (default 1,4)\n"
@@ -971,7 +975,7 @@ int parse(int argc, char** argv, Config& config) {
       config.quick = true;
     } else if (arg == "--section") {
       const int n = std::stoi(value());
-      if (n < 1 || n > 7) throw std::invalid_argument("--section must be 1..7");
+      if (n < 1 || n > 8) throw std::invalid_argument("--section must be 1..8");
       config.sections.push_back(n);
     } else if (arg == "--seconds") {
       seconds = std::stod(value());
@@ -1074,6 +1078,7 @@ int run(int argc, char** argv) {
 #if defined(REDLOCK_BENCH_TLS)
     {7, section_tls},
 #endif
+    {8, section_sentinel},
   };
   const std::string load_at_start = load_average();
   const std::int64_t start = now_ns();

@@ -11,6 +11,7 @@
 #include <cstdlib>    // std::malloc, std::free, std::atoi
 #include <fstream>    // std::ifstream
 #include <new>        // std::bad_alloc
+#include <stdexcept>  // std::runtime_error
 #include <utility>    // std::move
 
 namespace bench {
@@ -272,6 +273,45 @@ std::string times(double value) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2fx", value);
   return buf;
+}
+
+Timed timed(double seconds, const std::function<bool()>& cycle) {
+  for (int i = 0; i < 20; ++i) cycle();
+  std::vector<std::int64_t> samples;
+  samples.reserve(std::size_t{1} << 16);
+  const std::int64_t t0 = now_ns();
+  const std::int64_t c0 = thread_cpu_ns();
+  const auto end = t0 + static_cast<std::int64_t>(seconds * 1e9);
+  std::int64_t t = t0;
+  while (t < end) {
+    if (!cycle()) throw std::runtime_error("an uncontended attempt did not get its lock");
+    const std::int64_t after = now_ns();
+    samples.push_back(after - t);
+    t = after;
+  }
+  const double count = static_cast<double>(samples.size());
+  const double cpu = static_cast<double>(thread_cpu_ns() - c0) / count;
+  return Timed{count * 1e9 / static_cast<double>(t - t0), cpu,
+               summarize(std::move(samples)).p50_ns};
+}
+
+std::vector<Timed> interleaved(int rounds, double seconds,
+                               const std::vector<std::function<bool()>>& cycles) {
+  std::vector<std::vector<double>> rate(cycles.size()), cpu(cycles.size()), p50(cycles.size());
+  for (int round = 0; round < rounds; ++round) {
+    for (std::size_t k = 0; k < cycles.size(); ++k) {
+      const std::size_t i = (k + static_cast<std::size_t>(round)) % cycles.size();
+      const Timed t = timed(seconds, cycles[i]);
+      rate[i].push_back(t.cycles_per_s);
+      cpu[i].push_back(t.cpu_ns);
+      p50[i].push_back(t.p50_ns);
+    }
+  }
+  std::vector<Timed> out;
+  for (std::size_t i = 0; i < cycles.size(); ++i) {
+    out.push_back({median(rate[i]), median(cpu[i]), median(p50[i])});
+  }
+  return out;
 }
 
 }  // namespace bench

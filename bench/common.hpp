@@ -9,11 +9,12 @@
 #ifndef REDLOCK_BENCH_COMMON_HPP
 #define REDLOCK_BENCH_COMMON_HPP
 
-#include <cstddef>  // std::size_t
-#include <cstdint>  // std::int64_t, std::uint64_t
-#include <ostream>  // std::ostream
-#include <string>   // std::string
-#include <vector>   // std::vector
+#include <cstddef>     // std::size_t
+#include <cstdint>     // std::int64_t, std::uint64_t
+#include <functional>  // std::function
+#include <ostream>     // std::ostream
+#include <string>      // std::string
+#include <vector>      // std::vector
 
 namespace bench {
 
@@ -56,6 +57,22 @@ Summary summarize(std::vector<std::int64_t> samples);
 double median(std::vector<double> values);
 // a / b, or 0 when b is 0.
 double ratio(double a, double b) noexcept;
+
+// One variant's figures over a timed run on the calling thread.
+struct Timed {
+  double cycles_per_s{0};
+  double cpu_ns{0};  // calling thread's CPU per cycle
+  double p50_ns{0};  // median cycle
+};
+
+// Runs `cycle` for `seconds` on this thread (after a warm-up). Throws std::runtime_error if a
+// cycle returns false (an uncontended attempt that did not get its lock).
+Timed timed(double seconds, const std::function<bool()>& cycle);
+
+// Median over `rounds` rounds of each variant, the variants interleaved (rotating order), each
+// run for `seconds`.
+std::vector<Timed> interleaved(int rounds, double seconds,
+                               const std::vector<std::function<bool()>>& cycles);
 
 // A JSON value that keeps the order members were added in. Numbers that are not finite are
 // written as null.

@@ -151,44 +151,6 @@ class RawTlsQuorum {
   std::string token_;
 };
 
-struct Timed {
-  double cycles_per_s{0};
-  double cpu_ns{0};  // calling thread's CPU per cycle
-};
-
-// Runs `cycle` for `seconds` on this thread (after a warm-up).
-Timed timed(double seconds, const std::function<bool()>& cycle) {
-  for (int i = 0; i < 20; ++i) cycle();
-  const std::int64_t t0 = now_ns();
-  const std::int64_t c0 = thread_cpu_ns();
-  const auto end = t0 + static_cast<std::int64_t>(seconds * 1e9);
-  std::uint64_t n = 0;
-  std::int64_t t = t0;
-  for (; t < end; t = now_ns(), ++n) {
-    if (!cycle()) throw std::runtime_error("an uncontended attempt did not get its lock");
-  }
-  const double count = static_cast<double>(n);
-  return Timed{count * 1e9 / static_cast<double>(t - t0),
-               static_cast<double>(thread_cpu_ns() - c0) / count};
-}
-
-// Median over `rounds` rounds of each variant, the variants interleaved (rotating order).
-std::vector<Timed> interleaved(const Config& config,
-                               const std::vector<std::function<bool()>>& cycles) {
-  std::vector<std::vector<double>> rate(cycles.size()), cpu(cycles.size());
-  for (int round = 0; round < config.rounds; ++round) {
-    for (std::size_t k = 0; k < cycles.size(); ++k) {
-      const std::size_t i = (k + static_cast<std::size_t>(round)) % cycles.size();
-      const Timed t = timed(config.seconds, cycles[i]);
-      rate[i].push_back(t.cycles_per_s);
-      cpu[i].push_back(t.cpu_ns);
-    }
-  }
-  std::vector<Timed> out;
-  for (std::size_t i = 0; i < cycles.size(); ++i) out.push_back({median(rate[i]), median(cpu[i])});
-  return out;
-}
-
 // Mean microseconds of `count` reconnects (connect, handshake, PING) made by `once`.
 double reconnect_us(int count, const std::function<void()>& once) {
   once();
@@ -245,8 +207,9 @@ Json report_cycles(const Config& config, Fixture& f) {
   RawTlsQuorum raw_one({f.raw_nodes[0]}, k1 + ":raw");
   RawTlsQuorum raw_five(f.raw_nodes, k5 + ":raw");
   const std::vector<Timed> t =
-      interleaved(config, {[&] { return raw_one.run(); }, cycle_of(tls_lock), cycle_of(plain_lock),
-                           [&] { return raw_five.run(); }, cycle_of(tls_red), cycle_of(plain_red)});
+      interleaved(config.rounds, config.seconds,
+                  {[&] { return raw_one.run(); }, cycle_of(tls_lock), cycle_of(plain_lock),
+                   [&] { return raw_five.run(); }, cycle_of(tls_red), cycle_of(plain_red)});
   Table table({"cycle", "cycles/s", "raw TLS floor", "ratio", "cpu us/cyc", "floor", "ratio",
                "plain cycles/s", "TLS/plain", "goal (>=0.95x rate, <=1.1x cpu)"});
   Json rows = Json::array();
