@@ -30,9 +30,6 @@ namespace detail {
 
 namespace {
 
-// After the watcher lost its sentinel: the pause before it subscribes again (to the next one).
-constexpr std::chrono::milliseconds kRelisten{500};
-
 // Runs one command on `node` and returns its reply (error replies included). Throws the node's
 // ConnectionError, TimeoutError, ProtocolError or handshake ServerError.
 Reply run_one(ClientImpl& node, std::initializer_list<std::string_view> args) {
@@ -66,13 +63,6 @@ bool says_not_master(std::string_view error) noexcept {
   return false;
 }
 
-// One sentinel's answer: the address it reports for the service.
-struct MasterLocator::Reported {
-  std::string host;
-  int port{0};
-  std::size_t sentinel{0};
-};
-
 MasterLocator::MasterLocator(const Endpoint& endpoint) : template_(endpoint) {
   template_.sentinel = SentinelOptions{};
   template_.sentinel.service = endpoint.sentinel.service;  // kept only for the messages below
@@ -102,6 +92,12 @@ MasterLocator::~MasterLocator() {
 MasterLocator::Answer MasterLocator::master() {
   {
     std::lock_guard<std::mutex> guard(mutex_);
+    if (std::chrono::steady_clock::now() < gate_until_) {
+      throw ConnectionError(fmt::format(
+          "redlock: sentinel:{}: a failover is under way ({} is being promoted); no new "
+          "connection to the old master meanwhile",
+          template_.sentinel.service, hint_ ? host_port(hint_->host, hint_->port) : "a replica"));
+    }
     if (current_) return {current_, epoch()};
   }
   std::lock_guard<std::mutex> one_lookup(resolve_mutex_);
@@ -130,12 +126,22 @@ void MasterLocator::stale(std::string_view why) noexcept {
 MasterLocator::Answer MasterLocator::resolve() {
   lookups_.fetch_add(1, std::memory_order_relaxed);
   std::vector<std::size_t> order;
+  std::unique_ptr<Reported> hint;
   {
     std::lock_guard<std::mutex> guard(mutex_);
     order = order_;
+    hint = std::move(hint_);
+  }
+  std::string log;
+  if (hint) {  // a sentinel announced the new master: try it before asking
+    log += fmt::format("announced {}", host_port(hint->host, hint->port));
+    if (confirm(*hint, log)) {
+      adopt(*hint, std::nullopt);
+      std::lock_guard<std::mutex> guard(mutex_);
+      return {current_, epoch()};
+    }
   }
   std::vector<Reported> reported;
-  std::string log;
   std::size_t unknown = 0;
   for (std::size_t index : order) {
     const std::size_t before = reported.size();
@@ -229,15 +235,17 @@ bool MasterLocator::confirm(const Reported& candidate, std::string& log) {
   return false;
 }
 
-void MasterLocator::adopt(const Reported& candidate, std::size_t sentinel) {
+void MasterLocator::adopt(const Reported& candidate, std::optional<std::size_t> sentinel) {
   auto master = std::make_shared<Endpoint>(template_);
   master->sentinel = SentinelOptions{};
   master->host = candidate.host;
   master->port = candidate.port;
   std::lock_guard<std::mutex> guard(mutex_);
   current_ = std::move(master);
-  const auto at = std::find(order_.begin(), order_.end(), sentinel);
-  std::rotate(order_.begin(), at, at + 1);  // the sentinel that answered is asked first next time
+  if (sentinel) {  // the sentinel that answered is asked first next time
+    const auto at = std::find(order_.begin(), order_.end(), *sentinel);
+    std::rotate(order_.begin(), at, at + 1);
+  }
   logf(LogLevel::info, "redlock: sentinel:{}: master is {}", template_.sentinel.service,
        current_->address());
 }
@@ -250,69 +258,6 @@ void MasterLocator::start_watcher() {
   } catch (...) {
     ::close(wake_fd_);
     wake_fd_ = -1;
-  }
-}
-
-void MasterLocator::watch() {
-  std::size_t next = 0;
-  bool first = true;
-  for (;;) {
-    std::size_t sentinel = 0;
-    {
-      std::lock_guard<std::mutex> guard(mutex_);
-      if (stopping_) return;
-      sentinel = first ? order_.front() : next % order_.size();
-    }
-    try {
-      if (!first) stale("listening to a sentinel again: a +switch-master may have been missed");
-      first = false;
-      listen(sentinel);
-    } catch (const std::exception& error) {
-      logf(LogLevel::debug, "redlock: sentinel:{}: +switch-master listener on {}: {}",
-           template_.sentinel.service, sentinels_[sentinel]->address(), error.what());
-    }
-    next = sentinel + 1;
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (stop_cv_.wait_for(lock, kRelisten, [this] { return stopping_; })) return;
-  }
-}
-
-// Subscribes to +switch-master on one sentinel and reads until the connection fails or the
-// locator stops. A switch of this service makes the current answer stale.
-void MasterLocator::listen(std::size_t sentinel) {
-  ClientImpl& node = *sentinels_[sentinel];
-  std::unique_ptr<Connection> connection = node.connect_ready();
-  static const char* const kArgv[] = {"SUBSCRIBE", "+switch-master"};
-  static const std::size_t kLens[] = {9, 14};
-  append(*connection, CommandView{2, kArgv, kLens}, Dialect::as_given);
-  write_all(*connection, node.address());
-  const std::string& service = template_.sentinel.service;
-  for (;;) {
-    pollfd fds[2] = {{connection->transport.fd(), connection->transport.wanted(POLLIN), 0},
-                     {wake_fd_, POLLIN, 0}};
-    if (!connection->transport.buffered() && ::poll(fds, 2, -1) < 0) continue;  // EINTR
-    {
-      std::lock_guard<std::mutex> guard(mutex_);
-      if (stopping_) return;
-    }
-    const IoResult read = read_some(*connection);
-    if (read.error != IoError::none && read.error != IoError::again) {
-      std::rethrow_exception(transport_error(read, node.address(), "read from", {}));
-    }
-    ReplyPtr raw;
-    for (Decoded d; (d = connection->in.next(raw)) != Decoded::need_more;) {
-      if (d == Decoded::malformed)
-        std::rethrow_exception(protocol_error(*connection, node.address()));
-      const Reply message = to_reply(raw.get());
-      const auto& e = message.elements();
-      if (e.size() != 3 || e[0].str() != "message") continue;
-      // "<service> <old ip> <old port> <new ip> <new port>"
-      const std::string& text = e[2].str();
-      if (text.compare(0, service.size(), service) == 0 && text.size() > service.size() &&
-          text[service.size()] == ' ') {
-        stale("+switch-master " + text);
-      }
-    }
   }
 }
 

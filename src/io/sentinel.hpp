@@ -2,7 +2,8 @@
 // sentinels of an endpoint (SENTINEL get-master-addr-by-name, one after the other; the one that
 // answers moves to the front), confirms with ROLE that the address is a master, and keeps the
 // answer until told it is stale: by a pool whose connection failed or got a READONLY, LOADING or
-// MASTERDOWN reply, or by its watcher thread, which listens to one sentinel's +switch-master.
+// MASTERDOWN reply, or by its watcher thread, which listens to one sentinel's +promoted-slave
+// and +switch-master (and then tries the announced address first).
 // Every answer has an epoch; a pooled connection made under an older epoch is never reused.
 //
 //   auto locator = shared_locator(endpoint);       // one per sentinel set and service, per process
@@ -15,10 +16,12 @@
 #define REDLOCK_SRC_IO_SENTINEL_HPP
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -30,6 +33,7 @@ namespace redlock {
 namespace detail {
 
 class ClientImpl;
+struct Connection;
 
 class MasterLocator {
  public:
@@ -62,15 +66,22 @@ class MasterLocator {
   std::uint64_t lookups() const noexcept { return lookups_.load(std::memory_order_relaxed); }
 
  private:
-  struct Reported;
+  // One sentinel's answer (or an announced master): an address for the service.
+  struct Reported {
+    std::string host;
+    int port{0};
+    std::size_t sentinel{0};  // who reported it
+  };
   enum class Said : unsigned char { address, unknown, failed };
   Answer resolve();
   Said ask(std::size_t index, std::vector<Reported>& reported, std::string& log);
   bool confirm(const Reported& candidate, std::string& log);
-  void adopt(const Reported& candidate, std::size_t sentinel);
+  void adopt(const Reported& candidate, std::optional<std::size_t> sentinel);
+  void hear(const std::string& channel, const std::string& text);
   void start_watcher();
   void watch();
-  void listen(std::size_t sentinel);
+  std::unique_ptr<Connection> subscribe(std::size_t index, bool again) noexcept;
+  bool read_events(Connection& connection, std::size_t index) noexcept;
 
   Endpoint template_;  // the master's settings (credentials, db, TLS, timeouts)
   std::vector<std::shared_ptr<ClientImpl>> sentinels_;
@@ -79,12 +90,14 @@ class MasterLocator {
   mutable std::mutex mutex_;        // guards the fields below
   std::vector<std::size_t> order_;  // sentinels by preference
   std::shared_ptr<const Endpoint> current_;
+  std::unique_ptr<Reported> hint_;  // announced by a sentinel, tried first by the next lookup
+  std::chrono::steady_clock::time_point gate_until_{};  // a failover under way: no new dials
   std::condition_variable stop_cv_;
   bool stopping_{false};
 
   std::atomic<std::uint64_t> epoch_{1};
   std::atomic<std::uint64_t> lookups_{0};
-  int wake_fd_{-1};                 // eventfd: wakes the watcher's poll
+  int wake_fd_{-1};  // eventfd: wakes the watcher's poll
   std::once_flag watcher_once_;
   std::thread watcher_;
 };

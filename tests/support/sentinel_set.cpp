@@ -37,11 +37,13 @@ SentinelSet::SentinelSet(SentinelSetOptions options) : options_(std::move(option
   // delay for more replicas to join).
   auth.insert(auth.end(), {"--repl-diskless-sync-delay", "0"});
   ServerOptions master;
+  master.persistence = options_.persistence;
   master.extra_args = auth;
   data_.push_back(std::make_unique<RedisServer>(master));
   const std::string master_port = std::to_string(data_[0]->port());
   for (std::size_t i = 0; i < options_.replicas; ++i) {
     ServerOptions replica;
+    replica.persistence = options_.persistence;
     replica.extra_args = auth;
     replica.extra_args.insert(replica.extra_args.end(), {"--replicaof", "127.0.0.1", master_port});
     data_.push_back(std::make_unique<RedisServer>(replica));
@@ -176,6 +178,22 @@ std::size_t SentinelSet::failover(std::chrono::milliseconds limit) {
     return await_new_master(old, limit);
   }
   throw std::runtime_error("sentinel_set: no sentinel is running");
+}
+
+bool SentinelSet::request_failover(std::string& why) {
+  for (std::size_t i = 0; i < sentinels_.size(); ++i) {
+    if (!sentinels_[i]->running()) continue;
+    try {
+      const auto r = ask_sentinel(i, {"SENTINEL", "FAILOVER", options_.service});
+      if (!r.is_error()) return true;
+      why = r.str();
+    } catch (const std::runtime_error& e) {
+      why = e.what();
+    }
+    return false;
+  }
+  why = "no sentinel is running";
+  return false;
 }
 
 std::size_t SentinelSet::await_new_master(std::size_t old, std::chrono::milliseconds limit) {

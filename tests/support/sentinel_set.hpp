@@ -32,6 +32,9 @@ struct SentinelSetOptions {
   int failover_timeout_ms = 2000;
   // Non-empty: requirepass (and masterauth) on the data nodes; the endpoint carries it.
   std::string master_password;
+  // appendonly yes + appendfsync always on the data nodes (kill -9 + restart keeps every
+  // acknowledged write, as ServerOptions::persistence).
+  bool persistence = false;
   // Non-empty: requirepass on the sentinels; the endpoint carries it (sentinel_password).
   std::string sentinel_password;
 };
@@ -66,6 +69,9 @@ class SentinelSet {
   // SENTINEL FAILOVER on a running sentinel; returns the new master's index once the sentinels
   // report it and it answers ROLE master (at most `limit`). Throws std::runtime_error otherwise.
   std::size_t failover(std::chrono::milliseconds limit = std::chrono::seconds(20));
+  // Sends SENTINEL FAILOVER to the first running sentinel and returns at once. Returns false
+  // (and why in `why`) if the sentinel refused (a failover in progress, no good replica, ...).
+  bool request_failover(std::string& why);
   // Waits until the sentinels report a master other than `old` that answers ROLE master;
   // returns its index. Throws std::runtime_error after `limit`.
   std::size_t await_new_master(std::size_t old, std::chrono::milliseconds limit);

@@ -50,6 +50,9 @@ struct RunInfo {
   std::uint64_t seed{0};
   int ttl_ms{0};
   int nodes{0};
+  // False where overlaps are an expected consequence of the setup (Sentinel: a failover can
+  // lose an unreplicated grant): they are reported, and only fencing is required to hold.
+  bool exclusion_enforced{true};
   std::map<std::string, std::int64_t> faults;  // injected, by kind
   std::vector<std::string> worker_failures;    // "worker 1: exit code 3", ...
   std::vector<std::string> notes;              // anything else worth printing

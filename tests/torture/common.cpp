@@ -48,7 +48,9 @@ std::string format_duration(std::chrono::nanoseconds d) {
   return std::to_string(ms) + "ms";
 }
 
-const char* to_string(Mode mode) noexcept { return mode == Mode::lock ? "lock" : "redlock"; }
+const char* to_string(Mode mode) noexcept {
+  return mode == Mode::lock ? "lock" : mode == Mode::sentinel ? "sentinel" : "redlock";
+}
 
 const char* to_string(Unsafe unsafe) noexcept {
   switch (unsafe) {
@@ -65,6 +67,7 @@ const char* to_string(Unsafe unsafe) noexcept {
 std::optional<Mode> parse_mode(std::string_view text) {
   if (text == "redlock") return Mode::redlock;
   if (text == "lock") return Mode::lock;
+  if (text == "sentinel") return Mode::sentinel;
   return std::nullopt;
 }
 

@@ -32,7 +32,9 @@ std::optional<std::chrono::nanoseconds> parse_duration(std::string_view text);
 // "60s", "1500ms", "2m" (the shortest exact form). Thread-safe.
 std::string format_duration(std::chrono::nanoseconds d);
 
-enum class Mode { redlock, lock };
+// redlock: Redlock over 5 nodes; lock: a Lock on node 0; sentinel: a Lock through Sentinel on
+// a master with 2 replicas and 3 sentinels (no proxies: the faults are failovers, kills, pauses).
+enum class Mode { redlock, lock, sentinel };
 // Outside the fault model: what the run deliberately breaks (see torture.md).
 enum class Unsafe { none, clock, restart };
 

@@ -14,6 +14,7 @@
 #include <cstring>     // std::strerror, std::strsignal
 #include <exception>   // std::exception
 #include <filesystem>  // std::filesystem
+#include <memory>      // std::unique_ptr
 #include <optional>    // std::optional
 #include <random>      // std::random_device
 #include <string>      // std::string
@@ -23,6 +24,7 @@
 #include "checker.hpp"
 #include "hold_log.hpp"
 #include "nemesis.hpp"
+#include "sentinel_nemesis.hpp"
 #include "worker.hpp"
 
 extern "C" char** environ;  // NOLINT(readability-redundant-declaration)
@@ -225,7 +227,7 @@ void copy_quietly(const std::string& from, const std::string& to) {
 
 int run_controller(const Options& o) {
   install_handlers();
-  const int nodes_count = o.mode == Mode::lock ? 1 : 5;
+  const int nodes_count = o.mode == Mode::redlock ? 5 : o.mode == Mode::lock ? 1 : 0;
   std::uint64_t seed = o.seed;
   if (!o.seed_given) {
     std::random_device rd;
@@ -275,6 +277,14 @@ int run_controller(const Options& o) {
     info.notes.emplace_back("auto_renew on: windows end at the last renewed deadline");
   }
   if (o.fair) info.notes.emplace_back("fair mode: waiters queue; releases hand the lock over");
+  if (o.mode == Mode::sentinel) {
+    info.exclusion_enforced = false;
+    info.notes.emplace_back(
+        "sentinel: 1 master, 2 replicas, 3 sentinels; wait_replicas=" +
+        std::to_string(o.wait_replicas) +
+        "; a failover may lose a grant the new master never received, so overlaps are "
+        "reported, not failed: fencing must hold");
+  }
 
   const std::string data_dir = pick_data_dir(o.data_dir);
   const int long_holds =
@@ -294,9 +304,15 @@ int run_controller(const Options& o) {
     // Servers and proxies live in this scope; everything below runs on this (the main) thread.
     std::unique_ptr<test::RedisServer> store;
     std::vector<Node> nodes;
+    std::unique_ptr<test::SentinelSet> sentinels;
     try {
       const ScopedTmpdir tmpdir(data_dir);
       store = std::make_unique<test::RedisServer>(test::ServerOptions{});
+      if (o.mode == Mode::sentinel) {
+        test::SentinelSetOptions so;
+        so.persistence = true;
+        sentinels = std::make_unique<test::SentinelSet>(so);
+      }
       for (int i = 0; i < nodes_count; ++i) {
         test::ServerOptions so;
         so.persistence = o.unsafe != Unsafe::restart;
@@ -334,6 +350,10 @@ int run_controller(const Options& o) {
     base.wake_on_release = o.wake_on_release;
     base.fair = o.fair;
     base.parent = ::getpid();
+    if (sentinels) {
+      base.sentinel_uri = sentinels->uri();
+      base.wait_replicas = o.wait_replicas;
+    }
     std::vector<std::string> log_paths;
     try {
       for (int p = 0; p < o.processes; ++p) {
@@ -352,7 +372,13 @@ int run_controller(const Options& o) {
 
     // The nemesis runs until the last worker is gone (they finish their last hold after
     // `until`). A worker still alive long after that is hung: it is killed and reported.
-    Nemesis nemesis(nodes, o.unsafe, seed, nemesis_log);
+    std::unique_ptr<Faults> faults;
+    if (sentinels) {
+      faults = std::make_unique<SentinelNemesis>(*sentinels, seed, nemesis_log);
+    } else {
+      faults = std::make_unique<Nemesis>(nodes, o.unsafe, seed, nemesis_log);
+    }
+    Faults& nemesis = *faults;
     const std::int64_t give_up =
         until + (base.acquire_bound_ms + 2LL * o.ttl_ms) * kMs + 20'000 * kMs;
     bool hung = false;

@@ -32,7 +32,12 @@ counter while a nemesis breaks a minority of the nodes; then checks the hold log
 validity windows, no lost update, fences applied in order, every hold ended with a record.
 
 options:
-  --mode redlock|lock     Redlock over the 5 nodes, or a single Lock on node 0 (default redlock)
+  --mode redlock|lock|sentinel
+                          Redlock over the 5 nodes, a single Lock on node 0, or a Lock through
+                          Sentinel (1 master, 2 replicas, 3 sentinels; the faults are
+                          SENTINEL FAILOVER, kill -9 of the master, a paused replica; overlaps
+                          are reported, fencing must hold) (default redlock)
+  --wait-replicas N       sentinel mode: Endpoint::wait_replicas of every worker (default 0)
   --duration D            how long workers take the lock: 500ms, 30s, 2m (default 60s)
   --processes K           worker processes (default 3)
   --threads T             threads per worker (default 4)
@@ -116,12 +121,16 @@ int main(int argc, char** argv) {
       if (!value(v) || !parse_int(v, 1, 10'000, o.retry_delay_ms)) {
         return usage_error("--retry-delay needs milliseconds in 1..10000");
       }
+    } else if (a == "--wait-replicas") {
+      if (!value(v) || !parse_int(v, 0, 2, o.wait_replicas)) {
+        return usage_error("--wait-replicas needs a number in 0..2 (the set has 2 replicas)");
+      }
     } else if (a == "--data-dir") {
       if (!value(o.data_dir)) return usage_error("--data-dir needs a directory");
     } else if (a == "--mode") {
       if (!value(v)) return usage_error("--mode needs a value");
       const auto m = redlock::torture::parse_mode(v);
-      if (!m) return usage_error("--mode must be redlock or lock, not '" + v + "'");
+      if (!m) return usage_error("--mode must be redlock, lock or sentinel, not '" + v + "'");
       o.mode = *m;
     } else if (a == "--unsafe") {
       if (!value(v)) return usage_error("--unsafe needs a value");
@@ -165,7 +174,10 @@ int main(int argc, char** argv) {
       return usage_error("unknown option '" + a + "'");
     }
   }
-  if (o.mode == redlock::torture::Mode::lock && o.unsafe != redlock::torture::Unsafe::none) {
+  if (o.wait_replicas != 0 && o.mode != redlock::torture::Mode::sentinel) {
+    return usage_error("--wait-replicas needs --mode sentinel");
+  }
+  if (o.mode != redlock::torture::Mode::redlock && o.unsafe != redlock::torture::Unsafe::none) {
     return usage_error("--unsafe needs --mode redlock (it breaks a majority of five nodes)");
   }
   if (o.fair && o.mode != redlock::torture::Mode::lock) {

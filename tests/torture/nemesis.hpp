@@ -48,21 +48,34 @@ struct Node {
   bool fake_clock{false};  // runs under faketime
 };
 
-class Nemesis {
+// What the controller drives: a source of faults, stepped from its main thread.
+class Faults {
+ public:
+  virtual ~Faults() = default;
+  // Heals what is due, injects what is due. Returns when it next wants to run (mono ns).
+  // Never throws.
+  virtual std::int64_t step(std::int64_t now) = 0;
+  // Heals every active fault at once.
+  virtual void heal_all() = 0;
+  virtual const std::map<std::string, std::int64_t>& injected() const = 0;
+  virtual const std::vector<std::string>& problems() const = 0;
+};
+
+class Nemesis : public Faults {
  public:
   // `nodes` must outlive the nemesis. `log` (may be null) gets one line per injection and heal.
   Nemesis(std::vector<Node>& nodes, Unsafe unsafe, std::uint64_t seed, std::FILE* log);
 
   // Heals what is due, injects what is due. Returns when it next wants to run (mono ns).
   // Never throws: a failure to inject or heal is counted and retried.
-  std::int64_t step(std::int64_t now);
+  std::int64_t step(std::int64_t now) override;
   // Heals every active fault at once (end of run, or before a majority restart).
-  void heal_all();
+  void heal_all() override;
 
   // Faults injected so far, by kind.
-  const std::map<std::string, std::int64_t>& injected() const { return injected_; }
+  const std::map<std::string, std::int64_t>& injected() const override { return injected_; }
   // Problems met (a restart that failed, ...), for the report.
-  const std::vector<std::string>& problems() const { return problems_; }
+  const std::vector<std::string>& problems() const override { return problems_; }
 
  private:
   enum class Kind {

@@ -187,7 +187,7 @@ class WorkerThread {
     options.fencing = true;
     options.auto_renew = config.auto_renew;
     options.fair = config.fair;
-    if (config.mode == Mode::lock) {
+    if (config.mode != Mode::redlock) {
       single_.emplace(clients.at(0), kLockKey, options);
     } else {
       quorum_.emplace(clients, kLockKey, options);
@@ -326,39 +326,30 @@ class WorkerThread {
 }  // namespace
 
 std::vector<std::string> WorkerConfig::to_args() const {
-  return {"--worker",
-          "--index",
-          std::to_string(index),
-          "--threads",
-          std::to_string(threads),
-          "--mode",
-          to_string(mode),
-          "--nodes",
-          join_ports(node_ports),
-          "--store",
-          std::to_string(store_port),
-          "--until",
-          std::to_string(until_ns),
-          "--log",
-          log_path,
-          "--seed",
-          std::to_string(seed),
-          "--ttl",
-          std::to_string(ttl_ms),
-          "--acquire-bound",
-          std::to_string(acquire_bound_ms),
-          "--long-holds",
-          std::to_string(long_hold_percent),
-          "--auto-renew",
-          auto_renew ? "1" : "0",
-          "--retry-delay",
-          std::to_string(retry_delay_ms),
-          "--wake-on-release",
-          std::to_string(wake_on_release),
-          "--fair",
-          fair ? "1" : "0",
-          "--parent",
-          std::to_string(parent)};
+  std::vector<std::string> args = {"--worker"};
+  const auto add = [&args](const char* name, std::string value) {
+    args.emplace_back(name);
+    args.push_back(std::move(value));
+  };
+  add("--index", std::to_string(index));
+  add("--threads", std::to_string(threads));
+  add("--mode", to_string(mode));
+  add("--store", std::to_string(store_port));
+  add("--until", std::to_string(until_ns));
+  add("--log", log_path);
+  add("--seed", std::to_string(seed));
+  add("--ttl", std::to_string(ttl_ms));
+  add("--acquire-bound", std::to_string(acquire_bound_ms));
+  add("--long-holds", std::to_string(long_hold_percent));
+  add("--auto-renew", auto_renew ? "1" : "0");
+  add("--retry-delay", std::to_string(retry_delay_ms));
+  add("--wake-on-release", std::to_string(wake_on_release));
+  add("--fair", fair ? "1" : "0");
+  add("--parent", std::to_string(parent));
+  add("--wait-replicas", std::to_string(wait_replicas));
+  if (!node_ports.empty()) add("--nodes", join_ports(node_ports));
+  if (!sentinel_uri.empty()) add("--sentinel", sentinel_uri);
+  return args;
 }
 
 WorkerConfig parse_worker_args(const std::vector<std::string>& args) {
@@ -410,12 +401,18 @@ WorkerConfig parse_worker_args(const std::vector<std::string>& args) {
       c.fair = to_int64(name, value) != 0;
     } else if (name == "--parent") {
       c.parent = static_cast<pid_t>(to_int64(name, value));
+    } else if (name == "--sentinel") {
+      c.sentinel_uri = value;
+    } else if (name == "--wait-replicas") {
+      c.wait_replicas = static_cast<int>(to_int64(name, value));
     } else {
       throw std::invalid_argument("worker: unknown argument " + name);
     }
   }
-  if (c.node_ports.empty() || c.store_port <= 0 || c.log_path.empty() || c.threads <= 0) {
-    throw std::invalid_argument("worker: --nodes, --store, --log and --threads are required");
+  if ((c.node_ports.empty() && c.sentinel_uri.empty()) || c.store_port <= 0 || c.log_path.empty() ||
+      c.threads <= 0) {
+    throw std::invalid_argument(
+        "worker: --nodes (or --sentinel), --store, --log and --threads are required");
   }
   return c;
 }
@@ -439,6 +436,13 @@ int run_worker(const WorkerConfig& config) {
   std::vector<int> ports = config.node_ports;
   if (config.mode == Mode::lock) ports.resize(1);
   std::vector<Client> clients;
+  if (config.mode == Mode::sentinel) {
+    Endpoint e = Endpoint::parse(config.sentinel_uri);
+    e.wait_replicas = config.wait_replicas;
+    e.wait_timeout = milliseconds(100);
+    clients.emplace_back(e);
+    ports.clear();
+  }
   for (int port : ports) {
     Endpoint e;
     e.host = "127.0.0.1";
