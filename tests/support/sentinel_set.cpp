@@ -231,8 +231,8 @@ void SentinelSet::await_stable(std::chrono::milliseconds limit) const {
           break;
         }
         std::size_t seen = 0;
-        for (const auto& e :
-             ask_sentinel(i, {"SENTINEL", "REPLICAS", options_.service}).elements()) {
+        const redlock::Reply listed = ask_sentinel(i, {"SENTINEL", "REPLICAS", options_.service});
+        for (const auto& e : listed.elements()) {
           seen += healthy(field_of(e, "flags")) ? 1U : 0U;
         }
         if (seen < replicas) why = "a sentinel does not see every replica";
