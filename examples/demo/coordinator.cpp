@@ -34,7 +34,9 @@
 #include <redlock/redlock.hpp>  // Client, Endpoint, Redlock, errors
 
 #include "demo.hpp"
-#include "support/throwaway_servers.hpp"  // ThrowawayServers: pause/kill/restart
+#include "sentinel_faults.hpp"             // SentinelFaults: failover, master killed
+#include "support/throwaway_sentinel.hpp"  // ThrowawaySentinel: --topology sentinel
+#include "support/throwaway_servers.hpp"   // ThrowawayServers: pause/kill/restart
 
 namespace demo {
 namespace {
@@ -592,9 +594,23 @@ int run_demo(const DemoConfig& config) {
 
   // Servers: five lock nodes and the counter's server, or the ones given.
   std::unique_ptr<example::ThrowawayServers> group;  // its destructor stops every server
+  std::unique_ptr<example::ThrowawaySentinel> sentinel_set;
   std::vector<std::string> node_uris;
   std::string checker_uri;
-  if (own_servers) {
+  const bool sentinel = own_servers && config.topology == "sentinel";
+  if (sentinel) {
+    std::printf(
+        "redlock-demo: starting a Sentinel set (a master, 2 replicas, 3 sentinels) and a "
+        "redis-server for the counter...\n");
+    std::fflush(stdout);
+    sentinel_set = std::make_unique<example::ThrowawaySentinel>();
+    group = std::make_unique<example::ThrowawayServers>(1);
+    std::string uri = sentinel_set->uri();
+    const std::string timeout = std::to_string(config.node_timeout.count());
+    uri.insert(uri.find('#'), "?connect_timeout=" + timeout + "&command_timeout=" + timeout);
+    node_uris.push_back(uri);
+    checker_uri = (*group)[0].endpoint().to_string();
+  } else if (own_servers) {
     std::printf(
         "redlock-demo: starting %zu throwaway redis-servers (%zu lock nodes + 1 for the "
         "counter)...\n",
@@ -634,6 +650,8 @@ int run_demo(const DemoConfig& config) {
                       : "none: these are servers the demo did not start";
   } else if (!config.faults) {
     faults_note = "none (--no-faults)";
+  } else if (sentinel) {
+    faults_note = SentinelFaults(*sentinel_set, config.duration, run, nullptr).describe();
   } else {
     plan = plan_faults(config.duration, config.ttl);
     if (!plan.any()) faults_note = "none: the run is too short to fit them";
@@ -699,6 +717,12 @@ int run_demo(const DemoConfig& config) {
     for (const auto& w : workers) send_line(w, "go");
     std::unique_ptr<FaultInjector> faults;
     if (plan.any()) faults = std::make_unique<FaultInjector>(*group, plan, endpoints, console, run);
+    std::unique_ptr<SentinelFaults> failovers;
+    if (sentinel && config.faults) {
+      failovers = std::make_unique<SentinelFaults>(
+          *sentinel_set, config.duration, run,
+          [&console](const std::string& line) { console.event(line); });
+    }
     Rate rate;
     std::int64_t next_progress = 0;
     for (;;) {
@@ -706,11 +730,13 @@ int run_demo(const DemoConfig& config) {
       const std::int64_t t = now - run.start_ns;
       if (g_interrupted.load() || t >= ns_of(config.duration) || inbox.open.load() == 0) break;
       if (faults) faults->step(t);
+      if (failovers) failovers->step(t);
       // The progress line: every 200 ms on a terminal, every second otherwise.
       if (now >= next_progress) {
         const std::uint64_t count = inbox.count.load();
         std::pair<std::size_t, std::string> status{endpoints.size(), ""};
         if (faults) status = faults->status();
+        if (failovers) status.second = failovers->status();
         if (monitor) status.first = monitor->up();
         char line[200];
         std::snprintf(line, sizeof line,
@@ -725,6 +751,7 @@ int run_demo(const DemoConfig& config) {
     }
     run.seconds = seconds(monotonic_ns() - run.start_ns);
     if (faults) faults->finish();
+    if (failovers) failovers->finish();
   }
   console.clear();
   run.interrupted = g_interrupted.load();
@@ -764,6 +791,7 @@ int run_demo(const DemoConfig& config) {
   run.threads = config.threads;
   run.nodes = probe.size();
   run.quorum = probe.quorum();
+  if (sentinel) run.lock_kind = "a Lock through Sentinel (a master, 2 replicas, 3 sentinels),";
   run.ttl = config.ttl;
   if (own_servers) run.node_timeout = config.node_timeout;
   run.fencing = config.fencing;

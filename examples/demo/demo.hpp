@@ -100,6 +100,9 @@ struct DemoConfig {
   std::chrono::milliseconds node_timeout{200};
   // The servers the demo starts speak TLS (throwaway certificates; the nodes are rediss:// URIs).
   bool tls{false};
+  // "redlock": five independent lock nodes (a Redlock); "sentinel": one Lock through Sentinel
+  // on a master with two replicas and three sentinels, with a failover and a master killed.
+  std::string topology{"redlock"};
   // A directory: each worker writes worker-<id>.prom there (Prometheus text) as it ends.
   std::string metrics;
 };
@@ -128,6 +131,7 @@ struct RunRecord {
   int threads{0};
   std::size_t nodes{0};
   std::size_t quorum{0};
+  std::string lock_kind{"Redlock"};  // how the summary names the lock ("Lock through Sentinel")
   std::chrono::milliseconds ttl{0};
   std::chrono::milliseconds node_timeout{0};  // of the nodes the demo started; 0 with --redis
   bool fencing{true};

@@ -152,6 +152,13 @@ int main(int argc, char** argv) {
   app.add_flag("--tls", config.tls,
                "Start the servers with TLS (throwaway CA and certificates made with openssl) and "
                "connect over rediss://, verified");
+  app.add_option("--topology", config.topology,
+                 "redlock: a Redlock over 5 independent servers; sentinel: a Lock through "
+                 "Sentinel (a master, 2 replicas, 3 sentinels) with a live failover and the "
+                 "master killed")
+      ->type_name("redlock|sentinel")
+      ->check(CLI::IsMember({"redlock", "sentinel"}))
+      ->capture_default_str();
   app.add_flag("--no-fencing", no_fencing,
                "Counter writes carry no fence token: only the lock protects the counter");
   app.add_option("--metrics", config.metrics,
@@ -167,6 +174,11 @@ int main(int argc, char** argv) {
     config.threads = parse_count("--threads", threads);
     if (!config.metrics.empty() && !std::filesystem::is_directory(config.metrics)) {
       throw UsageError("--metrics '" + config.metrics + "' is not a directory");
+    }
+    if (config.topology == "sentinel" && (config.tls || !config.redis.empty())) {
+      throw UsageError(
+          "--topology sentinel starts its own servers, without TLS (drop --tls and "
+          "--redis; --redis takes a redis-sentinel:// URI too)");
     }
     if (!config.checker.empty() && config.redis.empty()) {
       throw UsageError("--checker needs --redis (own servers have their own)");

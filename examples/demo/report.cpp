@@ -134,10 +134,11 @@ int print_summary(const RunRecord& run) {
 
   // ---- Print ----
   std::printf(
-      "\nredlock-demo summary%s: %.1f s, %d process(es) x %d thread(s), Redlock over %zu "
+      "\nredlock-demo summary%s: %.1f s, %d process(es) x %d thread(s), %s over %zu "
       "node(s) (quorum %zu), ttl %lld ms, fencing %s\n",
-      run.interrupted ? " (interrupted)" : "", run.seconds, run.processes, run.threads, run.nodes,
-      run.quorum, static_cast<long long>(run.ttl.count()), run.fencing ? "on" : "off");
+      run.interrupted ? " (interrupted)" : "", run.seconds, run.processes, run.threads,
+      run.lock_kind.c_str(), run.nodes, run.quorum, static_cast<long long>(run.ttl.count()),
+      run.fencing ? "on" : "off");
   std::printf("  acquisitions      %zu (%.1f/s)\n", holds.size(),
               run.seconds > 0 ? static_cast<double>(holds.size()) / run.seconds : 0.0);
   std::printf("  increments        %zu written", written);

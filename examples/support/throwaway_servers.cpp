@@ -21,7 +21,8 @@
 #include <stdexcept>   // std::runtime_error
 #include <string>      // std::string, std::to_string
 #include <thread>      // std::this_thread::sleep_for
-#include <vector>      // std::vector
+#include <utility>
+#include <vector>  // std::vector
 
 namespace example {
 namespace {
@@ -111,7 +112,11 @@ const TlsFiles& tls_files() {
   return files;
 }
 
-ThrowawayServer::ThrowawayServer(Tls tls) : tls_(tls) {
+ThrowawayServer::ThrowawayServer(Tls tls) : ThrowawayServer(tls, {}, {}) {}
+
+ThrowawayServer::ThrowawayServer(Tls tls, std::vector<std::string> extra_args,
+                                 std::string sentinel_config)
+    : tls_(tls), extra_args_(std::move(extra_args)), sentinel_config_(std::move(sentinel_config)) {
   if (tls_ == Tls::on) tls_files();  // made before any child starts
   for (int attempt = 0; attempt < 10; ++attempt) {
     if (tls_ == Tls::on) tls_port_ = free_port();
@@ -154,9 +159,11 @@ void ThrowawayServer::restart() {
 bool ThrowawayServer::spawn_and_wait(int port) {
   if (port <= 0) return false;
   const std::string port_arg = std::to_string(port);
-  std::vector<std::string> args{"redis-server", "--port", port_arg, "--bind",
-                                "127.0.0.1",    "--save", "",       "--appendonly",
-                                "no",           "--dir",  "/tmp"};
+  std::vector<std::string> args{"redis-server"};
+  if (!sentinel_config_.empty()) args.insert(args.end(), {sentinel_config_, "--sentinel"});
+  args.insert(args.end(), {"--port", port_arg, "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                           "no", "--dir", "/tmp"});
+  args.insert(args.end(), extra_args_.begin(), extra_args_.end());
   if (tls_ == Tls::on) {
     const TlsFiles& files = tls_files();
     args.insert(args.end(), {"--tls-port", std::to_string(tls_port_), "--tls-cert-file", files.cert,

@@ -43,6 +43,9 @@ class ThrowawayServer {
   // TLS with tls_files()) and waits until it answers PING. Throws std::runtime_error if none
   // starts within a few seconds.
   explicit ThrowawayServer(Tls tls = Tls::off);
+  // The same with more arguments for redis-server (e.g. {"--replicaof", "127.0.0.1", "6380"}),
+  // and, when `sentinel_config` names a writable file, as a Redis Sentinel with that config.
+  ThrowawayServer(Tls tls, std::vector<std::string> extra_args, std::string sentinel_config);
   // Kills the server (SIGKILL) and reaps it. Never throws.
   ~ThrowawayServer();
   ThrowawayServer(const ThrowawayServer&) = delete;
@@ -66,6 +69,8 @@ class ThrowawayServer {
   bool spawn_and_wait(int port);  // false: the child exited (port taken) or never answered
 
   Tls tls_{Tls::off};
+  std::vector<std::string> extra_args_;
+  std::string sentinel_config_;
   int port_{0};
   int tls_port_{0};
   pid_t pid_{-1};
