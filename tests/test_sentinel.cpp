@@ -289,3 +289,64 @@ TEST_CASE("wait_replicas on a server that refuses WAIT names the option", "[sent
   }
   CHECK(server.raw({"EXISTS", key("wait-refused")}).integer() == 0);
 }
+
+TEST_CASE("Sentinel: wake-on-release follows the master through a failover", "[sentinel]") {
+  SentinelSet set;
+  const auto k = key("sentinel-wake");
+  redlock::Client client(set.uri());
+  redlock::LockOptions slow = patient();
+  slow.retry_delay = 10s;  // a waiter that polls could not pass this test: only a wake-up can
+  redlock::Lock holder(client, k, slow);
+  REQUIRE(holder.try_lock());
+  await_replicated(set, k);
+  std::atomic<long long> woke_after_ms{-1};
+  std::atomic<long long> released_at{0};
+  std::thread waiter([&] {
+    redlock::Lock lock(redlock::Client(set.uri()), k, slow);
+    lock.lock();
+    woke_after_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
+            .count() -
+        released_at.load();
+    lock.unlock();
+  });
+  std::this_thread::sleep_for(300ms);  // the waiter subscribed on the first master
+  set.failover();
+  set.await_role(0, "slave", 20s);      // its pub/sub connection there was killed by the demotion
+  std::this_thread::sleep_for(1500ms);  // and it resubscribed on the new master
+  released_at =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
+          .count();
+  holder.unlock();
+  waiter.join();
+  INFO("release to acquire: " << woke_after_ms.load() << " ms");
+  CHECK(woke_after_ms.load() >= 0);
+  CHECK(woke_after_ms.load() < 5'000);  // the retry delay is 10 s: this was a wake-up
+}
+
+TEST_CASE("Redlock with a Sentinel-managed node: too few replica acks count as not granted",
+          "[sentinel]") {
+  SentinelSet set;
+  redlock::test::ServerGroup plain(2);
+  redlock::Endpoint managed = set.endpoint();
+  managed.wait_replicas = 2;
+  managed.command_timeout = 500ms;
+  managed.wait_timeout = 200ms;
+  const auto k = key("sentinel-redlock");
+  redlock::Redlock lock({redlock::Client(managed), redlock::Client(plain[0].endpoint()),
+                         redlock::Client(plain[1].endpoint())},
+                        k, patient());
+  set.data(1).pause();       // the managed node's grant cannot reach 2 replicas
+  REQUIRE(lock.try_lock());  // 2 of 3: the plain nodes
+  // The managed node's grant is rolled back: by the attempt itself, or (when the early finish
+  // left that node behind its WAIT) by the undo queued behind it on its connection.
+  const auto deadline = Clock::now() + 3s;
+  while (set.data(0).raw({"EXISTS", k}).integer() != 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  CHECK(set.data(0).raw({"EXISTS", k}).integer() == 0);
+  CHECK(plain[0].raw({"EXISTS", k}).integer() == 1);
+  set.data(1).resume();
+  lock.unlock();
+  CHECK(plain[0].raw({"EXISTS", k}).integer() == 0);
+}
