@@ -52,7 +52,7 @@ class Client {
   // non-positive timeout, negative database, empty host and no unix socket).
   explicit Client(Endpoint endpoint);
   // The same from a URI: Client("redis://127.0.0.1:6379"), Client("rediss://..."),
-  // Client("unix:///run/redis.sock"), Client("redis-sentinel://s1,s2,s3#mymaster"), as
+  // Client("unix:///run/redis.sock"), `Client("redis-sentinel://s1,s2,s3#mymaster")`, as
   // Endpoint::parse() reads it. Throws std::invalid_argument naming the bad part of the URI (the
   // password never appears), or the unusable field as above.
   explicit Client(std::string_view uri);

@@ -13,7 +13,7 @@
 //   redis://[user[:password]@]host[:port][/db][?param=value&...]
 //   rediss://[user[:password]@]host[:port][/db][?param=value&...]     (TLS)
 //   unix://[user[:password]@]/path/to/socket[?db=N&...]
-//   redis-sentinel://[user[:password]@]host[:port][,host2[:port2]...][/db][?param=value&...]#service
+//   `redis-sentinel://[user[:password]@]host[:port][,host2[:port2]...][/db][?param=value&...]#service`
 //   rediss-sentinel://...                                               (Sentinel, TLS everywhere)
 // host may be a name, an IPv4 address or a bracketed IPv6 address ([::1]). user, password and
 // parameter values are percent-decoded. Query parameters (every scheme): db, connect_timeout,
