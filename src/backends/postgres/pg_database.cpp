@@ -215,8 +215,16 @@ void PgDatabase::ensure_table() {
                     " (name text PRIMARY KEY, token text NOT NULL, "
                     "expires_at timestamptz NOT NULL, fence bigint NOT NULL); COMMIT";
   PGconn* conn = take();
-  PGresult* res = PQexec(conn, sql.c_str());
+  // An existing table needs no DDL (and a user without CREATE on the schema may use it).
+  std::string probe =
+      "SELECT to_regclass('" + t + "') IS NOT NULL AND to_regclass('" + t + "_fence') IS NOT NULL";
+  PGresult* res = PQexec(conn, probe.c_str());
+  bool exists = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+                std::string(PQgetvalue(res, 0, 0)) == "t";
+  PQclear(res);
+  res = exists ? PQexec(conn, "SELECT 1") : PQexec(conn, sql.c_str());
   ExecStatusType status = PQresultStatus(res);
+  if (status == PGRES_TUPLES_OK) status = PGRES_COMMAND_OK;
   if (status != PGRES_COMMAND_OK) {
     try {
       throw_failure(("creating the lease table " + t).c_str(), conn, res);
