@@ -1,5 +1,9 @@
 // [postgres]: redlock::postgres::Lock against a real PostgreSQL 15 (tests/support/postgres_server).
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdlib>
+#include <fstream>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -80,6 +84,47 @@ TEST_CASE("postgres::Lock: mutual exclusion between threads counting a shared va
   t2.join();
   CHECK_FALSE(overlap);
   CHECK(counter == 40);
+}
+
+TEST_CASE("postgres::Lock: mutual exclusion across processes (read-increment-write a file)",
+          "[postgres]") {
+  REQUIRE_POSTGRES();
+  PostgresServer server;
+  redlock::postgres::Database(server.uri()).ensure_table();
+  std::string file = "/tmp/redlock-pg-counter-" + std::to_string(::getpid());
+  std::ofstream(file) << 0;
+  auto child = [&] {
+    redlock::postgres::Database db(server.uri());
+    redlock::postgres::Lock lock(db, "file", short_ttl(5000ms));
+    for (int i = 0; i < 15; ++i) {
+      std::lock_guard<redlock::postgres::Lock> guard(lock);
+      int value = 0;
+      std::ifstream(file) >> value;
+      std::this_thread::sleep_for(1ms);
+      std::ofstream(file) << value + 1;
+    }
+  };
+  pid_t kids[2];
+  for (pid_t& kid : kids) {
+    kid = ::fork();
+    if (kid == 0) {
+      try {
+        child();
+      } catch (...) {
+        ::_exit(2);
+      }
+      ::_exit(0);
+    }
+  }
+  for (pid_t kid : kids) {
+    int status = 0;
+    ::waitpid(kid, &status, 0);
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  }
+  int value = 0;
+  std::ifstream(file) >> value;
+  ::unlink(file.c_str());
+  CHECK(value == 30);
 }
 
 TEST_CASE("postgres::Lock: expiry takeover; the old holder's release and extend are refused",
