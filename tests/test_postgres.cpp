@@ -143,6 +143,23 @@ TEST_CASE("postgres::Lock: expiry takeover; the old holder's release and extend 
   CHECK(next.release());
 }
 
+TEST_CASE("postgres::Lock: auto_renew keeps a short lease past its ttl", "[postgres]") {
+  REQUIRE_POSTGRES();
+  PostgresServer server;
+  redlock::postgres::Database db(server.uri());
+  redlock::LockOptions o = short_ttl(600ms);
+  o.auto_renew = true;
+  redlock::postgres::Lock a(db, "renewed", o);
+  redlock::postgres::Lock b(db, "renewed");
+  REQUIRE(a.try_lock());
+  std::this_thread::sleep_for(1500ms);  // 2.5 ttls: only renewals keep it
+  CHECK(a.owns_lock());
+  CHECK_FALSE(b.try_lock());
+  a.unlock();
+  CHECK(b.try_lock());
+  b.unlock();
+}
+
 TEST_CASE("postgres::Lock: fencing tokens only grow", "[postgres]") {
   REQUIRE_POSTGRES();
   PostgresServer server;
