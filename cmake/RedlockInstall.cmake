@@ -13,6 +13,16 @@ if(REDLOCK_WITH_TLS)
   set(REDLOCK_CMAKE_DEPS hiredis fmt "OpenSSL COMPONENTS Crypto SSL")
   list(APPEND REDLOCK_PC_DEPS libssl)
 endif()
+# The PostgreSQL component links -lpq by name: no CMake dependency, and in redlock.pc a plain
+# -lpq (Debian's libpq.pc --static names archives libpq-dev does not ship).
+set(REDLOCK_PC_LIBPQ "")
+if(REDLOCK_WITH_POSTGRES)
+  set(REDLOCK_HAS_POSTGRES TRUE)
+  set(redlock_install_targets redlock redlock_postgres)
+else()
+  set(REDLOCK_HAS_POSTGRES FALSE)
+  set(redlock_install_targets redlock)
+endif()
 
 # A shared library links its dependencies itself; a static archive needs them on every link:
 # find_dependency() in redlockConfig.cmake, and Requires (not Requires.private) in redlock.pc.
@@ -24,6 +34,9 @@ if(redlock_type STREQUAL "STATIC_LIBRARY")
     string(APPEND REDLOCK_CONFIG_DEPENDENCIES "\nfind_dependency(${dep})")
   endforeach()
   set(REDLOCK_PC_REQUIRES "Requires: ${redlock_pc_modules}")
+  if(REDLOCK_WITH_POSTGRES)
+    set(REDLOCK_PC_LIBPQ " -lpq")
+  endif()
 else()
   set(REDLOCK_PC_REQUIRES "Requires.private: ${redlock_pc_modules}")
 endif()
@@ -31,7 +44,7 @@ endif()
 install(DIRECTORY include/redlock DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES ${PROJECT_BINARY_DIR}/include/redlock/version.hpp
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/redlock)
-install(TARGETS redlock EXPORT redlockTargets
+install(TARGETS ${redlock_install_targets} EXPORT redlockTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} NAMELINK_COMPONENT Development
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}

@@ -1,0 +1,242 @@
+// src/backends/postgres/pg_database.cpp: libpq connections, pooled; one statement at a time,
+// with a client-side deadline so a stopped server cannot block a caller forever.
+#include "backends/postgres/pg_database.hpp"
+
+#include <poll.h>
+
+#include <libpq-fe.h>
+
+#include <chrono>
+#include <stdexcept>
+
+#include <redlock/errors.hpp>
+
+namespace redlock {
+namespace detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool valid_table_name(const std::string& name) {
+  if (name.empty() || name.size() > 120) return false;
+  std::size_t dots = 0;
+  for (char c : name) {
+    if (c == '.') {
+      ++dots;
+    } else if (!(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                 (c >= '0' && c <= '9'))) {
+      return false;
+    }
+  }
+  return dots <= 1 && name.front() != '.' && name.back() != '.';
+}
+
+std::string trimmed(const char* text) {
+  std::string s = text ? text : "";
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// Throws the redlock::Error for a failed result (or none: the connection broke).
+[[noreturn]] void throw_failure(const char* what, PGconn* conn, PGresult* res) {
+  std::string message = trimmed(res ? PQresultErrorMessage(res) : PQerrorMessage(conn));
+  const char* state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : nullptr;
+  std::string code = state ? state : "";
+  if (res) PQclear(res);
+  std::string head = std::string("postgres: ") + what + " failed: ";
+  if (code == "57014") throw TimeoutError(head + "statement_timeout passed (" + message + ")");
+  if (PQstatus(conn) == CONNECTION_BAD || code.rfind("08", 0) == 0 || code.rfind("57P", 0) == 0)
+    throw ConnectionError(head + "connection lost (" + message + ")");
+  throw ServerError(head + message + " [SQLSTATE " + code + "]", message);
+}
+
+// Waits until `conn` has a whole result or `deadline`. Returns false on timeout.
+bool wait_result(PGconn* conn, Clock::time_point deadline) {
+  while (PQisBusy(conn)) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return false;
+    pollfd pfd{PQsocket(conn), POLLIN, 0};
+    int rc = ::poll(&pfd, 1, static_cast<int>(left.count()) + 1);
+    if (rc < 0 && errno != EINTR) return true;  // PQconsumeInput reports the failure
+    if (rc > 0 && !PQconsumeInput(conn)) return true;
+  }
+  return true;
+}
+
+}  // namespace
+
+PgDatabase::PgDatabase(std::string uri, postgres::DatabaseOptions options)
+    : uri_(std::move(uri)), options_(std::move(options)) {
+  if (uri_.empty()) throw std::invalid_argument("uri: empty");
+  if (!valid_table_name(options_.table))
+    throw std::invalid_argument("options.table: not a plain SQL identifier: " + options_.table);
+  if (options_.statement_timeout.count() <= 0)
+    throw std::invalid_argument("options.statement_timeout: must be > 0");
+  if (options_.pool_size == 0) throw std::invalid_argument("options.pool_size: must be > 0");
+}
+
+PgDatabase::~PgDatabase() {
+  for (PGconn* conn : idle_) PQfinish(conn);
+}
+
+PGconn* PgDatabase::connect() {
+  auto seconds = std::max<long long>(
+      2, std::chrono::duration_cast<std::chrono::seconds>(options_.statement_timeout).count() + 1);
+  std::string timeout = std::to_string(seconds);
+  const char* keys[] = {"dbname", "connect_timeout", nullptr};
+  const char* values[] = {uri_.c_str(), timeout.c_str(), nullptr};
+  PGconn* conn = PQconnectdbParams(keys, values, 1);
+  if (!conn) throw std::bad_alloc();
+  if (PQstatus(conn) != CONNECTION_OK) {
+    std::string message = trimmed(PQerrorMessage(conn));
+    PQfinish(conn);
+    if (message.find("timeout expired") != std::string::npos)
+      throw TimeoutError("postgres: connect timed out: " + message);
+    throw ConnectionError("postgres: could not connect: " + message);
+  }
+  PQsetNoticeProcessor(
+      conn, [](void*, const char*) {}, nullptr);  // "already exists, skipping"
+  std::string set = "SET statement_timeout = " + std::to_string(options_.statement_timeout.count());
+  PGresult* res = PQexec(conn, set.c_str());
+  if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+    try {
+      throw_failure("SET statement_timeout", conn, res);
+    } catch (...) {
+      PQfinish(conn);
+      throw;
+    }
+  }
+  PQclear(res);
+  return conn;
+}
+
+PGconn* PgDatabase::take() {
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    freed_.wait(lock, [&] { return !idle_.empty() || open_ < options_.pool_size; });
+    if (!idle_.empty()) {
+      PGconn* conn = idle_.back();
+      idle_.pop_back();
+      return conn;
+    }
+    ++open_;
+  }
+  try {
+    return connect();
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    --open_;
+    freed_.notify_one();
+    throw;
+  }
+}
+
+void PgDatabase::give_back(PGconn* conn, bool healthy) noexcept {
+  if (!healthy || PQstatus(conn) != CONNECTION_OK) {
+    PQfinish(conn);
+    std::lock_guard<std::mutex> lock(mutex_);
+    --open_;
+  } else {
+    std::lock_guard<std::mutex> lock(mutex_);
+    idle_.push_back(conn);
+  }
+  freed_.notify_one();
+}
+
+namespace {
+
+// One statement on `conn`. Throws as PgDatabase::exec; `broken` says the connection is unusable.
+PgResult run(PGconn* conn, const std::string& what, const std::string& sql,
+             const std::vector<std::string>& params, Clock::time_point deadline, bool& broken) {
+  std::vector<const char*> values;
+  values.reserve(params.size());
+  for (const auto& p : params) values.push_back(p.c_str());
+  broken = true;
+  if (!PQsendQueryParams(conn, sql.c_str(), static_cast<int>(values.size()), nullptr, values.data(),
+                         nullptr, nullptr, 0))
+    throw_failure(what.c_str(), conn, nullptr);
+  if (!wait_result(conn, deadline))
+    throw TimeoutError(std::string("postgres: ") + what +
+                       " failed: no answer before the client deadline (server stopped?)");
+  PgResult out;
+  PGresult* res = PQgetResult(conn);
+  ExecStatusType status = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
+  if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) {
+    broken = PQstatus(conn) != CONNECTION_OK;
+    while (PGresult* more = PQgetResult(conn)) PQclear(more);
+    throw_failure(what.c_str(), conn, res);
+  }
+  if (PQntuples(res) > 0) {
+    for (int c = 0; c < PQnfields(res); ++c) {
+      out.row.emplace_back(PQgetvalue(res, 0, c));
+      out.null.push_back(PQgetisnull(res, 0, c) != 0);
+    }
+  }
+  const char* tuples = PQcmdTuples(res);
+  out.affected = (tuples && *tuples) ? std::atol(tuples) : 0;
+  PQclear(res);
+  while (PGresult* more = PQgetResult(conn)) PQclear(more);
+  broken = PQstatus(conn) != CONNECTION_OK;
+  return out;
+}
+
+}  // namespace
+
+PgResult PgDatabase::exec(const std::string& what, const std::string& sql,
+                          const std::vector<std::string>& params) {
+  if (!table_ready_.load(std::memory_order_acquire)) ensure_table();
+  for (int tries = 0;; ++tries) {
+    PGconn* conn = take();
+    auto deadline = Clock::now() + options_.statement_timeout + std::chrono::seconds(1);
+    bool broken = true;
+    try {
+      PgResult out = run(conn, what, sql, params, deadline, broken);
+      give_back(conn, !broken);
+      return out;
+    } catch (const ConnectionError&) {
+      give_back(conn, false);
+      // A pooled connection may have died while idle (server restart, terminated backend):
+      // once more on a new one. Every statement is idempotent for its token.
+      if (tries > 0) throw;
+    } catch (...) {
+      give_back(conn, !broken);
+      throw;
+    }
+  }
+}
+
+void PgDatabase::ensure_table() {
+  std::lock_guard<std::mutex> once(ddl_mutex_);
+  if (table_ready_.load(std::memory_order_acquire)) return;
+  const std::string& t = options_.table;
+  // The advisory lock serialises creators in other processes (CREATE ... IF NOT EXISTS races).
+  std::string sql = "BEGIN; SELECT pg_advisory_xact_lock(7270451); CREATE SEQUENCE IF NOT EXISTS " +
+                    t + "_fence; " + "CREATE TABLE IF NOT EXISTS " + t +
+                    " (name text PRIMARY KEY, token text NOT NULL, "
+                    "expires_at timestamptz NOT NULL, fence bigint NOT NULL); COMMIT";
+  PGconn* conn = take();
+  // An existing table needs no DDL (and a user without CREATE on the schema may use it).
+  std::string probe =
+      "SELECT to_regclass('" + t + "') IS NOT NULL AND to_regclass('" + t + "_fence') IS NOT NULL";
+  PGresult* res = PQexec(conn, probe.c_str());
+  bool exists = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+                std::string(PQgetvalue(res, 0, 0)) == "t";
+  PQclear(res);
+  res = exists ? PQexec(conn, "SELECT 1") : PQexec(conn, sql.c_str());
+  ExecStatusType status = PQresultStatus(res);
+  if (status == PGRES_TUPLES_OK) status = PGRES_COMMAND_OK;
+  if (status != PGRES_COMMAND_OK) {
+    try {
+      throw_failure(("creating the lease table " + t).c_str(), conn, res);
+    } catch (...) {
+      give_back(conn, false);  // its transaction may be left aborted
+      throw;
+    }
+  }
+  PQclear(res);
+  give_back(conn, true);
+  table_ready_.store(true, std::memory_order_release);
+}
+
+}  // namespace detail
+}  // namespace redlock

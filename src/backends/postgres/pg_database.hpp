@@ -1,0 +1,63 @@
+// src/backends/postgres/pg_database.hpp: the PostgreSQL component's connection pool (libpq).
+// Only src/backends/postgres/ sees libpq; the lease backend (pg_backend.cpp) sends statements
+// through PgDatabase::exec and gets rows as strings, or a redlock::Error.
+#ifndef REDLOCK_SRC_BACKENDS_POSTGRES_PG_DATABASE_HPP
+#define REDLOCK_SRC_BACKENDS_POSTGRES_PG_DATABASE_HPP
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <redlock/postgres.hpp>
+
+struct pg_conn;
+
+namespace redlock {
+namespace detail {
+
+// One statement's answer: the first row's columns (empty strings for NULL) and the number of
+// rows it touched.
+struct PgResult {
+  std::vector<std::string> row;
+  std::vector<bool> null;
+  long affected{0};
+};
+
+class PgDatabase {
+ public:
+  PgDatabase(std::string uri, postgres::DatabaseOptions options);
+  ~PgDatabase();
+  PgDatabase(const PgDatabase&) = delete;
+  PgDatabase& operator=(const PgDatabase&) = delete;
+
+  // Runs one statement with text parameters on a pooled connection. Throws ConnectionError,
+  // TimeoutError (the connection is dropped) or ServerError; `what` names the operation.
+  PgResult exec(const std::string& what, const std::string& sql,
+                const std::vector<std::string>& params);
+  void ensure_table();
+
+  const postgres::DatabaseOptions& options() const noexcept { return options_; }
+  const std::string& table() const noexcept { return options_.table; }
+
+ private:
+  pg_conn* take();
+  void give_back(pg_conn* conn, bool healthy) noexcept;
+  pg_conn* connect();
+
+  std::string uri_;
+  postgres::DatabaseOptions options_;
+  std::mutex mutex_;
+  std::condition_variable freed_;
+  std::vector<pg_conn*> idle_;
+  std::size_t open_{0};
+  std::mutex ddl_mutex_;
+  std::atomic<bool> table_ready_{false};
+};
+
+}  // namespace detail
+}  // namespace redlock
+
+#endif  // REDLOCK_SRC_BACKENDS_POSTGRES_PG_DATABASE_HPP

@@ -1,0 +1,49 @@
+// tests/support/postgres_server.hpp: a real PostgreSQL 15 server for the [postgres] tests, on a
+// free loopback port, in a temp dir owned by the postgres user (root cannot run the server).
+#ifndef REDLOCK_TESTS_SUPPORT_POSTGRES_SERVER_HPP
+#define REDLOCK_TESTS_SUPPORT_POSTGRES_SERVER_HPP
+
+#include <sys/types.h>  // pid_t
+
+#include <string>  // std::string
+
+namespace redlock::test {
+
+class PostgresServer {
+ public:
+  // Where Debian keeps initdb and pg_ctl ($REDLOCK_PG_BIN overrides).
+  static std::string bin_dir();
+  // True if initdb and pg_ctl are there and runuser exists.
+  static bool available();
+
+  // initdb (trust auth) + pg_ctl start -w. Throws std::runtime_error with the tool's output if
+  // the server cannot start; the temp dir is removed then too.
+  PostgresServer();
+  // SIGCONT + SIGQUIT (immediate shutdown) to the postmaster, waits for it to exit, removes the
+  // dir. Never throws.
+  ~PostgresServer();
+  PostgresServer(const PostgresServer&) = delete;
+  PostgresServer& operator=(const PostgresServer&) = delete;
+
+  int port() const noexcept { return port_; }
+  pid_t pid() const noexcept { return pid_; }
+  // postgresql://postgres@127.0.0.1:<port>/postgres
+  std::string uri() const;
+
+  // Runs one SQL statement with psql as the superuser; returns its unaligned output.
+  std::string psql(const std::string& sql) const;
+  // SIGSTOP / SIGCONT every process of the server (postmaster and its backends).
+  void pause() const;
+  void resume() const;
+
+ private:
+  void stop() noexcept;
+
+  std::string dir_;
+  int port_{0};
+  pid_t pid_{0};
+};
+
+}  // namespace redlock::test
+
+#endif  // REDLOCK_TESTS_SUPPORT_POSTGRES_SERVER_HPP

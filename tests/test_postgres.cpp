@@ -1,0 +1,283 @@
+// [postgres]: redlock::postgres::Lock against a real PostgreSQL 15 (tests/support/postgres_server).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include <redlock/client.hpp>
+#include <redlock/errors.hpp>
+#include <redlock/lock.hpp>
+#include <redlock/postgres.hpp>
+
+#include "support/postgres_server.hpp"
+#include "support/redis_server.hpp"
+
+using namespace std::chrono_literals;
+using redlock::test::PostgresServer;
+
+namespace {
+
+// Outside CI a machine without postgresql-15 skips; CI installs it (scripts/deps.sh) and must run.
+#define REQUIRE_POSTGRES()                                                          \
+  do {                                                                              \
+    if (!PostgresServer::available()) {                                             \
+      if (std::getenv("CI")) FAIL("postgresql-15 is missing in CI");                \
+      WARN("skipped: postgresql-15 not installed in " + PostgresServer::bin_dir()); \
+      return;                                                                       \
+    }                                                                               \
+  } while (0)
+
+redlock::LockOptions short_ttl(std::chrono::milliseconds ttl) {
+  redlock::LockOptions o;
+  o.ttl = ttl;
+  o.retry_delay = 20ms;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("postgres::Lock: mutual exclusion, re-entrancy and release", "[postgres]") {
+  REQUIRE_POSTGRES();
+  PostgresServer server;
+  redlock::postgres::Database db(server.uri());
+  redlock::postgres::Lock a(db, "job");
+  redlock::postgres::Lock b(db, "job");
+  REQUIRE(a.try_lock());
+  CHECK(a.owns_lock());
+  CHECK(a.try_lock());  // re-entrant for the owning thread
+  CHECK_FALSE(b.try_lock());
+  CHECK(server.psql("SELECT count(*) FROM redlock_leases WHERE name = 'job'") == "1");
+  a.unlock();
+  CHECK_FALSE(b.try_lock());  // still held once
+  a.unlock();
+  CHECK(server.psql("SELECT count(*) FROM redlock_leases") == "0");
+  CHECK(b.try_lock_for(2s));
+  b.unlock();
+}
+
+TEST_CASE("postgres::Lock: mutual exclusion between threads counting a shared value",
+          "[postgres]") {
+  REQUIRE_POSTGRES();
+  PostgresServer server;
+  redlock::postgres::Database db(server.uri());
+  int counter = 0;
+  int inside = 0;
+  bool overlap = false;
+  auto work = [&] {
+    redlock::postgres::Lock lock(db, "counter", short_ttl(5000ms));
+    for (int i = 0; i < 20; ++i) {
+      std::lock_guard<redlock::postgres::Lock> guard(lock);
+      if (++inside != 1) overlap = true;
+      ++counter;
+      --inside;
+    }
+  };
+  std::thread t1(work), t2(work);
+  t1.join();
+  t2.join();
+  CHECK_FALSE(overlap);
+  CHECK(counter == 40);
+}
+
+TEST_CASE("postgres::Lock: mutual exclusion across processes (read-increment-write a file)",
+          "[postgres]") {
+  REQUIRE_POSTGRES();
+  PostgresServer server;
+  redlock::postgres::Database(server.uri()).ensure_table();
+  std::string file = "/tmp/redlock-pg-counter-" + std::to_string(::getpid());
+  std::ofstream(file) << 0;
+  auto child = [&] {
+    redlock::postgres::Database db(server.uri());
+    redlock::postgres::Lock lock(db, "file", short_ttl(5000ms));
+    for (int i = 0; i < 15; ++i) {
+      std::lock_guard<redlock::postgres::Lock> guard(lock);
+      int value = 0;
+      std::ifstream(file) >> value;
+      std::this_thread::sleep_for(1ms);
+      std::ofstream(file) << value + 1;
+    }
+  };
+  pid_t kids[2];
+  for (pid_t& kid : kids) {
+    kid = ::fork();
+    if (kid == 0) {
+      try {
+        child();
+      } catch (...) {
+        ::_exit(2);
+      }
+      ::_exit(0);
+    }
+  }
+  for (pid_t kid : kids) {
+    int status = 0;
+    ::waitpid(kid, &status, 0);
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  }
+  int value = 0;
+  std::ifstream(file) >> value;
+  ::unlink(file.c_str());
+  CHECK(value == 30);
+}
+
+TEST_CASE("postgres::Lock: expiry takeover; the old holder's release and extend are refused",
+          "[postgres]") {
+  REQUIRE_POSTGRES();
+  PostgresServer server;
+  redlock::postgres::Database db(server.uri());
+  redlock::postgres::Lock old_holder(db, "lease", short_ttl(300ms));
+  redlock::postgres::Lock next(db, "lease", short_ttl(10000ms));
+  REQUIRE(old_holder.try_lock());
+  CHECK_FALSE(next.try_lock());
+  REQUIRE(next.try_lock_for(5s));  // the server's clock lets the expired row be taken over
+  CHECK_FALSE(old_holder.extend());
+  CHECK_FALSE(old_holder.release());
+  CHECK(server.psql("SELECT count(*) FROM redlock_leases WHERE name = 'lease'") == "1");
+  CHECK(next.release());
+}
+
+TEST_CASE("postgres::Lock: auto_renew keeps a short lease past its ttl", "[postgres]") {
+  REQUIRE_POSTGRES();
+  PostgresServer server;
+  redlock::postgres::Database db(server.uri());
+  redlock::LockOptions o = short_ttl(600ms);
+  o.auto_renew = true;
+  redlock::postgres::Lock a(db, "renewed", o);
+  redlock::postgres::Lock b(db, "renewed");
+  REQUIRE(a.try_lock());
+  std::this_thread::sleep_for(1500ms);  // 2.5 ttls: only renewals keep it
+  CHECK(a.owns_lock());
+  CHECK_FALSE(b.try_lock());
+  a.unlock();
+  CHECK(b.try_lock());
+  b.unlock();
+}
+
+TEST_CASE("postgres::Lock: fencing tokens only grow", "[postgres]") {
+  REQUIRE_POSTGRES();
+  PostgresServer server;
+  redlock::postgres::Database db(server.uri());
+  redlock::LockOptions o;
+  o.fencing = true;
+  redlock::postgres::Lock a(db, "fenced", o);
+  redlock::postgres::Lock b(db, "fenced", o);
+  std::uint64_t last = 0;
+  for (int i = 0; i < 5; ++i) {
+    auto& lock = i % 2 ? a : b;
+    REQUIRE(lock.try_lock());
+    CHECK(lock.fence() > last);
+    last = lock.fence();
+    lock.unlock();
+  }
+}
+
+TEST_CASE("postgres::Lock: a terminated backend does not lose a lease", "[postgres]") {
+  REQUIRE_POSTGRES();
+  PostgresServer server;
+  redlock::postgres::Database db(server.uri());
+  redlock::postgres::Lock a(db, "kept", short_ttl(10000ms));
+  redlock::postgres::Lock b(db, "kept");
+  REQUIRE(a.try_lock());
+  server.psql(
+      "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+      "WHERE usename = 'postgres' AND pid <> pg_backend_pid() AND backend_type = "
+      "'client backend'");
+  CHECK_FALSE(b.try_lock());  // the lease is a row, not a connection
+  CHECK(a.extend());          // a new connection replaces the dead one
+  CHECK(a.release());
+}
+
+TEST_CASE("postgres::Lock: errors are redlock::Error subtypes and never held", "[postgres]") {
+  REQUIRE_POSTGRES();
+  SECTION("unreachable") {
+    int port = 0;
+    {
+      PostgresServer server;
+      port = server.port();
+    }
+    redlock::postgres::Database db("postgresql://postgres@127.0.0.1:" + std::to_string(port) +
+                                   "/postgres");
+    redlock::postgres::Lock lock(db, "x");
+    CHECK_THROWS_AS(lock.try_lock(), redlock::ConnectionError);
+    CHECK_FALSE(lock.owns_lock());
+  }
+  SECTION("a table of the wrong shape") {
+    PostgresServer server;
+    server.psql("CREATE TABLE bad_leases (name text PRIMARY KEY)");
+    redlock::postgres::DatabaseOptions options;
+    options.table = "bad_leases";
+    redlock::postgres::Database db(server.uri(), options);
+    redlock::postgres::Lock lock(db, "x");
+    try {
+      lock.try_lock();
+      FAIL("no error");
+    } catch (const redlock::ServerError& e) {
+      CHECK(std::string(e.what()).find("acquire x") != std::string::npos);
+      CHECK(std::string(e.what()).find("token") != std::string::npos);
+    }
+    CHECK_FALSE(lock.owns_lock());
+  }
+  SECTION("permission denied") {
+    PostgresServer server;
+    server.psql("CREATE ROLE guest LOGIN");
+    redlock::postgres::Database db("postgresql://guest@127.0.0.1:" + std::to_string(server.port()) +
+                                   "/postgres?sslmode=disable");
+    server.psql("REVOKE CREATE ON SCHEMA public FROM PUBLIC");
+    redlock::postgres::Lock lock(db, "x");
+    CHECK_THROWS_AS(lock.try_lock(), redlock::ServerError);
+    CHECK_FALSE(lock.owns_lock());
+  }
+  SECTION("bad arguments") {
+    redlock::postgres::DatabaseOptions options;
+    options.table = "x; DROP TABLE y";
+    CHECK_THROWS_AS(redlock::postgres::Database("postgresql://h/db", options),
+                    std::invalid_argument);
+    CHECK_THROWS_AS(redlock::postgres::Database(""), std::invalid_argument);
+  }
+}
+
+TEST_CASE("postgres::Lock: a stopped server gives a TimeoutError within bounds", "[postgres]") {
+  REQUIRE_POSTGRES();
+  PostgresServer server;
+  redlock::postgres::DatabaseOptions options;
+  options.statement_timeout = 300ms;
+  redlock::postgres::Database db(server.uri(), options);
+  // The timed-out INSERT may still run when the server resumes: its lease is nobody's and
+  // lasts one ttl, so the ttl is short here.
+  redlock::postgres::Lock lock(db, "paused", short_ttl(1000ms));
+  db.ensure_table();
+  server.pause();
+  auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(lock.try_lock(), redlock::TimeoutError);
+  auto took = std::chrono::steady_clock::now() - start;
+  server.resume();
+  CHECK(took < 10s);  // statement_timeout + 1 s client deadline, generous margin on a busy box
+  CHECK_FALSE(lock.owns_lock());
+  CHECK(lock.try_lock_for(5s));
+  lock.unlock();
+}
+
+TEST_CASE("postgres::Lock and redlock::Lock under one std::scoped_lock", "[postgres]") {
+  REQUIRE_POSTGRES();
+  PostgresServer pg;
+  redlock::test::RedisServer redis;
+  redlock::Client client(redis.endpoint());
+  redlock::postgres::Database db(pg.uri());
+  redlock::Lock r(client, "both");
+  redlock::postgres::Lock p(db, "both");
+  {
+    std::scoped_lock both(r, p);
+    CHECK(r.owns_lock());
+    CHECK(p.owns_lock());
+  }
+  CHECK_FALSE(r.owns_lock());
+  CHECK_FALSE(p.owns_lock());
+  CHECK(pg.psql("SELECT count(*) FROM redlock_leases") == "0");
+}
