@@ -21,7 +21,7 @@ class PgDatabase;
 namespace postgres {
 
 struct DatabaseOptions {
-  // The lease table (created if missing, with its sequence <table>_fence). A plain SQL
+  // The lease table (created if missing, with its sequence `<table>_fence`). A plain SQL
   // identifier: letters, digits and '_', optionally schema-qualified with one '.'.
   std::string table{"redlock_leases"};
   // Set as statement_timeout on every connection; the client also gives up on a statement
@@ -34,7 +34,7 @@ struct DatabaseOptions {
 // A small pool of libpq connections to one database, shared by the Locks made from it.
 class Database {
  public:
-  // `uri`: a libpq connection string or URI (postgresql://user[:password]@host:port/db?...).
+  // `uri`: a libpq connection string or URI (`postgresql://user[:password]@host:port/db?...`).
   // Connects nothing yet. Throws std::invalid_argument naming the argument for an empty uri,
   // a bad table name, statement_timeout <= 0 or pool_size 0. Thread-safe once built.
   explicit Database(std::string_view uri, DatabaseOptions options = {});

@@ -15,8 +15,9 @@ namespace fs = std::filesystem;
 
 // One shell script, so a failure stops at once (set -e) and its output is in one log.
 constexpr const char* kScript = R"(set -e
+trap 'echo "make.sh: line $LINENO failed (status $?): $BASH_COMMAND"' ERR
 cd "$1"
-key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
+key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1"; }
 ca() {
   key "$1.key"
   openssl req -x509 -new -key "$1.key" -subj "/CN=$2" -days 3650 -out "$1.pem" \
@@ -28,7 +29,7 @@ issue() {
   openssl req -new -key "$k" -subj "/CN=$name" -out "$name.csr"
   printf '%s\n' "$ext" > "$name.ext"
   "$@" openssl x509 -req -in "$name.csr" -CA ca.pem -CAkey ca.key -CAcreateserial \
-    -days 30 -extfile "$name.ext" -out "$name.pem" 2>/dev/null
+    -days 30 -extfile "$name.ext" -out "$name.pem"
 }
 ca ca "redlock test CA"
 ca other-ca "redlock other CA"
@@ -58,9 +59,15 @@ TlsCerts make_certs() {
     script << kScript;
   }
   const std::string command =
-      "bash '" + dir + "/make.sh' '" + dir + "' >'" + dir + "/make.log' 2>&1";
-  if (std::system(command.c_str()) != 0) {
-    throw std::runtime_error("tls_certs: openssl failed: " + read_all(dir + "/make.log"));
+      "bash '" + dir + "/make.sh' '" + dir + "' >>'" + dir + "/make.log' 2>&1";
+  // Once, under TSan on a loaded CI machine, the script failed with nothing in its log (then
+  // its stderr was dropped): it now says which line failed, and a failed run is retried twice.
+  int status = -1;
+  for (int attempt = 0; attempt < 3 && status != 0; ++attempt)
+    status = std::system(command.c_str());
+  if (status != 0) {
+    throw std::runtime_error("tls_certs: openssl failed (system() status " +
+                             std::to_string(status) + "): " + read_all(dir + "/make.log"));
   }
   TlsCerts c;
   c.dir = dir;
