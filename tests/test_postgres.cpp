@@ -264,6 +264,44 @@ TEST_CASE("postgres::Lock: a stopped server gives a TimeoutError within bounds",
   lock.unlock();
 }
 
+TEST_CASE("postgres::Lock: an acquire abandoned on a stopped server is undone when it resumes",
+          "[postgres]") {
+  REQUIRE_POSTGRES();
+  PostgresServer server;
+  redlock::postgres::DatabaseOptions options;
+  options.statement_timeout = 300ms;
+  redlock::postgres::Database db(server.uri(), options);
+  // A long ttl: if the abandoned INSERT landed and stayed, nobody could lock for 30 s.
+  redlock::postgres::Lock a(db, "abandoned", short_ttl(30000ms));
+  redlock::postgres::Lock b(db, "abandoned", short_ttl(30000ms));
+  db.ensure_table();
+  server.pause();
+  CHECK_THROWS_AS(a.try_lock(), redlock::TimeoutError);
+  server.resume();
+  CHECK_FALSE(a.owns_lock());
+  CHECK(b.try_lock_for(10s));
+  CHECK(b.release());
+}
+
+TEST_CASE("postgres::Lock: a server restart keeps a lease, and its holder extends and releases it",
+          "[postgres]") {
+  REQUIRE_POSTGRES();
+  PostgresServer server;
+  redlock::postgres::Database db(server.uri());
+  redlock::postgres::Lock a(db, "restarted", short_ttl(20000ms));
+  redlock::postgres::Lock b(db, "restarted");
+  REQUIRE(a.try_lock());
+  const auto fence = a.fence();
+  server.restart();  // kill -9 of every server process: the committed row survives
+  CHECK_FALSE(b.try_lock());
+  CHECK(a.extend());  // the pooled connections died: new ones are made
+  CHECK(a.owns_lock());
+  CHECK(a.release());
+  REQUIRE(b.try_lock());
+  CHECK(b.fence() > fence);
+  b.unlock();
+}
+
 TEST_CASE("postgres::Lock and redlock::Lock under one std::scoped_lock", "[postgres]") {
   REQUIRE_POSTGRES();
   PostgresServer pg;

@@ -1,5 +1,7 @@
 // tests/support/postgres_server.hpp: a real PostgreSQL 15 server for the [postgres] tests, on a
-// free loopback port, in a temp dir owned by the postgres user (root cannot run the server).
+// free loopback port, in a temp dir owned by the postgres user (root cannot run the server:
+// initdb runs through runuser, and the postmaster is this process's child through setpriv
+// --pdeathsig KILL, so it dies with the thread that started it, even on a crash).
 #ifndef REDLOCK_TESTS_SUPPORT_POSTGRES_SERVER_HPP
 #define REDLOCK_TESTS_SUPPORT_POSTGRES_SERVER_HPP
 
@@ -13,14 +15,14 @@ class PostgresServer {
  public:
   // Where Debian keeps initdb and pg_ctl ($REDLOCK_PG_BIN overrides).
   static std::string bin_dir();
-  // True if initdb and pg_ctl are there and runuser exists.
+  // True if initdb and postgres are there, and runuser and setpriv exist.
   static bool available();
 
-  // initdb (trust auth) + pg_ctl start -w. Throws std::runtime_error with the tool's output if
-  // the server cannot start; the temp dir is removed then too.
+  // initdb (trust auth), then the postmaster, waiting until it accepts connections. Throws
+  // std::runtime_error with the tool's output if the server cannot start; the temp dir is
+  // removed then too.
   PostgresServer();
-  // SIGCONT + SIGQUIT (immediate shutdown) to the postmaster, waits for it to exit, removes the
-  // dir. Never throws.
+  // kill -9 of every server process, waits until they are gone, removes the dir. Never throws.
   ~PostgresServer();
   PostgresServer(const PostgresServer&) = delete;
   PostgresServer& operator=(const PostgresServer&) = delete;
@@ -35,9 +37,14 @@ class PostgresServer {
   // SIGSTOP / SIGCONT every process of the server (postmaster and its backends).
   void pause() const;
   void resume() const;
+  // kill -9 of every server process, then a new postmaster on the same port and data (the
+  // committed rows survive). Throws as the constructor.
+  void restart();
 
  private:
+  void start();
   void stop() noexcept;
+  void remove_dir() noexcept;
 
   std::string dir_;
   int port_{0};

@@ -73,8 +73,9 @@ class PgLeaseBackend final : public LeaseBackend {
     AcquireResult out;
     auto start = SteadyClock::now();
     try {
+      const PgUndo undo{release_sql_, {name_, *request.token}};
       PgResult r = db_->exec("acquire " + name_, acquire_sql_,
-                             {name_, *request.token, std::to_string(ttl_.count())});
+                             {name_, *request.token, std::to_string(ttl_.count())}, &undo);
       if (r.row.size() == 2 && !r.null[0]) {
         out.fence = std::stoull(r.row[0]);
         out.valid_until = extend_floor(start, ttl_);

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <stdexcept>
+#include <thread>
 
 #include <redlock/errors.hpp>
 
@@ -182,8 +183,44 @@ PgResult run(PGconn* conn, const std::string& what, const std::string& sql,
 
 }  // namespace
 
+namespace {
+
+// Runs on its own thread: waits for the abandoned statement's answer, sends `undo` on the same
+// connection (so it runs after the statement, whenever that is), and closes the connection.
+// Best effort: a connection that breaks is closed (the server then ends the statement's
+// transaction, or the statement already ran and nothing can undo it but its ttl).
+void finish_abandoned(PGconn* conn, PgUndo undo, Clock::time_point deadline) noexcept {
+  if (wait_result(conn, deadline)) {
+    while (PGresult* res = PQgetResult(conn)) PQclear(res);
+    std::vector<const char*> values;
+    for (const auto& p : undo.params) values.push_back(p.c_str());
+    if (PQsendQueryParams(conn, undo.sql.c_str(), static_cast<int>(values.size()), nullptr,
+                          values.data(), nullptr, nullptr, 0) &&
+        wait_result(conn, deadline)) {
+      while (PGresult* res = PQgetResult(conn)) PQclear(res);
+    }
+  }
+  PQfinish(conn);
+}
+
+}  // namespace
+
+void PgDatabase::abandon(PGconn* conn, const PgUndo& undo) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    --open_;  // no longer the pool's
+  }
+  freed_.notify_one();
+  const auto deadline = Clock::now() + options_.statement_timeout * 10 + std::chrono::seconds(30);
+  try {
+    std::thread(finish_abandoned, conn, undo, deadline).detach();
+  } catch (...) {  // no thread: close it here; the statement may still land (one ttl)
+    PQfinish(conn);
+  }
+}
+
 PgResult PgDatabase::exec(const std::string& what, const std::string& sql,
-                          const std::vector<std::string>& params) {
+                          const std::vector<std::string>& params, const PgUndo* undo) {
   if (!table_ready_.load(std::memory_order_acquire)) ensure_table();
   for (int tries = 0;; ++tries) {
     PGconn* conn = take();
@@ -193,6 +230,14 @@ PgResult PgDatabase::exec(const std::string& what, const std::string& sql,
       PgResult out = run(conn, what, sql, params, deadline, broken);
       give_back(conn, !broken);
       return out;
+    } catch (const TimeoutError&) {
+      // `broken`: no answer before the client deadline, the statement may still run.
+      if (broken && undo != nullptr && PQstatus(conn) == CONNECTION_OK) {
+        abandon(conn, *undo);
+      } else {
+        give_back(conn, !broken);
+      }
+      throw;
     } catch (const ConnectionError&) {
       give_back(conn, false);
       // A pooled connection may have died while idle (server restart, terminated backend):

@@ -26,6 +26,12 @@ struct PgResult {
   long affected{0};
 };
 
+// A statement that undoes another for its token (a DELETE of the lease an INSERT may make).
+struct PgUndo {
+  std::string sql;
+  std::vector<std::string> params;
+};
+
 class PgDatabase {
  public:
   PgDatabase(std::string uri, postgres::DatabaseOptions options);
@@ -35,8 +41,12 @@ class PgDatabase {
 
   // Runs one statement with text parameters on a pooled connection. Throws ConnectionError,
   // TimeoutError (the connection is dropped) or ServerError; `what` names the operation.
+  // With `undo`: a statement the client gave up on (no answer before its deadline: a stopped
+  // server) may still run when the server resumes, so `undo` is queued behind it on the same
+  // connection, by a thread of its own that waits up to 10 statement timeouts + 30 s for the
+  // first answer and then closes the connection.
   PgResult exec(const std::string& what, const std::string& sql,
-                const std::vector<std::string>& params);
+                const std::vector<std::string>& params, const PgUndo* undo = nullptr);
   void ensure_table();
 
   const postgres::DatabaseOptions& options() const noexcept { return options_; }
@@ -46,6 +56,7 @@ class PgDatabase {
   pg_conn* take();
   void give_back(pg_conn* conn, bool healthy) noexcept;
   pg_conn* connect();
+  void abandon(pg_conn* conn, const PgUndo& undo) noexcept;
 
   std::string uri_;
   postgres::DatabaseOptions options_;
