@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -300,6 +301,44 @@ TEST_CASE("postgres::Lock: a server restart keeps a lease, and its holder extend
   REQUIRE(b.try_lock());
   CHECK(b.fence() > fence);
   b.unlock();
+}
+
+TEST_CASE("postgres::Lock: a release wakes a waiter at once (LISTEN/NOTIFY)", "[postgres]") {
+  REQUIRE_POSTGRES();
+  PostgresServer server;
+  redlock::postgres::Database holder_db(server.uri());  // another "process": its own pool
+  redlock::postgres::Database waiter_db(server.uri());
+  redlock::postgres::Lock holder(holder_db, "woken", short_ttl(60000ms));
+  redlock::LockOptions slow = short_ttl(60000ms);
+  slow.retry_delay = 30s;  // unheard, the waiter would sleep until the 60 s lease ends
+  redlock::postgres::Lock waiter(waiter_db, "woken", slow);
+  REQUIRE(holder.try_lock());
+  const auto waited = [&] {
+    const auto start = std::chrono::steady_clock::now();
+    const bool got = waiter.try_lock_for(25s);
+    return std::make_pair(got, std::chrono::steady_clock::now() - start);
+  };
+  SECTION("a release by another Database") {
+    auto result = std::async(std::launch::async, waited);
+    std::this_thread::sleep_for(500ms);  // the waiter has tried once and listens
+    CHECK(holder.release());
+    const auto [got, took] = result.get();
+    CHECK(got);
+    CHECK(took < 20s);  // heard: at once; unheard: 25 s
+  }
+  SECTION("the listening connection is terminated while waiting: the waiter listens again") {
+    auto result = std::async(std::launch::async, waited);
+    std::this_thread::sleep_for(500ms);
+    CHECK(server.psql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'") == "1");
+    server.psql(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'");
+    std::this_thread::sleep_for(1000ms);  // woken, tried again, listening on a new connection
+    CHECK(holder.release());
+    const auto [got, took] = result.get();
+    CHECK(got);
+    CHECK(took < 20s);
+  }
+  if (waiter.owns_lock()) waiter.unlock();
 }
 
 TEST_CASE("postgres::Lock and redlock::Lock under one std::scoped_lock", "[postgres]") {

@@ -1,14 +1,13 @@
 // src/backends/postgres/pg_backend.cpp: the lease backend (core/backend.hpp) over one
 // PostgreSQL lease table, and the public Database and Lock. Each operation is one statement;
 // expiry is decided by the server's now().
-#include <condition_variable>
-#include <mutex>
 #include <stdexcept>
 
 #include <redlock/errors.hpp>
 #include <redlock/postgres.hpp>
 
 #include "backends/postgres/pg_database.hpp"
+#include "backends/postgres/pg_listener.hpp"
 #include "core/backend.hpp"
 #include "core/engine.hpp"
 #include "lock/lock_core.hpp"
@@ -17,36 +16,14 @@ namespace redlock {
 namespace detail {
 namespace {
 
-// Wake-on-release is not wired to LISTEN/NOTIFY yet: waiters poll at retry_delay.
-class SleepWatch final : public ReleaseWatch {
- public:
-  bool wait_until(SteadyClock::time_point until) override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    bool woken = cv_.wait_until(lock, until, [&] { return woken_; });
-    woken_ = false;
-    return woken;
-  }
-  bool take_grant(std::uint64_t&, std::uint64_t&) noexcept override { return false; }
-  void retoken(std::string) noexcept override {}
-  void wake() noexcept override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    woken_ = true;
-    cv_.notify_all();
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  bool woken_{false};
-};
-
 class PgLeaseBackend final : public LeaseBackend {
  public:
   PgLeaseBackend(std::shared_ptr<PgDatabase> db, std::string name, const LockOptions& options)
       : db_(std::move(db)),
         name_(std::move(name)),
         ttl_(options.ttl),
-        drift_(options.clock_drift_factor) {
+        drift_(options.clock_drift_factor),
+        channel_(pg_channel(db_->table(), name_)) {
     const std::string& t = db_->table();
     acquire_sql_ =
         "WITH got AS (INSERT INTO " + t +
@@ -60,7 +37,10 @@ class PgLeaseBackend final : public LeaseBackend {
     extend_sql_ = "UPDATE " + t + " SET expires_at = clock_timestamp() + $3::bigint * " +
                   "interval '1 millisecond' WHERE name = $1 AND token = $2 AND expires_at >= " +
                   "clock_timestamp()";
-    release_sql_ = "DELETE FROM " + t + " WHERE name = $1 AND token = $2";
+    // The release announces itself on the lock's channel (delivered when the DELETE commits).
+    release_sql_ = "WITH gone AS (DELETE FROM " + t +
+                   " WHERE name = $1 AND token = $2 RETURNING name) SELECT pg_notify($3, name) "
+                   "FROM gone";
   }
 
   const std::string& key() const noexcept override { return name_; }
@@ -73,7 +53,7 @@ class PgLeaseBackend final : public LeaseBackend {
     AcquireResult out;
     auto start = SteadyClock::now();
     try {
-      const PgUndo undo{release_sql_, {name_, *request.token}};
+      const PgUndo undo{release_sql_, {name_, *request.token, channel_}};
       PgResult r = db_->exec("acquire " + name_, acquire_sql_,
                              {name_, *request.token, std::to_string(ttl_.count())}, &undo);
       if (r.row.size() == 2 && !r.null[0]) {
@@ -128,7 +108,7 @@ class PgLeaseBackend final : public LeaseBackend {
   ReleaseResult release(const std::string& token, Announce) override {
     ReleaseResult out;
     try {
-      PgResult r = db_->exec("release " + name_, release_sql_, {name_, token});
+      PgResult r = db_->exec("release " + name_, release_sql_, {name_, token, channel_});
       out.released = r.affected == 1 ? 1 : 0;
       out.refused = r.affected == 1 ? 0 : 1;
     } catch (const Error&) {
@@ -137,9 +117,9 @@ class PgLeaseBackend final : public LeaseBackend {
     return out;
   }
 
-  bool watch_live() const noexcept override { return true; }
-  std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point, std::string) override {
-    return std::make_unique<SleepWatch>();
+  bool watch_live() const noexcept override { return db_->listening(channel_); }
+  std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline, std::string) override {
+    return std::make_unique<PgWatch>(db_->listener(), channel_, deadline);
   }
 
  private:
@@ -147,6 +127,7 @@ class PgLeaseBackend final : public LeaseBackend {
   std::string name_;
   std::chrono::milliseconds ttl_;
   double drift_;
+  std::string channel_;
   std::string acquire_sql_, extend_sql_, release_sql_;
 };
 

@@ -2,6 +2,8 @@
 // with a client-side deadline so a stopped server cannot block a caller forever.
 #include "backends/postgres/pg_database.hpp"
 
+#include "backends/postgres/pg_listener.hpp"
+
 #include <poll.h>
 
 #include <libpq-fe.h>
@@ -51,8 +53,9 @@ std::string trimmed(const char* text) {
   throw ServerError(head + message + " [SQLSTATE " + code + "]", message);
 }
 
-// Waits until `conn` has a whole result or `deadline`. Returns false on timeout.
-bool wait_result(PGconn* conn, Clock::time_point deadline) {
+}  // namespace
+
+bool pg_wait_result(PGconn* conn, Clock::time_point deadline) {
   while (PQisBusy(conn)) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) return false;
@@ -63,8 +66,6 @@ bool wait_result(PGconn* conn, Clock::time_point deadline) {
   }
   return true;
 }
-
-}  // namespace
 
 PgDatabase::PgDatabase(std::string uri, postgres::DatabaseOptions options)
     : uri_(std::move(uri)), options_(std::move(options)) {
@@ -156,7 +157,7 @@ PgResult run(PGconn* conn, const std::string& what, const std::string& sql,
   if (!PQsendQueryParams(conn, sql.c_str(), static_cast<int>(values.size()), nullptr, values.data(),
                          nullptr, nullptr, 0))
     throw_failure(what.c_str(), conn, nullptr);
-  if (!wait_result(conn, deadline))
+  if (!pg_wait_result(conn, deadline))
     throw TimeoutError(std::string("postgres: ") + what +
                        " failed: no answer before the client deadline (server stopped?)");
   PgResult out;
@@ -190,13 +191,13 @@ namespace {
 // Best effort: a connection that breaks is closed (the server then ends the statement's
 // transaction, or the statement already ran and nothing can undo it but its ttl).
 void finish_abandoned(PGconn* conn, PgUndo undo, Clock::time_point deadline) noexcept {
-  if (wait_result(conn, deadline)) {
+  if (pg_wait_result(conn, deadline)) {
     while (PGresult* res = PQgetResult(conn)) PQclear(res);
     std::vector<const char*> values;
     for (const auto& p : undo.params) values.push_back(p.c_str());
     if (PQsendQueryParams(conn, undo.sql.c_str(), static_cast<int>(values.size()), nullptr,
                           values.data(), nullptr, nullptr, 0) &&
-        wait_result(conn, deadline)) {
+        pg_wait_result(conn, deadline)) {
       while (PGresult* res = PQgetResult(conn)) PQclear(res);
     }
   }
@@ -248,6 +249,20 @@ PgResult PgDatabase::exec(const std::string& what, const std::string& sql,
       throw;
     }
   }
+}
+
+std::shared_ptr<PgListener> PgDatabase::listener() {
+  std::lock_guard<std::mutex> lock(listener_mutex_);
+  if (!listener_) {
+    listener_ =
+        std::make_shared<PgListener>(uri_, options_.statement_timeout + std::chrono::seconds(1));
+  }
+  return listener_;
+}
+
+bool PgDatabase::listening(const std::string& channel) const noexcept {
+  std::lock_guard<std::mutex> lock(listener_mutex_);
+  return listener_ && listener_->live(channel);
 }
 
 void PgDatabase::ensure_table() {

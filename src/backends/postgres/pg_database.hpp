@@ -5,8 +5,10 @@
 #define REDLOCK_SRC_BACKENDS_POSTGRES_PG_DATABASE_HPP
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -17,6 +19,8 @@ struct pg_conn;
 
 namespace redlock {
 namespace detail {
+
+class PgListener;
 
 // One statement's answer: the first row's columns (empty strings for NULL) and the number of
 // rows it touched.
@@ -31,6 +35,10 @@ struct PgUndo {
   std::string sql;
   std::vector<std::string> params;
 };
+
+// Waits until `conn` has a whole result (PQisBusy false) or `deadline`. Returns false on
+// timeout; true also when the connection failed (PQgetResult then says so).
+bool pg_wait_result(pg_conn* conn, std::chrono::steady_clock::time_point deadline);
 
 class PgDatabase {
  public:
@@ -49,6 +57,12 @@ class PgDatabase {
                 const std::vector<std::string>& params, const PgUndo* undo = nullptr);
   void ensure_table();
 
+  // The Database's LISTEN connection and its thread, made on first use. Throws std::bad_alloc
+  // or std::system_error (no thread).
+  std::shared_ptr<PgListener> listener();
+  // True if `channel` is listened to already (false before the listener exists).
+  bool listening(const std::string& channel) const noexcept;
+
   const postgres::DatabaseOptions& options() const noexcept { return options_; }
   const std::string& table() const noexcept { return options_.table; }
 
@@ -64,6 +78,8 @@ class PgDatabase {
   std::condition_variable freed_;
   std::vector<pg_conn*> idle_;
   std::size_t open_{0};
+  mutable std::mutex listener_mutex_;
+  std::shared_ptr<PgListener> listener_;
   std::mutex ddl_mutex_;
   std::atomic<bool> table_ready_{false};
 };
