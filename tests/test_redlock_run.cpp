@@ -26,6 +26,11 @@
 
 #include "support/redis_server.hpp"
 #include "support/sentinel_set.hpp"
+#ifdef REDLOCK_TESTS_WITH_POSTGRES
+#include <redlock/postgres.hpp>
+
+#include "support/postgres_server.hpp"
+#endif
 
 #ifndef REDLOCK_RUN_PATH
 #error "REDLOCK_RUN_PATH must name the redlock-run binary (see tests/CMakeLists.txt)"
@@ -1117,3 +1122,76 @@ TEST_CASE("redlock-run through Sentinel: --redis, REDLOCK_REDIS and --redis-file
   CHECK(err.empty());
   CHECK_FALSE(held(set.data(set.master_index()), k));
 }
+
+#ifdef REDLOCK_TESTS_WITH_POSTGRES
+// ---- --postgres: the same tool with the lock in a PostgreSQL lease table ----------------------
+
+TEST_CASE("redlock-run --postgres runs the command under a lease row, exports the fence, releases",
+          "[postgres][cli]") {
+  redlock::test::PostgresServer pg;
+  TempDir dir;
+  const std::string fence_file = dir / "fence";
+  std::string err;
+  CHECK(run({"--postgres", pg.uri(), "--key", "nightly", "--", "sh", "-c",
+             "echo \"$REDLOCK_FENCE $REDLOCK_KEY\" > " + fence_file + "; psql -X -A -t -q -d '" +
+                 pg.uri() + "' -c 'SELECT count(*) FROM redlock_leases' >> " + fence_file +
+                 "; exit 7"},
+            &err) == 7);
+  CHECK(err.empty());
+  const std::string seen = slurp(fence_file);
+  CHECK_THAT(seen, Catch::Matches("[1-9][0-9]* nightly\n1\n"));  // held while it ran
+  CHECK(pg.psql("SELECT count(*) FROM redlock_leases") == "0");  // released after
+}
+
+TEST_CASE("redlock-run --postgres: contention is 75, a lost lease 70, a down server 69",
+          "[postgres][cli]") {
+  redlock::test::PostgresServer pg;
+  TempDir dir;
+  SECTION("held elsewhere, --no-wait") {
+    redlock::postgres::Database db(pg.uri());
+    redlock::postgres::Lock other(db, "busy");
+    REQUIRE(other.try_lock());
+    const std::string ran = dir / "ran";
+    CHECK(run({"--postgres", pg.uri(), "--key", "busy", "-n", "--", "touch", ran}) == 75);
+    CHECK_FALSE(exists(ran));
+    CHECK(other.owns_lock());
+  }
+  SECTION("the row deleted under the command") {
+    Tool tool(
+        std::vector<std::string>{"--postgres", pg.uri(), "--key", "lost", "--ttl", "500ms", "--"} +
+        looping_command(dir));
+    REQUIRE(eventually([&] { return exists(dir / "started"); }));
+    pg.psql("DELETE FROM redlock_leases WHERE name = 'lost'");
+    CHECK(tool.wait(10s) == 70);
+    CHECK(exists(dir / "term"));
+    CHECK_THAT(tool.err(), Catch::Contains("lease on lost lost"));
+  }
+  SECTION("nothing listens there") {
+    const std::string gone =
+        "postgresql://postgres@127.0.0.1:" + std::to_string(pg.port() + 1) + "/postgres";
+    std::string err;
+    CHECK(run({"--postgres", gone, "--key", "down", "--unavailable-timeout", "1s", "--", "true"},
+              &err) == 69);
+    CHECK_THAT(err, Catch::Contains("down"));
+  }
+}
+
+TEST_CASE("redlock-run --postgres: the Redis-only options are usage errors (64)",
+          "[postgres][cli]") {
+  const std::string db = "postgresql://postgres@127.0.0.1:1/postgres";
+  std::string err;
+  CHECK(run({"--postgres", db, "--redis", "redis://127.0.0.1:1", "--key", "k", "--", "true"},
+            &err) == 64);
+  CHECK_THAT(err, Catch::Contains("--postgres and --redis"));
+  CHECK(run({"--postgres", db, "--key", "k", "--status"}, &err) == 64);
+  CHECK_THAT(err, Catch::Contains("--status works with Redis only"));
+  CHECK(run({"--postgres", db, "--key", "k", "--fair", "--", "true"}, &err) == 64);
+  CHECK_THAT(err, Catch::Contains("--fair"));
+  CHECK(run({"--postgres", db, "--postgres", db, "--key", "k", "--", "true"}, &err) == 64);
+  CHECK_THAT(err, Catch::Contains("given twice"));
+  CHECK(
+      run({"--postgres", "postgresql://u:secret@127.0.0.1:1/db", "--key", "k", "-n", "--", "true"},
+          &err) != 0);
+  CHECK_THAT(err, Catch::Contains("PGPASSWORD") && !Catch::Contains("secret"));
+}
+#endif  // REDLOCK_TESTS_WITH_POSTGRES

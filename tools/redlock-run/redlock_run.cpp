@@ -76,6 +76,9 @@
 #include <vector>       // std::vector
 
 #include <redlock/redlock.hpp>  // Client, Endpoint, Lock, Redlock, errors, set_log_handler
+#ifdef REDLOCK_RUN_WITH_POSTGRES
+#include <redlock/postgres.hpp>  // --postgres
+#endif
 #include <redlock/version.hpp>  // REDLOCK_VERSION_STRING
 
 #include "duration.hpp"  // redlock_examples::parse_duration: the syntax shared with the demo
@@ -188,6 +191,7 @@ enum class Mode { run, hold, status };
 
 struct Config {
   std::vector<std::string> uris;
+  std::string postgres;         // --postgres URI: the lock is a row in that database instead
   bool password_inline{false};  // a --redis URI on the command line carries a password
   std::string key;
   milliseconds ttl{30'000};
@@ -225,6 +229,12 @@ Servers (one is a plain lock; several form a Redlock, held when N/2+1 of them gr
                         Without --redis and --redis-file: the REDLOCK_REDIS environment
                         variable (URIs separated by spaces or commas). Prefer these two for
                         a password: a URI on the command line shows in ps (we warn).
+  --postgres URI        Hold the lock in PostgreSQL instead of Redis: a lease row in the table
+                        redlock_leases (created if missing) of the database at URI,
+                        postgresql://[user@]host[:port]/db[?...] (libpq's URI or key=value
+                        string; PGPASSWORD and ~/.pgpass keep a password out of ps). Not with
+                        --redis, --redis-file, --status, --limit or --fair. The fence
+                        (REDLOCK_FENCE) is always given: it comes from a sequence.
 Lock:
   --key KEY             Name of the lock (the Redis key); the command gets REDLOCK_KEY.
                         Also used: KEY:fence (--fencing), KEY:holder (host, pid and command
@@ -368,6 +378,7 @@ std::vector<std::string> read_redis_file(const std::string& path) {
 // The options as typed: `flag` is the spelling the user used, `value` its argument if it takes one.
 struct Raw {
   std::vector<std::string> redis;
+  std::optional<std::string> postgres;
   std::vector<std::string> redis_files;
   std::string ttl{"30s"};
   std::string grace{"10s"};
@@ -383,6 +394,7 @@ struct Raw {
 const std::pair<std::string_view, std::string_view> kValueOptions[] = {
     {"--redis", "--redis"},
     {"--redis-file", "--redis-file"},
+    {"--postgres", "--postgres"},
     {"--key", "--key"},
     {"--ttl", "--ttl"},
     {"--wait", "--wait"},
@@ -410,6 +422,16 @@ void take_value(std::string_view name, const std::string& flag, const std::strin
     raw.redis.push_back(value);
   } else if (name == "--redis-file") {
     raw.redis_files.push_back(value);
+  } else if (name == "--postgres") {
+    if (raw.postgres) throw UsageError("--postgres is given twice; give one database");
+    if (value.empty()) throw UsageError("--postgres needs a database URI, got ''");
+    const auto at = value.find('@');
+    const auto scheme = value.find("://");
+    if (at != std::string::npos && scheme != std::string::npos &&
+        value.find(':', scheme + 3) < at) {
+      config.password_inline = true;
+    }
+    raw.postgres = value;
   } else if (name == "--key") {
     config.key = value;
     raw.key_given = true;
@@ -494,10 +516,36 @@ std::vector<std::string> server_uris(const Raw& raw) {
   return uris;
 }
 
+// --postgres: one database, none of the Redis-only options.
+void finish_postgres(const Raw& raw, Config& config) {
+  if (!raw.redis.empty() || !raw.redis_files.empty()) {
+    throw UsageError(
+        "--postgres and --redis/--redis-file cannot be combined: the lock lives in "
+        "one store; give one of them");
+  }
+#ifndef REDLOCK_RUN_WITH_POSTGRES
+  throw UsageError(
+      "--postgres: this redlock-run was built without PostgreSQL support "
+      "(REDLOCK_WITH_POSTGRES=OFF)");
+#endif
+  const char* redis_only = config.mode == Mode::status ? "--status"
+                           : raw.limit                 ? "--limit"
+                           : config.fair               ? "--fair"
+                                                       : nullptr;
+  if (redis_only != nullptr) {
+    throw UsageError(std::string(redis_only) + " works with Redis only; drop it or --postgres");
+  }
+  config.postgres = *raw.postgres;
+}
+
 // Checks what needs several options together, and converts the values.
 void finish_config(const Raw& raw, Config& config) {
   if (!raw.key_given || config.key.empty()) throw UsageError("--key KEY is required");
-  config.uris = server_uris(raw);
+  if (raw.postgres) {
+    finish_postgres(raw, config);
+  } else {
+    config.uris = server_uris(raw);
+  }
   config.ttl = parse_duration("--ttl", raw.ttl);
   if (config.ttl < kMinTtl) {
     throw UsageError("--ttl " + raw.ttl + " is too short: the clock-drift allowance and the " +
@@ -1136,7 +1184,7 @@ std::vector<std::string> child_environment(const Config& config, const Holdable&
   env.push_back("REDLOCK_KEY=" + config.key);
   env.push_back("REDLOCK_TTL_MS=" + std::to_string(config.ttl.count()));
   env.push_back("REDLOCK_VALIDITY_MS=" + std::to_string(lock.validity().count()));
-  if (config.fencing) env.push_back("REDLOCK_FENCE=" + std::to_string(lock.fence()));
+  if (config.fencing || !config.postgres.empty()) env.push_back("REDLOCK_FENCE=" + std::to_string(lock.fence()));
   return env;
 }
 
@@ -1200,7 +1248,7 @@ int hold(const std::vector<redlock::Client>& clients, const Config& config, Runt
   const redlock::LeaseToken lease = lock.lease();
   // With --limit there are several holders: --status shows plain locks only.
   std::optional<HolderRecord> holder;
-  if (config.limit == 0) holder.emplace(clients, config);
+  if (config.limit == 0 && !clients.empty()) holder.emplace(clients, config);
   if (holder) holder->write();
   pid_t child = 0;
   if (config.mode == Mode::hold) {
@@ -1255,8 +1303,16 @@ int run(const Config& config, Runtime& rt) {
 
   std::unique_ptr<Holdable> held;
   const auto options = lock_options(config, rt);
+#ifdef REDLOCK_RUN_WITH_POSTGRES
+  std::optional<redlock::postgres::Database> database;  // outlives `held`
+#endif
   try {
-    if (config.limit > 0) {
+    if (!config.postgres.empty()) {
+#ifdef REDLOCK_RUN_WITH_POSTGRES
+      database.emplace(config.postgres);
+      held = std::make_unique<HoldableOf<redlock::postgres::Lock>>(*database, config.key, options);
+#endif
+    } else if (config.limit > 0) {
       held = std::make_unique<HoldableOf<redlock::Semaphore>>(clients.front(), config.key,
                                                               config.limit, options);
     } else if (clients.size() == 1) {
@@ -1346,8 +1402,11 @@ int redlock_run(int argc, char** argv) {
   try {
     if (const auto status = parse_command_line(argc, argv, config)) return *status;
     if (config.password_inline && !config.quiet) {
-      say("warning: a password in --redis shows in ps; put the URI in REDLOCK_REDIS or "
-          "--redis-file PATH instead");
+      say(config.postgres.empty()
+              ? "warning: a password in --redis shows in ps; put the URI in REDLOCK_REDIS or "
+                "--redis-file PATH instead"
+              : "warning: a password in --postgres shows in ps; use PGPASSWORD or ~/.pgpass "
+                "instead");
     }
 
     int signal_pipe[2];
