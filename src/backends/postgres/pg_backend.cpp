@@ -8,6 +8,7 @@
 
 #include "backends/postgres/pg_database.hpp"
 #include "backends/postgres/pg_listener.hpp"
+#include "backends/postgres/pg_sql.hpp"
 #include "core/backend.hpp"
 #include "core/engine.hpp"
 #include "lock/lock_core.hpp"
@@ -24,23 +25,10 @@ class PgLeaseBackend final : public LeaseBackend {
         ttl_(options.ttl),
         drift_(options.clock_drift_factor),
         channel_(pg_channel(db_->table(), name_)) {
-    const std::string& t = db_->table();
-    acquire_sql_ =
-        "WITH got AS (INSERT INTO " + t +
-        " AS l (name, token, expires_at, fence) VALUES ($1, $2, " +
-        "clock_timestamp() + $3::bigint * interval '1 millisecond', nextval('" + t + "_fence')) " +
-        "ON CONFLICT (name) DO UPDATE SET token = EXCLUDED.token, expires_at = " +
-        "EXCLUDED.expires_at, fence = EXCLUDED.fence WHERE l.expires_at < clock_timestamp() " +
-        "OR l.token = EXCLUDED.token RETURNING l.fence) SELECT (SELECT fence FROM got), " +
-        "(SELECT ceil(extract(epoch FROM (expires_at - clock_timestamp())) * 1000)::bigint " +
-        "FROM " + t + " WHERE name = $1)";
-    extend_sql_ = "UPDATE " + t + " SET expires_at = clock_timestamp() + $3::bigint * " +
-                  "interval '1 millisecond' WHERE name = $1 AND token = $2 AND expires_at >= " +
-                  "clock_timestamp()";
-    // The release announces itself on the lock's channel (delivered when the DELETE commits).
-    release_sql_ = "WITH gone AS (DELETE FROM " + t +
-                   " WHERE name = $1 AND token = $2 RETURNING name) SELECT pg_notify($3, name) "
-                   "FROM gone";
+    PgStatements sql = pg_statements(db_->table());
+    acquire_sql_ = std::move(sql.acquire);
+    extend_sql_ = std::move(sql.extend);
+    release_sql_ = std::move(sql.release);
   }
 
   const std::string& key() const noexcept override { return name_; }
