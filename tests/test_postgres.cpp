@@ -250,8 +250,8 @@ TEST_CASE("postgres::Lock: a stopped server gives a TimeoutError within bounds",
   redlock::postgres::DatabaseOptions options;
   options.statement_timeout = 300ms;
   redlock::postgres::Database db(server.uri(), options);
-  // The timed-out INSERT may still run when the server resumes: its lease is nobody's and
-  // lasts one ttl, so the ttl is short here.
+  // The timed-out INSERT may still run when the server resumes; its DELETE follows it (the
+  // next case shows that).
   redlock::postgres::Lock lock(db, "paused", short_ttl(1000ms));
   db.ensure_table();
   server.pause();
