@@ -2,6 +2,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <future>
@@ -339,6 +340,99 @@ TEST_CASE("postgres::Lock: a release wakes a waiter at once (LISTEN/NOTIFY)", "[
     CHECK(took < 20s);
   }
   if (waiter.owns_lock()) waiter.unlock();
+}
+
+TEST_CASE("postgres::Lock, session mode: an advisory lock held by the holder's connection",
+          "[postgres]") {
+  REQUIRE_POSTGRES();
+  PostgresServer server;
+  redlock::postgres::Database db(server.uri() + "?mode=session");
+  CHECK(db.options().mode == redlock::postgres::Mode::session);
+  redlock::postgres::Lock a(db, "advisory");
+  redlock::postgres::Lock b(db, "advisory");
+  const std::string advisory = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'";
+  REQUIRE(a.try_lock());
+  CHECK(a.try_lock());  // re-entrant for the owning thread
+  CHECK_FALSE(b.try_lock());
+  CHECK(server.psql(advisory) == "1");
+  CHECK(server.psql("SELECT count(*) FROM redlock_leases") == "0");  // no row: a session lock
+  const auto fence = a.fence();
+  CHECK(fence > 0);
+  CHECK(a.extend());  // the connection answers
+  a.unlock();
+  CHECK_FALSE(b.try_lock());
+  a.unlock();
+  CHECK(server.psql(advisory) == "0");
+  REQUIRE(b.try_lock());
+  CHECK(b.fence() > fence);
+  CHECK(b.release());
+  CHECK_FALSE(b.release());
+}
+
+TEST_CASE("postgres::Lock, session mode: a terminated backend loses the lock, and says so",
+          "[postgres]") {
+  REQUIRE_POSTGRES();
+  PostgresServer server;
+  redlock::postgres::Database db(server.uri() + "?mode=session");
+  std::promise<redlock::LostReason> lost;
+  redlock::LockOptions o = short_ttl(1000ms);
+  o.auto_renew = true;
+  o.on_lost = [&](const redlock::LostEvent& e) { lost.set_value(e.reason); };
+  redlock::postgres::Lock a(db, "terminated", o);
+  redlock::postgres::Lock b(db, "terminated");
+  REQUIRE(a.try_lock());
+  CHECK_FALSE(b.try_lock());
+  server.psql(
+      "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted");
+  auto reason = lost.get_future();
+  REQUIRE(reason.wait_for(10s) == std::future_status::ready);  // the watchdog's check saw it
+  CHECK(reason.get() == redlock::LostReason::refused);
+  CHECK_FALSE(a.owns_lock());
+  CHECK(b.try_lock());  // free at once: no ttl to wait out
+  b.unlock();
+}
+
+TEST_CASE("postgres::Lock, session mode: a crashed holder's lock is free at once", "[postgres]") {
+  REQUIRE_POSTGRES();
+  PostgresServer server;
+  const std::string uri = server.uri() + "?mode=session";
+  redlock::postgres::Database(uri).ensure_table();
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    redlock::postgres::Database db(uri);
+    redlock::postgres::Lock held(db, "crashed", short_ttl(60000ms));
+    const char c = held.try_lock() ? 'y' : 'n';
+    (void)!::write(ready[1], &c, 1);
+    ::pause();  // until killed
+    ::_exit(0);
+  }
+  char c = 0;
+  REQUIRE(::read(ready[0], &c, 1) == 1);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  CHECK(c == 'y');
+  redlock::postgres::Database db(uri);
+  redlock::postgres::Lock waiter(db, "crashed");
+  CHECK_FALSE(waiter.try_lock());
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  CHECK(waiter.try_lock_for(10s));  // long before the 60 s ttl
+  waiter.unlock();
+}
+
+TEST_CASE("postgres::Database: a bad mode in the URI names it", "[postgres][unit]") {
+  CHECK_THROWS_WITH(redlock::postgres::Database("postgresql://h/db?mode=exclusive"),
+                    Catch::Contains("mode=exclusive") && Catch::Contains("lease or session"));
+  redlock::postgres::Database both(
+      "postgresql://h/db?sslmode=disable&mode=session&connect_timeout=3");
+  CHECK(both.options().mode == redlock::postgres::Mode::session);
+  redlock::postgres::DatabaseOptions session;
+  session.mode = redlock::postgres::Mode::session;
+  CHECK_THROWS_WITH(redlock::postgres::Database("postgresql://h/db?mode=lease", session),
+                    Catch::Contains("contradicts options.mode"));
 }
 
 TEST_CASE("postgres::Lock and redlock::Lock under one std::scoped_lock", "[postgres]") {

@@ -20,7 +20,21 @@ class PgDatabase;
 
 namespace postgres {
 
+// How a Lock holds its lock (see the README's "Which backend").
+enum class Mode {
+  // A row in the lease table with an expiry by the server's clock: it survives its holder's
+  // connection (and a server restart); a crashed holder blocks others until the ttl passes.
+  lease,
+  // pg_try_advisory_lock on a 64-bit hash of the table and name, held by one connection of the
+  // holder's own: released the moment that connection dies (a crash frees it at once), and lost
+  // with it; the watchdog's check of the connection (auto_renew) tells on_lost. The fence
+  // still comes from the table's sequence.
+  session,
+};
+
 struct DatabaseOptions {
+  // Also `mode=lease` or `mode=session` in the URI's query (taken out before libpq sees it).
+  Mode mode{Mode::lease};
   // The lease table (created if missing, with its sequence `<table>_fence`). A plain SQL
   // identifier: letters, digits and '_', optionally schema-qualified with one '.'.
   std::string table{"redlock_leases"};
@@ -36,7 +50,8 @@ class Database {
  public:
   // `uri`: a libpq connection string or URI (`postgresql://user[:password]@host:port/db?...`).
   // Connects nothing yet. Throws std::invalid_argument naming the argument for an empty uri,
-  // a bad table name, statement_timeout <= 0 or pool_size 0. Thread-safe once built.
+  // a `mode` in the URI other than lease or session (or one that contradicts options.mode), a
+  // bad table name, statement_timeout <= 0 or pool_size 0. Thread-safe once built.
   explicit Database(std::string_view uri, DatabaseOptions options = {});
   ~Database();
   Database(const Database&) = default;

@@ -6,8 +6,7 @@
 #include <redlock/errors.hpp>
 #include <redlock/postgres.hpp>
 
-#include "backends/postgres/pg_database.hpp"
-#include "backends/postgres/pg_listener.hpp"
+#include "backends/postgres/pg_backend_base.hpp"
 #include "backends/postgres/pg_sql.hpp"
 #include "core/backend.hpp"
 #include "core/engine.hpp"
@@ -17,25 +16,15 @@ namespace redlock {
 namespace detail {
 namespace {
 
-class PgLeaseBackend final : public LeaseBackend {
+class PgLeaseBackend final : public PgBackendBase {
  public:
   PgLeaseBackend(std::shared_ptr<PgDatabase> db, std::string name, const LockOptions& options)
-      : db_(std::move(db)),
-        name_(std::move(name)),
-        ttl_(options.ttl),
-        drift_(options.clock_drift_factor),
-        channel_(pg_channel(db_->table(), name_)) {
+      : PgBackendBase(std::move(db), std::move(name), options) {
     PgStatements sql = pg_statements(db_->table());
     acquire_sql_ = std::move(sql.acquire);
     extend_sql_ = std::move(sql.extend);
     release_sql_ = std::move(sql.release);
   }
-
-  const std::string& key() const noexcept override { return name_; }
-  std::size_t size() const noexcept override { return 1; }
-  std::size_t quorum() const noexcept override { return 1; }
-  std::chrono::milliseconds ttl() const noexcept override { return ttl_; }
-  bool fair() const noexcept override { return false; }
 
   AcquireResult acquire(const AcquireRequest& request) override {
     AcquireResult out;
@@ -59,8 +48,6 @@ class PgLeaseBackend final : public LeaseBackend {
     return out;
   }
 
-  AcquireResult handed_over(std::uint64_t, SteadyClock::time_point) const override { return {}; }
-
   ExtendResult extend(const std::string& token, std::chrono::milliseconds ttl) override {
     ExtendResult out;
     auto start = SteadyClock::now();
@@ -77,22 +64,6 @@ class PgLeaseBackend final : public LeaseBackend {
     return out;
   }
 
-  SteadyClock::time_point extend_floor(SteadyClock::time_point start,
-                                       std::chrono::milliseconds ttl) const noexcept override {
-    return start + std::chrono::nanoseconds(ttl) - drift_of(ttl, drift_);
-  }
-
-  const void* batch_group() const noexcept override { return this; }
-
-  std::size_t extend_many(RenewItem* items, std::size_t count) override {
-    for (std::size_t i = 0; i < count; ++i) {
-      items[i].result = items[i].backend->extend(*items[i].token, items[i].backend->ttl());
-      items[i].refused = !items[i].result.held && !items[i].result.failure &&
-                         items[i].result.reason == LostReason::refused;
-    }
-    return count;
-  }
-
   ReleaseResult release(const std::string& token, Announce) override {
     ReleaseResult out;
     try {
@@ -105,17 +76,7 @@ class PgLeaseBackend final : public LeaseBackend {
     return out;
   }
 
-  bool watch_live() const noexcept override { return db_->listening(channel_); }
-  std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline, std::string) override {
-    return std::make_unique<PgWatch>(db_->listener(), channel_, deadline);
-  }
-
  private:
-  std::shared_ptr<PgDatabase> db_;
-  std::string name_;
-  std::chrono::milliseconds ttl_;
-  double drift_;
-  std::string channel_;
   std::string acquire_sql_, extend_sql_, release_sql_;
 };
 
@@ -136,7 +97,10 @@ std::shared_ptr<detail::LockCore> make_core(const std::shared_ptr<detail::PgData
                                             std::string name, LockOptions options) {
   detail::validate_lock_options(name, options);
   if (options.fair) throw std::invalid_argument("options.fair: not supported by postgres::Lock");
-  auto backend = std::make_shared<detail::PgLeaseBackend>(db, std::move(name), options);
+  std::shared_ptr<detail::LeaseBackend> backend =
+      db->options().mode == Mode::session
+          ? detail::make_pg_session_backend(db, std::move(name), options)
+          : std::make_shared<detail::PgLeaseBackend>(db, std::move(name), options);
   return std::make_shared<detail::LockCore>(std::move(backend), std::move(options));
 }
 }  // namespace

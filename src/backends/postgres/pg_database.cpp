@@ -67,8 +67,41 @@ bool pg_wait_result(PGconn* conn, Clock::time_point deadline) {
   return true;
 }
 
+namespace {
+
+// Takes `mode=...` out of a postgresql:// URI's query (libpq would refuse it) into `options`.
+std::string without_mode(std::string uri, postgres::DatabaseOptions& options) {
+  const bool is_uri = uri.rfind("postgresql://", 0) == 0 || uri.rfind("postgres://", 0) == 0;
+  const auto query = uri.find('?');
+  if (!is_uri || query == std::string::npos) return uri;
+  std::string kept;
+  std::size_t at = query + 1;
+  while (at <= uri.size()) {
+    const auto end = std::min(uri.find('&', at), uri.size());
+    const std::string param = uri.substr(at, end - at);
+    if (param.rfind("mode=", 0) == 0) {
+      const std::string value = param.substr(5);
+      const auto mode = value == "lease" ? postgres::Mode::lease
+                        : value == "session"
+                            ? postgres::Mode::session
+                            : throw std::invalid_argument("uri: mode=" + value +
+                                                          " is not a mode (lease or session)");
+      if (mode != options.mode && options.mode != postgres::Mode::lease) {
+        throw std::invalid_argument("uri: mode=" + value + " contradicts options.mode");
+      }
+      options.mode = mode;
+    } else if (!param.empty()) {
+      kept += (kept.empty() ? "" : "&") + param;
+    }
+    at = end + 1;
+  }
+  return uri.substr(0, query) + (kept.empty() ? "" : "?" + kept);
+}
+
+}  // namespace
+
 PgDatabase::PgDatabase(std::string uri, postgres::DatabaseOptions options)
-    : uri_(std::move(uri)), options_(std::move(options)) {
+    : uri_(without_mode(std::move(uri), options)), options_(std::move(options)) {
   if (uri_.empty()) throw std::invalid_argument("uri: empty");
   if (!valid_table_name(options_.table))
     throw std::invalid_argument("options.table: not a plain SQL identifier: " + options_.table);
@@ -79,6 +112,7 @@ PgDatabase::PgDatabase(std::string uri, postgres::DatabaseOptions options)
 
 PgDatabase::~PgDatabase() {
   for (PGconn* conn : idle_) PQfinish(conn);
+  for (PGconn* conn : idle_dedicated_) PQfinish(conn);
 }
 
 PGconn* PgDatabase::connect() {
@@ -263,6 +297,36 @@ std::shared_ptr<PgListener> PgDatabase::listener() {
 bool PgDatabase::listening(const std::string& channel) const noexcept {
   std::lock_guard<std::mutex> lock(listener_mutex_);
   return listener_ && listener_->live(channel);
+}
+
+PGconn* PgDatabase::dedicated() {
+  if (!table_ready_.load(std::memory_order_acquire)) ensure_table();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!idle_dedicated_.empty()) {
+      PGconn* conn = idle_dedicated_.back();
+      idle_dedicated_.pop_back();
+      return conn;
+    }
+  }
+  return connect();
+}
+
+PgResult PgDatabase::exec_on(PGconn* conn, const std::string& what, const std::string& sql,
+                             const std::vector<std::string>& params, bool& broken) {
+  const auto deadline = Clock::now() + options_.statement_timeout + std::chrono::seconds(1);
+  return run(conn, what, sql, params, deadline, broken);
+}
+
+void PgDatabase::retire(PGconn* conn, bool healthy) noexcept {
+  if (healthy && PQstatus(conn) == CONNECTION_OK) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (idle_dedicated_.size() < options_.pool_size) {
+      idle_dedicated_.push_back(conn);
+      return;
+    }
+  }
+  PQfinish(conn);
 }
 
 void PgDatabase::ensure_table() {

@@ -57,6 +57,16 @@ class PgDatabase {
                 const std::vector<std::string>& params, const PgUndo* undo = nullptr);
   void ensure_table();
 
+  // Session mode: a connection of the caller's own (outside the pool's limit) that it keeps
+  // while it holds an advisory lock. Throws ConnectionError or TimeoutError.
+  pg_conn* dedicated();
+  // One statement on a dedicated connection; throws as exec. `broken`: the connection is
+  // unusable afterwards (closed by the server, or abandoned at the client deadline).
+  PgResult exec_on(pg_conn* conn, const std::string& what, const std::string& sql,
+                   const std::vector<std::string>& params, bool& broken);
+  // Takes a dedicated connection back (kept for reuse if `healthy`, up to pool_size idle).
+  void retire(pg_conn* conn, bool healthy) noexcept;
+
   // The Database's LISTEN connection and its thread, made on first use. Throws std::bad_alloc
   // or std::system_error (no thread).
   std::shared_ptr<PgListener> listener();
@@ -77,6 +87,7 @@ class PgDatabase {
   std::mutex mutex_;
   std::condition_variable freed_;
   std::vector<pg_conn*> idle_;
+  std::vector<pg_conn*> idle_dedicated_;  // guarded by mutex_
   std::size_t open_{0};
   mutable std::mutex listener_mutex_;
   std::shared_ptr<PgListener> listener_;

@@ -19,12 +19,21 @@
 namespace redlock {
 namespace detail {
 
-std::string pg_channel(const std::string& table, const std::string& name) {
+std::uint64_t pg_hash64(const std::string& table, const std::string& name) noexcept {
   std::uint64_t h = 1469598103934665603ULL;  // FNV-1a, 64 bits
-  for (unsigned char c : table + '\0' + name) {
-    h ^= c;
+  for (const std::string* part : {&table, &name}) {
+    for (unsigned char c : *part) {
+      h ^= c;
+      h *= 1099511628211ULL;
+    }
+    h ^= 0;  // the separator: a zero byte
     h *= 1099511628211ULL;
   }
+  return h;
+}
+
+std::string pg_channel(const std::string& table, const std::string& name) {
+  const std::uint64_t h = pg_hash64(table, name);
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   return std::string("redlock_") + hex;

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -19,6 +20,10 @@ struct pg_conn;
 
 namespace redlock {
 namespace detail {
+
+// FNV-1a (64 bits) of the table and the name: the session mode's advisory lock key and the
+// channel's suffix.
+std::uint64_t pg_hash64(const std::string& table, const std::string& name) noexcept;
 
 // The channel a lock's releases are announced on: "redlock_" and 16 hex digits of a hash of the
 // table and the name (a channel is an identifier of at most 63 bytes; names may be longer).

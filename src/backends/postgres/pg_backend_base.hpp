@@ -1,0 +1,74 @@
+// src/backends/postgres/pg_backend_base.hpp: what the PostgreSQL component's two lease backends
+// (lease mode's row, session mode's advisory lock) share behind the seam: one store (size and
+// quorum 1), no fair mode, the drift allowance, renewals one by one, and wake-on-release through
+// the Database's LISTEN connection. Also the session backend's factory.
+#ifndef REDLOCK_SRC_BACKENDS_POSTGRES_PG_BACKEND_BASE_HPP
+#define REDLOCK_SRC_BACKENDS_POSTGRES_PG_BACKEND_BASE_HPP
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <redlock/options.hpp>
+
+#include "backends/postgres/pg_database.hpp"
+#include "backends/postgres/pg_listener.hpp"
+#include "core/backend.hpp"
+#include "core/engine.hpp"
+
+namespace redlock {
+namespace detail {
+
+class PgBackendBase : public LeaseBackend {
+ public:
+  PgBackendBase(std::shared_ptr<PgDatabase> db, std::string name, const LockOptions& options)
+      : db_(std::move(db)),
+        name_(std::move(name)),
+        ttl_(options.ttl),
+        drift_(options.clock_drift_factor),
+        channel_(pg_channel(db_->table(), name_)) {}
+
+  const std::string& key() const noexcept override { return name_; }
+  std::size_t size() const noexcept override { return 1; }
+  std::size_t quorum() const noexcept override { return 1; }
+  std::chrono::milliseconds ttl() const noexcept override { return ttl_; }
+  bool fair() const noexcept override { return false; }
+  AcquireResult handed_over(std::uint64_t, SteadyClock::time_point) const override { return {}; }
+
+  SteadyClock::time_point extend_floor(SteadyClock::time_point start,
+                                       std::chrono::milliseconds ttl) const noexcept override {
+    return start + std::chrono::nanoseconds(ttl) - drift_of(ttl, drift_);
+  }
+
+  const void* batch_group() const noexcept override { return this; }
+
+  std::size_t extend_many(RenewItem* items, std::size_t count) override {
+    for (std::size_t i = 0; i < count; ++i) {
+      items[i].result = items[i].backend->extend(*items[i].token, items[i].backend->ttl());
+      items[i].refused = !items[i].result.held && !items[i].result.failure &&
+                         items[i].result.reason == LostReason::refused;
+    }
+    return count;
+  }
+
+  bool watch_live() const noexcept override { return db_->listening(channel_); }
+  std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline, std::string) override {
+    return std::make_unique<PgWatch>(db_->listener(), channel_, deadline);
+  }
+
+ protected:
+  std::shared_ptr<PgDatabase> db_;
+  std::string name_;
+  std::chrono::milliseconds ttl_;
+  double drift_;
+  std::string channel_;  // where releases are announced
+};
+
+// Session mode's backend (pg_session.cpp).
+std::shared_ptr<LeaseBackend> make_pg_session_backend(std::shared_ptr<PgDatabase> db,
+                                                      std::string name, const LockOptions& options);
+
+}  // namespace detail
+}  // namespace redlock
+
+#endif  // REDLOCK_SRC_BACKENDS_POSTGRES_PG_BACKEND_BASE_HPP

@@ -1,0 +1,153 @@
+// src/backends/postgres/pg_session.cpp: session mode's backend (postgres::Mode::session). A
+// hold is pg_try_advisory_lock on a dedicated connection; it lasts while that connection does.
+// "Extend" checks the connection (the watchdog's renewal: a dead connection is a lost lock),
+// release unlocks and announces it on the lock's channel, like the lease mode's DELETE.
+#include "backends/postgres/pg_backend_base.hpp"
+
+#include <libpq-fe.h>
+
+#include <map>
+#include <mutex>
+
+#include <redlock/errors.hpp>
+
+namespace redlock {
+namespace detail {
+namespace {
+
+// One hold's connection. Its mutex orders the watchdog's check and the owner's release.
+struct Held {
+  std::mutex mutex;
+  PGconn* conn{nullptr};
+};
+
+class PgSessionBackend final : public PgBackendBase {
+ public:
+  PgSessionBackend(std::shared_ptr<PgDatabase> db, std::string name, const LockOptions& options)
+      : PgBackendBase(std::move(db), std::move(name), options),
+        lock_key_(std::to_string(static_cast<long long>(pg_hash64(db_->table(), name_)))),
+        acquire_sql_("SELECT CASE WHEN pg_try_advisory_lock($1::bigint) THEN nextval('" +
+                     db_->table() + "_fence') END") {}
+
+  ~PgSessionBackend() override {
+    for (auto& entry : holds_) db_->retire(entry.second->conn, false);  // frees the locks
+  }
+
+  AcquireResult acquire(const AcquireRequest& request) override {
+    AcquireResult out;
+    const auto start = SteadyClock::now();
+    PGconn* conn = nullptr;
+    bool broken = true;
+    try {
+      conn = db_->dedicated();
+      PgResult r = db_->exec_on(conn, "acquire " + name_, acquire_sql_, {lock_key_}, broken);
+      if (r.row.size() != 1 || r.null[0]) {
+        db_->retire(conn, !broken);
+        return out;  // held by another session; how long is unknown
+      }
+      out.fence = std::stoull(r.row[0]);
+      auto held = std::make_shared<Held>();
+      held->conn = conn;
+      conn = nullptr;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        holds_[*request.token] = std::move(held);
+      }
+      out.valid_until = extend_floor(start, ttl_);
+      out.held = out.valid_until > SteadyClock::now();
+      out.granted = out.held ? 1 : 0;
+      if (!out.held) release(*request.token, Announce::quietly);
+    } catch (const Error&) {
+      // Abandoned or broken: closing the connection frees whatever it may have taken.
+      if (conn != nullptr) db_->retire(conn, false);
+      out.failure = std::current_exception();
+    }
+    return out;
+  }
+
+  // The connection's check: it answers, so its session and the advisory lock live.
+  ExtendResult extend(const std::string& token, std::chrono::milliseconds ttl) override {
+    ExtendResult out;
+    const auto start = SteadyClock::now();
+    const std::shared_ptr<Held> held = find(token);
+    if (!held) return out;  // not ours (released, or lost before)
+    std::lock_guard<std::mutex> lock(held->mutex);
+    if (held->conn == nullptr) return out;
+    bool broken = true;
+    try {
+      db_->exec_on(held->conn, "check " + name_, "SELECT 1", {}, broken);
+      out.valid_until = extend_floor(start, ttl);
+      out.held = out.valid_until > SteadyClock::now();
+      out.confirmed = 1;
+      out.reason = LostReason::expired;
+    } catch (const ConnectionError&) {
+      forget(token, held);  // the session is gone, and its lock with it
+      out.reason = LostReason::refused;
+    } catch (const Error&) {
+      if (broken) forget(token, held);  // abandoned: closed, so the lock is freed
+      out.failure = std::current_exception();
+    }
+    return out;
+  }
+
+  ReleaseResult release(const std::string& token, Announce) override {
+    ReleaseResult out;
+    const std::shared_ptr<Held> held = find(token);
+    if (!held) {
+      out.refused = 1;
+      return out;
+    }
+    std::lock_guard<std::mutex> lock(held->mutex);
+    if (held->conn == nullptr) {
+      out.refused = 1;
+      return out;
+    }
+    bool broken = true;
+    try {
+      PgResult r = db_->exec_on(held->conn, "release " + name_,
+                                "SELECT pg_advisory_unlock($1::bigint), pg_notify($2, '')",
+                                {lock_key_, channel_}, broken);
+      out.released = r.row.size() == 2 && r.row[0] == "t" ? 1 : 0;
+      out.refused = 1 - out.released;
+      broken = broken || out.released == 0;
+    } catch (const ConnectionError&) {
+      out.refused = 1;  // the session died: the lock went with it
+    } catch (const Error&) {
+      out.failure = std::current_exception();
+    }
+    forget(token, held, !broken);
+    return out;
+  }
+
+ private:
+  std::shared_ptr<Held> find(const std::string& token) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto found = holds_.find(token);
+    return found == holds_.end() ? nullptr : found->second;
+  }
+
+  // `held->mutex` is held by the caller. The connection is closed (frees a lock it may hold)
+  // unless `reusable`.
+  void forget(const std::string& token, const std::shared_ptr<Held>& held, bool reusable = false) {
+    db_->retire(held->conn, reusable);
+    held->conn = nullptr;
+    std::lock_guard<std::mutex> lock(mutex_);
+    holds_.erase(token);
+  }
+
+  std::string lock_key_;  // the advisory lock's bigint, as text
+  std::string acquire_sql_;
+  std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<Held>> holds_;  // token -> its connection
+};
+
+}  // namespace
+
+std::shared_ptr<LeaseBackend> make_pg_session_backend(std::shared_ptr<PgDatabase> db,
+                                                      std::string name,
+                                                      const LockOptions& options) {
+  return std::make_shared<PgSessionBackend>(std::move(db), std::move(name), options);
+}
+
+}  // namespace detail
+}  // namespace redlock
