@@ -49,7 +49,19 @@ std::string format_duration(std::chrono::nanoseconds d) {
 }
 
 const char* to_string(Mode mode) noexcept {
-  return mode == Mode::lock ? "lock" : mode == Mode::sentinel ? "sentinel" : "redlock";
+  switch (mode) {
+    case Mode::lock:
+      return "lock";
+    case Mode::sentinel:
+      return "sentinel";
+    case Mode::postgres:
+      return "postgres";
+    case Mode::postgres_session:
+      return "postgres-session";
+    case Mode::redlock:
+      break;
+  }
+  return "redlock";
 }
 
 const char* to_string(Unsafe unsafe) noexcept {
@@ -68,6 +80,8 @@ std::optional<Mode> parse_mode(std::string_view text) {
   if (text == "redlock") return Mode::redlock;
   if (text == "lock") return Mode::lock;
   if (text == "sentinel") return Mode::sentinel;
+  if (text == "postgres") return Mode::postgres;
+  if (text == "postgres-session") return Mode::postgres_session;
   return std::nullopt;
 }
 

@@ -25,6 +25,10 @@
 #include "hold_log.hpp"
 #include "nemesis.hpp"
 #include "sentinel_nemesis.hpp"
+#ifdef REDLOCK_TORTURE_POSTGRES
+#include "pg_nemesis.hpp"
+#include "support/postgres_server.hpp"
+#endif
 #include "worker.hpp"
 
 extern "C" char** environ;  // NOLINT(readability-redundant-declaration)
@@ -286,6 +290,26 @@ int run_controller(const Options& o) {
         "reported, not failed: fencing must hold");
   }
 
+  const bool postgres = o.mode == Mode::postgres || o.mode == Mode::postgres_session;
+  if (o.mode == Mode::postgres) {
+    info.notes.emplace_back(
+        "postgres: a lease row on one PostgreSQL 15 (statement_timeout 300 ms); faults: "
+        "SIGSTOP of the server, kill -9 and restart, pg_terminate_backend of every client");
+  }
+  if (o.mode == Mode::postgres_session) {
+    info.exclusion_enforced = false;
+    info.notes.emplace_back(
+        "postgres-session: pg_try_advisory_lock on a dedicated connection; a terminated "
+        "backend or a restart frees the lock at once while its holder believes it holds "
+        "until its next check, so overlaps are reported, not failed: fencing must hold");
+  }
+#ifndef REDLOCK_TORTURE_POSTGRES
+  if (postgres) {
+    std::fprintf(stderr, "redlock-torture: built without PostgreSQL (REDLOCK_WITH_POSTGRES)\n");
+    return finish(2);
+  }
+#endif
+
   const std::string data_dir = pick_data_dir(o.data_dir);
   const int long_holds =
       o.long_hold_percent >= 0 ? o.long_hold_percent : (o.unsafe == Unsafe::none ? 1 : 5);
@@ -305,6 +329,9 @@ int run_controller(const Options& o) {
     std::unique_ptr<test::RedisServer> store;
     std::vector<Node> nodes;
     std::unique_ptr<test::SentinelSet> sentinels;
+#ifdef REDLOCK_TORTURE_POSTGRES
+    std::unique_ptr<test::PostgresServer> pg;
+#endif
     try {
       const ScopedTmpdir tmpdir(data_dir);
       store = std::make_unique<test::RedisServer>(test::ServerOptions{});
@@ -313,6 +340,9 @@ int run_controller(const Options& o) {
         so.persistence = true;
         sentinels = std::make_unique<test::SentinelSet>(so);
       }
+#ifdef REDLOCK_TORTURE_POSTGRES
+      if (postgres) pg = std::make_unique<test::PostgresServer>();
+#endif
       for (int i = 0; i < nodes_count; ++i) {
         test::ServerOptions so;
         so.persistence = o.unsafe != Unsafe::restart;
@@ -354,6 +384,10 @@ int run_controller(const Options& o) {
       base.sentinel_uri = sentinels->uri();
       base.wait_replicas = o.wait_replicas;
     }
+#ifdef REDLOCK_TORTURE_POSTGRES
+    if (pg)
+      base.postgres_uri = pg->uri() + (o.mode == Mode::postgres_session ? "?mode=session" : "");
+#endif
     std::vector<std::string> log_paths;
     try {
       for (int p = 0; p < o.processes; ++p) {
@@ -375,6 +409,10 @@ int run_controller(const Options& o) {
     std::unique_ptr<Faults> faults;
     if (sentinels) {
       faults = std::make_unique<SentinelNemesis>(*sentinels, seed, nemesis_log);
+#ifdef REDLOCK_TORTURE_POSTGRES
+    } else if (pg) {
+      faults = std::make_unique<PgNemesis>(*pg, seed, nemesis_log);
+#endif
     } else {
       faults = std::make_unique<Nemesis>(nodes, o.unsafe, seed, nemesis_log);
     }

@@ -32,11 +32,15 @@ counter while a nemesis breaks a minority of the nodes; then checks the hold log
 validity windows, no lost update, fences applied in order, every hold ended with a record.
 
 options:
-  --mode redlock|lock|sentinel
+  --mode redlock|lock|sentinel|postgres|postgres-session
                           Redlock over the 5 nodes, a single Lock on node 0, or a Lock through
                           Sentinel (1 master, 2 replicas, 3 sentinels; the faults are
                           SENTINEL FAILOVER, kill -9 of the master, a paused replica; overlaps
                           are reported, fencing must hold) (default redlock)
+                          postgres|postgres-session: a postgres::Lock (lease or session
+                          mode) on one PostgreSQL 15; the faults are SIGSTOP of the server,
+                          kill -9 and restart, pg_terminate_backend of every client
+                          (session mode: overlaps are reported, fencing must hold)
   --wait-replicas N       sentinel mode: Endpoint::wait_replicas of every worker (default 0)
   --duration D            how long workers take the lock: 500ms, 30s, 2m (default 60s)
   --processes K           worker processes (default 3)
@@ -130,7 +134,10 @@ int main(int argc, char** argv) {
     } else if (a == "--mode") {
       if (!value(v)) return usage_error("--mode needs a value");
       const auto m = redlock::torture::parse_mode(v);
-      if (!m) return usage_error("--mode must be redlock, lock or sentinel, not '" + v + "'");
+      if (!m)
+        return usage_error(
+            "--mode must be redlock, lock, sentinel, postgres or postgres-session, not '" + v +
+            "'");
       o.mode = *m;
     } else if (a == "--unsafe") {
       if (!value(v)) return usage_error("--unsafe needs a value");

@@ -21,6 +21,9 @@
 #include <thread>     // std::thread, std::this_thread
 
 #include <redlock/redlock.hpp>
+#ifdef REDLOCK_TORTURE_POSTGRES
+#include <redlock/postgres.hpp>
+#endif
 
 #include "hold_log.hpp"
 
@@ -167,10 +170,21 @@ std::string hold_prefix(const char* event, int p, int t, std::int64_t n) {
   return event + field("p", p) + field("t", t) + field("n", n);
 }
 
+#ifdef REDLOCK_TORTURE_POSTGRES
+using PgDatabase = redlock::postgres::Database;
+using PgLock = redlock::postgres::Lock;
+#else
+struct PgDatabase {};
+struct PgLock final : LockBase {
+  PgLock(PgDatabase&, const char*, const LockOptions&) : LockBase(nullptr) {}
+};
+#endif
+
 class WorkerThread {
  public:
+  // `pg`: the process's Database in the postgres modes (null otherwise).
   WorkerThread(const WorkerConfig& config, int thread, const std::vector<Client>& clients,
-               HoldLogWriter& log, Counters& counters)
+               PgDatabase* pg, HoldLogWriter& log, Counters& counters)
       : config_(config),
         thread_(thread),
         log_(log),
@@ -187,7 +201,9 @@ class WorkerThread {
     options.fencing = true;
     options.auto_renew = config.auto_renew;
     options.fair = config.fair;
-    if (config.mode != Mode::redlock) {
+    if (pg != nullptr) {
+      pg_.emplace(*pg, kLockKey, options);
+    } else if (config.mode != Mode::redlock) {
       single_.emplace(clients.at(0), kLockKey, options);
     } else {
       quorum_.emplace(clients, kLockKey, options);
@@ -195,7 +211,9 @@ class WorkerThread {
   }
 
   void run() {
-    LockBase& lock = single_ ? static_cast<LockBase&>(*single_) : *quorum_;
+    LockBase& lock = pg_       ? static_cast<LockBase&>(*pg_)
+                     : single_ ? static_cast<LockBase&>(*single_)
+                               : *quorum_;
     while (mono_ns() < config_.until_ns) {
       const std::int64_t left = config_.until_ns - mono_ns();
       const nanoseconds bound(std::max<std::int64_t>(
@@ -319,6 +337,7 @@ class WorkerThread {
   Store store_;
   std::mt19937_64 rng_;  // workload randomness only (sleeps); the library draws its own tokens
   std::optional<Lock> single_;
+  std::optional<PgLock> pg_;
   std::optional<Redlock> quorum_;
   std::int64_t seq_{0};
 };
@@ -349,6 +368,7 @@ std::vector<std::string> WorkerConfig::to_args() const {
   add("--wait-replicas", std::to_string(wait_replicas));
   if (!node_ports.empty()) add("--nodes", join_ports(node_ports));
   if (!sentinel_uri.empty()) add("--sentinel", sentinel_uri);
+  if (!postgres_uri.empty()) add("--postgres", postgres_uri);
   return args;
 }
 
@@ -403,16 +423,19 @@ WorkerConfig parse_worker_args(const std::vector<std::string>& args) {
       c.parent = static_cast<pid_t>(to_int64(name, value));
     } else if (name == "--sentinel") {
       c.sentinel_uri = value;
+    } else if (name == "--postgres") {
+      c.postgres_uri = value;
     } else if (name == "--wait-replicas") {
       c.wait_replicas = static_cast<int>(to_int64(name, value));
     } else {
       throw std::invalid_argument("worker: unknown argument " + name);
     }
   }
-  if ((c.node_ports.empty() && c.sentinel_uri.empty()) || c.store_port <= 0 || c.log_path.empty() ||
-      c.threads <= 0) {
+  if ((c.node_ports.empty() && c.sentinel_uri.empty() && c.postgres_uri.empty()) ||
+      c.store_port <= 0 || c.log_path.empty() || c.threads <= 0) {
     throw std::invalid_argument(
-        "worker: --nodes (or --sentinel), --store, --log and --threads are required");
+        "worker: --nodes (or --sentinel or --postgres), --store, --log and --threads are "
+        "required");
   }
   return c;
 }
@@ -452,13 +475,27 @@ int run_worker(const WorkerConfig& config) {
     clients.emplace_back(e);
   }
 
+  // The postgres modes: one Database (a pool) per process, statements cut off at 300 ms (the
+  // command timeout of the Redis modes' 200 ms, plus the statement's own work).
+  std::optional<PgDatabase> pg;
+  if (!config.postgres_uri.empty()) {
+#ifdef REDLOCK_TORTURE_POSTGRES
+    redlock::postgres::DatabaseOptions o;
+    o.statement_timeout = milliseconds(300);
+    o.pool_size = static_cast<std::size_t>(config.threads) + 1;
+    pg.emplace(config.postgres_uri, o);
+#else
+    throw std::invalid_argument("worker: built without PostgreSQL (REDLOCK_WITH_POSTGRES=OFF)");
+#endif
+  }
+
   Counters counters;
   std::vector<std::thread> threads;
   threads.reserve(static_cast<std::size_t>(config.threads));
   for (int t = 0; t < config.threads; ++t) {
     threads.emplace_back([&, t] {
       try {
-        WorkerThread worker(config, t, clients, log, counters);
+        WorkerThread worker(config, t, clients, pg ? &*pg : nullptr, log, counters);
         worker.run();
       } catch (const std::exception& e) {
         std::fprintf(stderr, "redlock-torture worker %d thread %d: %s\n", config.index, t,
