@@ -30,7 +30,7 @@ struct PgResult {
   long affected{0};
 };
 
-// A statement that undoes another for its token (a DELETE of the lease an INSERT may make).
+// A statement that undoes another for its token (the release of the lease an acquire may take).
 struct PgUndo {
   std::string sql;
   std::vector<std::string> params;

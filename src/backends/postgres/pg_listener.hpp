@@ -1,5 +1,5 @@
 // src/backends/postgres/pg_listener.hpp: wake-on-release for the PostgreSQL component. One
-// LISTEN connection per Database, shared by every waiting Lock; a release's DELETE notifies the
+// LISTEN connection per Database, shared by every waiting Lock; a release's statement notifies the
 // lock's channel (pg_notify in the same statement, delivered when it commits).
 #ifndef REDLOCK_SRC_BACKENDS_POSTGRES_PG_LISTENER_HPP
 #define REDLOCK_SRC_BACKENDS_POSTGRES_PG_LISTENER_HPP

@@ -1,7 +1,7 @@
 // src/backends/postgres/pg_session.cpp: session mode's backend (postgres::Mode::session). A
 // hold is pg_try_advisory_lock on a dedicated connection; it lasts while that connection does.
 // "Extend" checks the connection (the watchdog's renewal: a dead connection is a lost lock),
-// release unlocks and announces it on the lock's channel, like the lease mode's DELETE.
+// release unlocks and announces it on the lock's channel, like the lease mode's release.
 #include "backends/postgres/pg_backend_base.hpp"
 
 #include <libpq-fe.h>
