@@ -435,6 +435,66 @@ TEST_CASE("postgres::Database: a bad mode in the URI names it", "[postgres][unit
                     Catch::Contains("contradicts options.mode"));
 }
 
+TEST_CASE("postgres::Lock, fair mode: waiters are served in arrival order", "[postgres]") {
+  REQUIRE_POSTGRES();
+  PostgresServer server;
+  redlock::postgres::DatabaseOptions many;
+  many.pool_size = 8;
+  redlock::postgres::Database db(server.uri(), many);
+  redlock::LockOptions fair = short_ttl(10000ms);
+  fair.fair = true;
+  fair.retry_delay = 30ms;
+  redlock::postgres::Lock holder(db, "queue", fair);
+  REQUIRE(holder.try_lock());
+  constexpr int kWaiters = 5;
+  std::mutex mutex;
+  std::vector<int> order;
+  std::vector<std::thread> waiters;
+  const std::string queued = "SELECT count(*) FROM redlock_leases_queue WHERE name = 'queue'";
+  for (int i = 0; i < kWaiters; ++i) {
+    waiters.emplace_back([&, i] {
+      redlock::postgres::Lock lock(db, "queue", fair);
+      if (!lock.try_lock_for(30s)) return;
+      {
+        std::lock_guard<std::mutex> guard(mutex);
+        order.push_back(i);
+      }
+      std::this_thread::sleep_for(50ms);
+      lock.unlock();
+    });
+    // Waiter i has its place before waiter i + 1 starts.
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (server.psql(queued) != std::to_string(i + 1) && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(20ms);
+  }
+  holder.unlock();
+  for (auto& t : waiters) t.join();
+  CHECK(order == std::vector<int>{0, 1, 2, 3, 4});
+  CHECK(server.psql(queued) == "0");  // every place given up with its grant
+}
+
+TEST_CASE("postgres::Lock, fair mode: a waiter that gives up leaves the queue", "[postgres]") {
+  REQUIRE_POSTGRES();
+  PostgresServer server;
+  redlock::postgres::Database db(server.uri());
+  redlock::LockOptions fair = short_ttl(10000ms);
+  fair.fair = true;
+  redlock::postgres::Lock holder(db, "leaving", fair);
+  redlock::postgres::Lock quitter(db, "leaving", fair);
+  redlock::postgres::Lock next(db, "leaving", fair);
+  REQUIRE(holder.try_lock());
+  CHECK_FALSE(quitter.try_lock_for(300ms));  // joined, then left
+  const std::string queued = "SELECT count(*) FROM redlock_leases_queue";
+  CHECK(server.psql(queued) == "0");
+  holder.unlock();
+  CHECK(next.try_lock());  // nobody's place is ahead of it
+  next.unlock();
+  redlock::postgres::DatabaseOptions session;
+  session.mode = redlock::postgres::Mode::session;
+  redlock::postgres::Database sdb(server.uri(), session);
+  CHECK_THROWS_WITH(redlock::postgres::Lock(sdb, "x", fair), Catch::Contains("options.fair"));
+}
+
 TEST_CASE("postgres::Lock and redlock::Lock under one std::scoped_lock", "[postgres]") {
   REQUIRE_POSTGRES();
   PostgresServer pg;

@@ -71,14 +71,14 @@ class Database {
 };
 
 // A lease in the database's lease table: same members as redlock::Lock (TimedLockable,
-// re-entrant for the owning thread, ttl, auto_renew, on_lost, fencing). Acquire is one
+// re-entrant for the owning thread, ttl, auto_renew, on_lost, fencing, fair). Acquire is one
 // INSERT ... ON CONFLICT DO UPDATE ... WHERE expires_at < now(); release a token-checked UPDATE
 // that frees the row; extend a token-checked UPDATE; the fence comes from a sequence. Failures
 // throw ConnectionError, TimeoutError or ServerError (never counted as held).
 class Lock final : public LockBase {
  public:
   // Connects nothing yet. Throws std::invalid_argument naming the argument for an empty name,
-  // the options Lock rejects, and options.fair (not supported on PostgreSQL yet).
+  // the options Lock rejects, and options.fair in session mode.
   Lock(Database& db, std::string name, LockOptions options = {});
 };
 

@@ -55,7 +55,7 @@ options:
   --retry-delay MS        LockOptions::retry_delay (default 20)
   --wake all|none|half    which threads use LockOptions::wake_on_release (default half: the
                           even-numbered ones; the others only poll every retry delay)
-  --fair                  LockOptions::fair for every thread (--mode lock only)
+  --fair                  LockOptions::fair for every thread (--mode lock or postgres)
   --auto-renew            hold with LockOptions::auto_renew (long holds then last up to 2 ttl)
   --data-dir DIR          where the servers keep their AOF (default /dev/shm if writable:
                           kill -9 keeps the page cache, so tmpfs is as durable as a disk here)
@@ -187,8 +187,10 @@ int main(int argc, char** argv) {
   if (o.mode != redlock::torture::Mode::redlock && o.unsafe != redlock::torture::Unsafe::none) {
     return usage_error("--unsafe needs --mode redlock (it breaks a majority of five nodes)");
   }
-  if (o.fair && o.mode != redlock::torture::Mode::lock) {
-    return usage_error("--fair needs --mode lock (fair mode is for a single instance)");
+  if (o.fair && o.mode != redlock::torture::Mode::lock &&
+      o.mode != redlock::torture::Mode::postgres) {
+    return usage_error(
+        "--fair needs --mode lock or postgres (fair mode is for a single instance or database)");
   }
   return redlock::torture::run_controller(o);
 }

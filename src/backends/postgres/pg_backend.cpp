@@ -19,20 +19,28 @@ namespace {
 class PgLeaseBackend final : public PgBackendBase {
  public:
   PgLeaseBackend(std::shared_ptr<PgDatabase> db, std::string name, const LockOptions& options)
-      : PgBackendBase(std::move(db), std::move(name), options) {
+      : PgBackendBase(std::move(db), std::move(name), options),
+        fair_(options.fair),
+        queue_ms_(std::to_string(3 * options.ttl.count())) {
     PgStatements sql = pg_statements(db_->table());
-    acquire_sql_ = std::move(sql.acquire);
+    acquire_sql_ = std::move(fair_ ? sql.fair_acquire : sql.acquire);
     extend_sql_ = std::move(sql.extend);
-    release_sql_ = std::move(sql.release);
+    release_sql_ = std::move(fair_ ? sql.fair_release : sql.release);
   }
+
+  bool fair() const noexcept override { return fair_; }
 
   AcquireResult acquire(const AcquireRequest& request) override {
     AcquireResult out;
     auto start = SteadyClock::now();
     try {
       const PgUndo undo{release_sql_, {name_, *request.token, channel_}};
-      PgResult r = db_->exec("acquire " + name_, acquire_sql_,
-                             {name_, *request.token, std::to_string(ttl_.count())}, &undo);
+      std::vector<std::string> params = {name_, *request.token, std::to_string(ttl_.count())};
+      if (fair_) {
+        params.push_back(request.queue == Queue::join ? "true" : "false");
+        params.push_back(queue_ms_);
+      }
+      PgResult r = db_->exec("acquire " + name_, acquire_sql_, params, &undo);
       if (r.row.size() == 2 && !r.null[0]) {
         out.fence = std::stoull(r.row[0]);
         out.valid_until = extend_floor(start, ttl_);
@@ -42,6 +50,11 @@ class PgLeaseBackend final : public PgBackendBase {
       } else if (r.row.size() == 2 && !r.null[1]) {
         out.holder_pttl = std::chrono::milliseconds(std::max(0LL, std::stoll(r.row[1])));
       }
+    } catch (const TimeoutError&) {
+      // Fair: the attempt's undo (which also leaves the queue) may be queued behind it, and
+      // would take a later place of the same token with it: the waiter takes a new token.
+      out.left_queue = fair_;
+      out.failure = std::current_exception();
     } catch (const Error&) {
       out.failure = std::current_exception();
     }
@@ -68,8 +81,10 @@ class PgLeaseBackend final : public PgBackendBase {
     ReleaseResult out;
     try {
       PgResult r = db_->exec("release " + name_, release_sql_, {name_, token, channel_});
-      out.released = r.affected == 1 ? 1 : 0;
-      out.refused = r.affected == 1 ? 0 : 1;
+      // Fair: a row that says whether the lease was ours (the queue place may be all it left).
+      const bool released = fair_ ? r.row.size() == 2 && r.row[0] == "t" : r.affected == 1;
+      out.released = released ? 1 : 0;
+      out.refused = released ? 0 : 1;
     } catch (const Error&) {
       out.failure = std::current_exception();
     }
@@ -77,6 +92,8 @@ class PgLeaseBackend final : public PgBackendBase {
   }
 
  private:
+  bool fair_;
+  std::string queue_ms_;  // a waiter's place lives 3 ttl past its last attempt
   std::string acquire_sql_, extend_sql_, release_sql_;
 };
 
@@ -96,7 +113,9 @@ namespace {
 std::shared_ptr<detail::LockCore> make_core(const std::shared_ptr<detail::PgDatabase>& db,
                                             std::string name, LockOptions options) {
   detail::validate_lock_options(name, options);
-  if (options.fair) throw std::invalid_argument("options.fair: not supported by postgres::Lock");
+  if (options.fair && db->options().mode == Mode::session) {
+    throw std::invalid_argument("options.fair: not supported in session mode (advisory locks)");
+  }
   std::shared_ptr<detail::LeaseBackend> backend =
       db->options().mode == Mode::session
           ? detail::make_pg_session_backend(db, std::move(name), options)

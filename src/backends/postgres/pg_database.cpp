@@ -337,11 +337,15 @@ void PgDatabase::ensure_table() {
   std::string sql = "BEGIN; SELECT pg_advisory_xact_lock(7270451); CREATE SEQUENCE IF NOT EXISTS " +
                     t + "_fence; " + "CREATE TABLE IF NOT EXISTS " + t +
                     " (name text PRIMARY KEY, token text NOT NULL, "
-                    "expires_at timestamptz NOT NULL, fence bigint NOT NULL); COMMIT";
+                    "expires_at timestamptz NOT NULL, fence bigint NOT NULL); "
+                    "CREATE TABLE IF NOT EXISTS " +
+                    t +
+                    "_queue (name text NOT NULL, token text NOT NULL, seq bigserial, expires_at "
+                    "timestamptz NOT NULL, PRIMARY KEY (name, token)); COMMIT";
   PGconn* conn = take();
   // An existing table needs no DDL (and a user without CREATE on the schema may use it).
-  std::string probe =
-      "SELECT to_regclass('" + t + "') IS NOT NULL AND to_regclass('" + t + "_fence') IS NOT NULL";
+  std::string probe = "SELECT to_regclass('" + t + "') IS NOT NULL AND to_regclass('" + t +
+                      "_fence') IS NOT NULL AND to_regclass('" + t + "_queue') IS NOT NULL";
   PGresult* res = PQexec(conn, probe.c_str());
   bool exists = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
                 std::string(PQgetvalue(res, 0, 0)) == "t";
