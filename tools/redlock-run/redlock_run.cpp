@@ -232,8 +232,9 @@ Servers (one is a plain lock; several form a Redlock, held when N/2+1 of them gr
   --postgres URI        Hold the lock in PostgreSQL instead of Redis: a lease row in the table
                         redlock_leases (created if missing) of the database at URI,
                         postgresql://[user@]host[:port]/db[?...] (libpq's URI or key=value
-                        string; PGPASSWORD and ~/.pgpass keep a password out of ps). Not with
-                        --redis, --redis-file, --status, --limit or --fair. The fence
+                        string; PGPASSWORD and ~/.pgpass keep a password out of ps). --fair
+                        queues in arrival order. Not with --redis, --redis-file, --status
+                        or --limit. The fence
                         (REDLOCK_FENCE) is always given: it comes from a sequence.
 Lock:
   --key KEY             Name of the lock (the Redis key); the command gets REDLOCK_KEY.
@@ -530,7 +531,6 @@ void finish_postgres(const Raw& raw, Config& config) {
 #endif
   const char* redis_only = config.mode == Mode::status ? "--status"
                            : raw.limit                 ? "--limit"
-                           : config.fair               ? "--fair"
                                                        : nullptr;
   if (redis_only != nullptr) {
     throw UsageError(std::string(redis_only) + " works with Redis only; drop it or --postgres");
@@ -1184,7 +1184,8 @@ std::vector<std::string> child_environment(const Config& config, const Holdable&
   env.push_back("REDLOCK_KEY=" + config.key);
   env.push_back("REDLOCK_TTL_MS=" + std::to_string(config.ttl.count()));
   env.push_back("REDLOCK_VALIDITY_MS=" + std::to_string(lock.validity().count()));
-  if (config.fencing || !config.postgres.empty()) env.push_back("REDLOCK_FENCE=" + std::to_string(lock.fence()));
+  if (config.fencing || !config.postgres.empty())
+    env.push_back("REDLOCK_FENCE=" + std::to_string(lock.fence()));
   return env;
 }
 
