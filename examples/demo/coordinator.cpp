@@ -651,7 +651,7 @@ int run_demo(const DemoConfig& config) {
   } else if (!config.faults) {
     faults_note = "none (--no-faults)";
   } else if (sentinel) {
-    faults_note = SentinelFaults(*sentinel_set, config.duration, run, nullptr).describe();
+    faults_note = describe_sentinel_faults(config.duration);
   } else {
     plan = plan_faults(config.duration, config.ttl);
     if (!plan.any()) faults_note = "none: the run is too short to fit them";

@@ -16,21 +16,30 @@ std::string at_seconds(std::int64_t ns) {
   std::snprintf(text, sizeof text, "%.1f s", static_cast<double>(ns) / 1e9);
   return text;
 }
+
+// When the failover and the kill happen in a run of `duration`.
+std::int64_t failover_at(std::chrono::milliseconds duration) {
+  return static_cast<std::int64_t>(duration.count()) * kNsPerMs * 30 / 100;
+}
+std::int64_t kill_at(std::chrono::milliseconds duration) {
+  return static_cast<std::int64_t>(duration.count()) * kNsPerMs * 60 / 100;
+}
 }  // namespace
+
+std::string describe_sentinel_faults(std::chrono::milliseconds duration) {
+  return "SENTINEL FAILOVER at " + at_seconds(failover_at(duration)) +
+         "; kill -9 of the master at " + at_seconds(kill_at(duration)) + ", restarted (empty) " +
+         at_seconds(kRestartAfter) + " later";
+}
 
 SentinelFaults::SentinelFaults(example::ThrowawaySentinel& set, std::chrono::milliseconds duration,
                                RunRecord& run, std::function<void(const std::string&)> print)
-    : set_(set), run_(run), print_(std::move(print)) {
-  const std::int64_t d = static_cast<std::int64_t>(duration.count()) * kNsPerMs;
-  failover_at_ = d * 30 / 100;
-  kill_at_ = d * 60 / 100;
-  restart_at_ = kill_at_ + kRestartAfter;
-}
-
-std::string SentinelFaults::describe() const {
-  return "SENTINEL FAILOVER at " + at_seconds(failover_at_) + "; kill -9 of the master at " +
-         at_seconds(kill_at_) + ", restarted (empty) " + at_seconds(kRestartAfter) + " later";
-}
+    : set_(set),
+      run_(run),
+      print_(std::move(print)),
+      failover_at_(failover_at(duration)),
+      kill_at_(kill_at(duration)),
+      restart_at_(kill_at_ + kRestartAfter) {}
 
 void SentinelFaults::event(const std::string& what) {
   const std::int64_t at = monotonic_ns() - run_.start_ns;

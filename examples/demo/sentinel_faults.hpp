@@ -26,8 +26,6 @@ class SentinelFaults {
   void finish();
   // For the progress line: " (failover)", " (master killed)" or "".
   std::string status() const;
-  // The plan, for the banner.
-  std::string describe() const;
 
  private:
   void event(const std::string& what);
@@ -46,6 +44,9 @@ class SentinelFaults {
   bool failover_done_{false};
   bool restarted_{false};
 };
+
+// The plan SentinelFaults follows for a run of `duration`, for the banner.
+std::string describe_sentinel_faults(std::chrono::milliseconds duration);
 
 }  // namespace demo
 

@@ -124,7 +124,6 @@ void MasterLocator::stale(std::string_view why) noexcept {
 }
 
 MasterLocator::Answer MasterLocator::resolve() {
-  lookups_.fetch_add(1, std::memory_order_relaxed);
   std::vector<std::size_t> order;
   std::unique_ptr<Reported> hint;
   {

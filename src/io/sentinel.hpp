@@ -62,9 +62,6 @@ class MasterLocator {
   // first call after an answer changes the epoch. Never throws.
   void stale(std::string_view why) noexcept;
 
-  // Test hook: how many times the sentinels were asked.
-  std::uint64_t lookups() const noexcept { return lookups_.load(std::memory_order_relaxed); }
-
  private:
   // One sentinel's answer (or an announced master): an address for the service.
   struct Reported {
@@ -96,7 +93,6 @@ class MasterLocator {
   bool stopping_{false};
 
   std::atomic<std::uint64_t> epoch_{1};
-  std::atomic<std::uint64_t> lookups_{0};
   int wake_fd_{-1};  // eventfd: wakes the watcher's poll
   std::once_flag watcher_once_;
   std::thread watcher_;
