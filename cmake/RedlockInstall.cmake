@@ -14,6 +14,18 @@ if(REDLOCK_WITH_TLS)
   list(APPEND REDLOCK_PC_DEPS libssl)
 endif()
 
+# The ZooKeeper component: a static redlock_zookeeper needs the C client on every link
+# (find_dependency(ZooKeeperMt) through the installed FindZooKeeperMt.cmake, and -lzookeeper_mt
+# in redlock.pc); in a shared build libredlock.so links it itself.
+set(redlock_install_targets redlock)
+set(REDLOCK_HAS_ZOOKEEPER FALSE)
+set(REDLOCK_ZOOKEEPER_DEPENDENCY "")
+set(REDLOCK_PC_ZOOKEEPER "")
+if(REDLOCK_WITH_ZOOKEEPER)
+  list(APPEND redlock_install_targets redlock_zookeeper)
+  set(REDLOCK_HAS_ZOOKEEPER TRUE)
+endif()
+
 # A shared library links its dependencies itself; a static archive needs them on every link:
 # find_dependency() in redlockConfig.cmake, and Requires (not Requires.private) in redlock.pc.
 get_target_property(redlock_type redlock TYPE)
@@ -24,6 +36,10 @@ if(redlock_type STREQUAL "STATIC_LIBRARY")
     string(APPEND REDLOCK_CONFIG_DEPENDENCIES "\nfind_dependency(${dep})")
   endforeach()
   set(REDLOCK_PC_REQUIRES "Requires: ${redlock_pc_modules}")
+  if(REDLOCK_WITH_ZOOKEEPER)
+    set(REDLOCK_ZOOKEEPER_DEPENDENCY "find_dependency(ZooKeeperMt)")
+    set(REDLOCK_PC_ZOOKEEPER " -lredlock_zookeeper -lzookeeper_mt")
+  endif()
 else()
   set(REDLOCK_PC_REQUIRES "Requires.private: ${redlock_pc_modules}")
 endif()
@@ -31,7 +47,7 @@ endif()
 install(DIRECTORY include/redlock DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES ${PROJECT_BINARY_DIR}/include/redlock/version.hpp
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/redlock)
-install(TARGETS redlock EXPORT redlockTargets
+install(TARGETS ${redlock_install_targets} EXPORT redlockTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} NAMELINK_COMPONENT Development
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
@@ -45,6 +61,7 @@ write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/redlockConfigVersio
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/redlockConfig.cmake
               ${CMAKE_CURRENT_BINARY_DIR}/redlockConfigVersion.cmake
               cmake/Findhiredis.cmake
+              cmake/FindZooKeeperMt.cmake
         DESTINATION ${REDLOCK_CMAKE_DIR})
 
 configure_file(cmake/redlock.pc.in ${CMAKE_CURRENT_BINARY_DIR}/redlock.pc @ONLY)

@@ -1,0 +1,266 @@
+// [zookeeper]: redlock::zookeeper::Lock against a real ZooKeeper 3.8
+// (tests/support/zookeeper_server). Cases that do not kill or stop the server share one; each
+// case works under a chroot of its own. Worker processes are this binary again, running the
+// hidden case "[.zkchild]" (no fork of a multithreaded process).
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include <redlock/client.hpp>
+#include <redlock/errors.hpp>
+#include <redlock/lock.hpp>
+#include <redlock/zookeeper.hpp>
+
+#include "backends/zookeeper/zk_names.hpp"
+#include "backends/zookeeper/zk_session.hpp"
+#include "support/fault_proxy.hpp"
+#include "support/redis_server.hpp"
+#include "support/zookeeper_server.hpp"
+
+extern char** environ;
+
+using namespace std::chrono_literals;
+using redlock::test::ZooKeeperServer;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+ZooKeeperServer& shared_server() {
+  static ZooKeeperServer server;
+  return server;
+}
+
+// A chroot no other case (or run) uses.
+std::string fresh_chroot() {
+  static std::atomic<int> n{0};
+  return "/redlock-test-" + std::to_string(::getpid()) + "-" + std::to_string(++n);
+}
+
+std::string uri_of(const ZooKeeperServer& server, const std::string& chroot, int timeout_ms) {
+  return server.uri(chroot + "?session_timeout=" + std::to_string(timeout_ms));
+}
+
+// The lock znodes under <chroot>/<name>, read with the component's own plain calls.
+std::size_t queue_length(const std::string& uri, const std::string& path) {
+  redlock::detail::ZkSession session(uri);
+  std::vector<std::string> children;
+  redlock::detail::zk_children(*session.conn(), path, &children);
+  return redlock::detail::zk_queue_of(children).size();
+}
+
+// Runs this binary's "[.zkchild]" case with `env` added; returns its pid.
+pid_t spawn_child(const std::vector<std::string>& env) {
+  std::vector<std::string> args{"/proc/self/exe", "[.zkchild]", "--use-colour", "no"};
+  std::vector<std::string> envs;
+  for (char** e = environ; *e != nullptr; ++e) envs.emplace_back(*e);
+  envs.insert(envs.end(), env.begin(), env.end());
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : envs) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_t pid = -1;
+  if (::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), envp.data()) != 0) {
+    throw std::runtime_error("posix_spawn failed");
+  }
+  return pid;
+}
+
+int wait_child(pid_t pid) {
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v ? v : fallback;
+}
+
+}  // namespace
+
+// The worker: REDLOCK_ZK_MODE=count adds 1 to the number in REDLOCK_ZK_FILE, ROUNDS times, each
+// under the lock; REDLOCK_ZK_MODE=hold takes the lock, writes REDLOCK_ZK_FILE and sleeps.
+TEST_CASE("zookeeper child worker", "[.zkchild]") {
+  redlock::zookeeper::Session session(env_or("REDLOCK_ZK_URI", ""));
+  redlock::zookeeper::Lock lock(session, "mutex");
+  const std::string file = env_or("REDLOCK_ZK_FILE", "");
+  if (env_or("REDLOCK_ZK_MODE", "") == "hold") {
+    lock.lock();
+    std::ofstream(file) << lock.fence() << "\n";
+    std::this_thread::sleep_for(120s);  // killed by the test long before
+    return;
+  }
+  const int rounds = std::stoi(env_or("REDLOCK_ZK_ROUNDS", "10"));
+  for (int i = 0; i < rounds; ++i) {
+    std::lock_guard<redlock::zookeeper::Lock> guard(lock);
+    long value = 0;
+    std::ifstream(file) >> value;
+    std::this_thread::sleep_for(1ms);  // widens the window a second holder would need
+    std::ofstream(file) << value + 1 << "\n";
+  }
+}
+
+TEST_CASE("zookeeper: bad URIs and names are rejected with the reason", "[zookeeper]") {
+  using redlock::zookeeper::Session;
+  const auto rejects = [](const char* uri, const char* what) {
+    INFO(uri);
+    REQUIRE_THROWS_WITH(Session(uri), Catch::Contains(what));
+  };
+  rejects("redis://127.0.0.1:2181", "scheme");
+  rejects("zookeeper://", "no host");
+  rejects("zookeeper:///chroot", "no host");
+  rejects("zookeeper://h:0", "port '0'");
+  rejects("zookeeper://h:70000", "port '70000'");
+  rejects("zookeeper://h:abc", "port 'abc'");
+  rejects("zookeeper://h:", "empty port");
+  rejects("zookeeper://h1,,h2", "empty host");
+  rejects("zookeeper://h/a//b", "chroot");
+  rejects("zookeeper://h/a/", "must not end with '/'");
+  rejects("zookeeper://h/a/../b", "chroot");
+  rejects("zookeeper://h?session_timeout=abc", "session_timeout 'abc'");
+  rejects("zookeeper://h?session_timeout=0", "session_timeout '0'");
+  rejects("zookeeper://h?timeout=5", "unknown parameter 'timeout'");
+  REQUIRE_NOTHROW(Session("zookeeper://h1:2181,h2,[::1]:2182/a/b?session_timeout=3000"));
+  REQUIRE(Session("zookeeper://h?session_timeout=3000").session_timeout() == 3000ms);
+
+  Session session("zookeeper://127.0.0.1:1");
+  const std::vector<std::string> names{
+      "", "/a", "a/", "a//b", "a/./b", "..", std::string("a\0b", 3)};
+  for (const auto& name : names) {
+    INFO(name);
+    REQUIRE_THROWS_AS(redlock::zookeeper::Lock(session, name), std::invalid_argument);
+  }
+  redlock::LockOptions bad;
+  bad.retry_delay = 0ms;
+  REQUIRE_THROWS_AS(redlock::zookeeper::Lock(session, "x", bad), std::invalid_argument);
+}
+
+TEST_CASE("zookeeper: an unreachable server is a ConnectionError, not contention", "[zookeeper]") {
+  redlock::zookeeper::Session session("zookeeper://127.0.0.1:1?session_timeout=500");
+  redlock::zookeeper::Lock lock(session, "x");
+  REQUIRE_THROWS_AS(lock.try_lock(), redlock::ConnectionError);
+  REQUIRE_FALSE(lock.owns_lock());
+}
+
+TEST_CASE("zookeeper: try_lock, re-entrancy, fence, and no znode left by a refusal",
+          "[zookeeper]") {
+  auto& server = shared_server();
+  const std::string chroot = fresh_chroot();
+  const std::string uri = uri_of(server, chroot, 4000);
+  redlock::zookeeper::Session s1(uri), s2(uri);
+  redlock::zookeeper::Lock a(s1, "res"), b(s2, "res"), c(s1, "res");
+
+  REQUIRE(a.try_lock());
+  REQUIRE(a.owns_lock());
+  REQUIRE(a.validity() > 0ms);
+  REQUIRE(a.validity() <= s1.session_timeout());
+  const auto first_fence = a.fence();
+  REQUIRE(first_fence > 0);
+  REQUIRE(a.key() == "res");
+  REQUIRE(a.try_lock());  // re-entrant: depth 2
+  REQUIRE(a.release());
+  REQUIRE(a.owns_lock());
+
+  REQUIRE_FALSE(b.try_lock());
+  REQUIRE_FALSE(c.try_lock());  // another Lock object of the same session is another holder
+  REQUIRE(queue_length(uri, chroot + "/res") == 1);  // the refusals left nothing behind
+
+  a.unlock();
+  REQUIRE_FALSE(a.owns_lock());
+  REQUIRE(b.try_lock());
+  REQUIRE(b.fence() > first_fence);
+  REQUIRE(a.lease().lost());  // not held by this thread any more
+  b.unlock();
+  REQUIRE(queue_length(uri, chroot + "/res") == 0);
+}
+
+TEST_CASE("zookeeper: waiters are served first come, first served (50 waiters)", "[zookeeper]") {
+  auto& server = shared_server();
+  const std::string chroot = fresh_chroot();
+  const std::string uri = uri_of(server, chroot, 4000);
+  redlock::zookeeper::Session session(uri);
+  constexpr int kWaiters = 50;
+  redlock::zookeeper::Lock holder(session, "fifo");
+  holder.lock();
+  std::vector<std::unique_ptr<redlock::zookeeper::Lock>> locks;
+  for (int i = 0; i < kWaiters; ++i) {
+    locks.push_back(std::make_unique<redlock::zookeeper::Lock>(session, "fifo"));
+  }
+  std::mutex mutex;
+  std::vector<int> order;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kWaiters; ++i) {
+    threads.emplace_back([&, i] {
+      if (!locks[i]->try_lock_for(60s)) return;
+      {
+        std::lock_guard<std::mutex> guard(mutex);
+        order.push_back(i);
+      }
+      locks[i]->unlock();
+    });
+    // The next waiter starts only once this one's znode is in the queue.
+    const auto deadline = Clock::now() + 20s;
+    while (queue_length(uri, chroot + "/fifo") < static_cast<std::size_t>(i + 2) &&
+           Clock::now() < deadline) {
+      std::this_thread::sleep_for(5ms);
+    }
+  }
+  holder.unlock();
+  for (auto& t : threads) t.join();
+  REQUIRE(order.size() == static_cast<std::size_t>(kWaiters));
+  for (int i = 0; i < kWaiters; ++i) REQUIRE(order[i] == i);
+}
+
+TEST_CASE("zookeeper: mutual exclusion across processes", "[zookeeper]") {
+  auto& server = shared_server();
+  const std::string uri = uri_of(server, fresh_chroot(), 4000);
+  const std::string file =
+      server.dir() + "/counter-" + std::to_string(Clock::now().time_since_epoch().count());
+  std::ofstream(file) << 0 << "\n";
+  constexpr int kProcesses = 3, kRounds = 15;
+  std::vector<pid_t> children;
+  for (int i = 0; i < kProcesses; ++i) {
+    children.push_back(
+        spawn_child({"REDLOCK_ZK_URI=" + uri, "REDLOCK_ZK_FILE=" + file, "REDLOCK_ZK_MODE=count",
+                     "REDLOCK_ZK_ROUNDS=" + std::to_string(kRounds)}));
+  }
+  for (pid_t pid : children) REQUIRE(wait_child(pid) == 0);
+  long value = 0;
+  std::ifstream(file) >> value;
+  REQUIRE(value == kProcesses * kRounds);
+}
+
+TEST_CASE("zookeeper: std::scoped_lock over a Redis Lock and a ZooKeeper Lock", "[zookeeper]") {
+  auto& server = shared_server();
+  redlock::test::RedisServer redis;
+  redlock::Client client(redis.endpoint());
+  const std::string uri = uri_of(server, fresh_chroot(), 4000);
+  redlock::zookeeper::Session session(uri);
+  redlock::Lock redis_lock(client, "zk-and-redis");
+  redlock::zookeeper::Lock zk_lock(session, "zk-and-redis");
+  {
+    std::scoped_lock both(redis_lock, zk_lock);
+    REQUIRE(redis_lock.owns_lock());
+    REQUIRE(zk_lock.owns_lock());
+    redlock::zookeeper::Session other(uri);
+    redlock::zookeeper::Lock zk_other(other, "zk-and-redis");
+    REQUIRE_FALSE(zk_other.try_lock());
+  }
+  REQUIRE_FALSE(redis_lock.owns_lock());
+  REQUIRE_FALSE(zk_lock.owns_lock());
+  redlock::zookeeper::Session other(uri);
+  redlock::zookeeper::Lock zk_other(other, "zk-and-redis");
+  REQUIRE(zk_other.try_lock());
+}
