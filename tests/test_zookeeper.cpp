@@ -264,3 +264,131 @@ TEST_CASE("zookeeper: std::scoped_lock over a Redis Lock and a ZooKeeper Lock", 
   redlock::zookeeper::Lock zk_other(other, "zk-and-redis");
   REQUIRE(zk_other.try_lock());
 }
+
+TEST_CASE("zookeeper: a holder killed with -9 gives way once its session expires", "[zookeeper]") {
+  auto& server = shared_server();
+  constexpr auto kTimeout = 2000ms;
+  const std::string uri = uri_of(server, fresh_chroot(), static_cast<int>(kTimeout.count()));
+  const std::string file =
+      server.dir() + "/held-" + std::to_string(Clock::now().time_since_epoch().count());
+  const pid_t child =
+      spawn_child({"REDLOCK_ZK_URI=" + uri, "REDLOCK_ZK_FILE=" + file, "REDLOCK_ZK_MODE=hold"});
+  std::uint64_t holder_fence = 0;
+  const auto deadline = Clock::now() + 30s;
+  while (!(std::ifstream(file) >> holder_fence) && Clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  redlock::zookeeper::Session session(uri);
+  redlock::zookeeper::Lock waiter(session, "mutex");
+  const bool held_by_child = holder_fence > 0 && !waiter.try_lock();
+  ::kill(child, SIGKILL);
+  wait_child(child);
+  REQUIRE(held_by_child);
+  const auto killed = Clock::now();
+  REQUIRE(waiter.try_lock_for(30s));
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - killed);
+  WARN("acquired " << took.count() << " ms after kill -9 of the holder (session timeout "
+                   << kTimeout.count() << " ms)");
+  // The server keeps the session for the timeout since it last heard from it (at most a third
+  // of it before the kill): never much sooner.
+  REQUIRE(took >= kTimeout / 2);
+  REQUIRE(waiter.fence() > holder_fence);
+  waiter.unlock();
+}
+
+TEST_CASE("zookeeper: a server stopped past the session timeout: the holder is told first",
+          "[zookeeper]") {
+  ZooKeeperServer server;
+  constexpr auto kTimeout = 2000ms;
+  const std::string uri = uri_of(server, "/stop", static_cast<int>(kTimeout.count()));
+  redlock::zookeeper::Session s1(uri);
+  std::atomic<bool> lost_called{false};
+  std::atomic<int> lost_reason{-1};
+  redlock::LockOptions options;
+  options.on_lost = [&](const redlock::LostEvent& e) {
+    lost_reason = static_cast<int>(e.reason);
+    lost_called = true;
+  };
+  redlock::zookeeper::Lock a(s1, "x", options);
+  std::atomic<bool> held{false}, resumed{false}, lost_before_resume{false};
+  redlock::LeaseToken token;
+  std::mutex token_mutex;
+  std::thread holder([&] {
+    a.lock();
+    {
+      std::lock_guard<std::mutex> guard(token_mutex);
+      token = a.lease();
+    }
+    held = true;
+    const auto deadline = Clock::now() + 30s;
+    while (a.owns_lock() && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+    lost_before_resume = !resumed;
+    a.unlock();
+  });
+  while (!held) std::this_thread::sleep_for(5ms);
+  server.pause();
+  std::this_thread::sleep_for(2 * kTimeout);
+  resumed = true;
+  server.resume();
+  redlock::zookeeper::Session s2(uri);
+  redlock::zookeeper::Lock b(s2, "x");
+  const bool b_held = b.try_lock_for(30s);
+  bool a_lost_when_b_held = false;
+  {
+    std::lock_guard<std::mutex> guard(token_mutex);
+    a_lost_when_b_held = token.lost();
+  }
+  const bool told = lost_called.load();
+  if (b_held) b.unlock();
+  holder.join();
+  REQUIRE(b_held);
+  REQUIRE(a_lost_when_b_held);
+  REQUIRE(lost_before_resume);
+  REQUIRE(told);
+  const auto reason = static_cast<redlock::LostReason>(lost_reason.load());
+  REQUIRE(
+      (reason == redlock::LostReason::expired || reason == redlock::LostReason::session_expired));
+}
+
+TEST_CASE("zookeeper: a server restart keeps the data, and fences keep growing", "[zookeeper]") {
+  ZooKeeperServer server;
+  const std::string uri = uri_of(server, "/restart", 4000);
+  redlock::zookeeper::Session s1(uri), s2(uri);
+  redlock::zookeeper::Lock a(s1, "x"), c(s2, "x");
+  a.lock();
+  const auto before = a.fence();
+  server.kill9();
+  server.restart();
+  const auto deadline = Clock::now() + 20s;
+  while (!s1.connected() && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  if (a.owns_lock()) REQUIRE_FALSE(c.try_lock());  // the session and its znode survived
+  a.unlock();
+  REQUIRE(c.try_lock_for(20s));
+  REQUIRE(c.fence() > before);
+  c.unlock();
+}
+
+TEST_CASE("zookeeper: a connection lost during create leaves no znode that blocks others",
+          "[zookeeper]") {
+  auto& server = shared_server();
+  const std::string chroot = fresh_chroot();
+  redlock::test::FaultProxy proxy("127.0.0.1", server.port());
+  const std::string via_proxy =
+      "zookeeper://127.0.0.1:" + std::to_string(proxy.port()) + chroot + "?session_timeout=4000";
+  redlock::zookeeper::Session s1(via_proxy);
+  redlock::zookeeper::Lock warm(s1, "y"), a(s1, "y");
+  REQUIRE(warm.try_lock());  // connected, and the lock's znode exists
+  warm.unlock();
+  proxy.drop_next_request();  // the create reaches the server; its reply never comes back
+  bool a_held = false;
+  try {
+    a_held = a.try_lock();
+  } catch (const redlock::ConnectionError&) {
+  }
+  if (a_held) a.unlock();
+  redlock::zookeeper::Session s2(uri_of(server, chroot, 4000));
+  redlock::zookeeper::Lock b(s2, "y");
+  REQUIRE(b.try_lock_for(20s));
+  b.unlock();
+  REQUIRE(queue_length(uri_of(server, chroot, 4000), chroot + "/y") == 0);
+}
