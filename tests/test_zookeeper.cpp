@@ -59,9 +59,9 @@ std::size_t queue_length(const std::string& uri, const std::string& path) {
   return redlock::detail::zk_queue_of(children).size();
 }
 
-// Runs this binary's "[.zkchild]" case with `env` added; returns its pid.
-pid_t spawn_child(const std::vector<std::string>& env) {
-  std::vector<std::string> args{"/proc/self/exe", "[.zkchild]", "--use-colour", "no"};
+// Starts `args` (args[0] is the path) with this process's environment plus `env`; returns
+// its pid.
+pid_t spawn(std::vector<std::string> args, const std::vector<std::string>& env) {
   std::vector<std::string> envs;
   for (char** e = environ; *e != nullptr; ++e) envs.emplace_back(*e);
   envs.insert(envs.end(), env.begin(), env.end());
@@ -71,10 +71,15 @@ pid_t spawn_child(const std::vector<std::string>& env) {
   for (auto& e : envs) envp.push_back(e.data());
   envp.push_back(nullptr);
   pid_t pid = -1;
-  if (::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), envp.data()) != 0) {
-    throw std::runtime_error("posix_spawn failed");
+  if (::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), envp.data()) != 0) {
+    throw std::runtime_error("posix_spawn " + args[0] + " failed");
   }
   return pid;
+}
+
+// Runs this binary's "[.zkchild]" case with `env` added; returns its pid.
+pid_t spawn_child(const std::vector<std::string>& env) {
+  return spawn({"/proc/self/exe", "[.zkchild]", "--use-colour", "no"}, env);
 }
 
 int wait_child(pid_t pid) {
@@ -392,3 +397,30 @@ TEST_CASE("zookeeper: a connection lost during create leaves no znode that block
   b.unlock();
   REQUIRE(queue_length(uri_of(server, chroot, 4000), chroot + "/y") == 0);
 }
+
+#ifdef REDLOCK_RUN_PATH
+TEST_CASE("zookeeper: redlock-run --zookeeper runs the command with REDLOCK_FENCE", "[zookeeper]") {
+  auto& server = shared_server();
+  const std::string uri = uri_of(server, fresh_chroot(), 4000);
+  const std::string file =
+      server.dir() + "/fence-" + std::to_string(Clock::now().time_since_epoch().count());
+  const auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args{REDLOCK_RUN_PATH, "--zookeeper", uri, "--key", "job"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return wait_child(spawn(args, {}));
+  };
+  REQUIRE(run({"--", "sh", "-c", "echo $REDLOCK_FENCE > " + file}) == 0);
+  std::uint64_t fence = 0;
+  REQUIRE(std::ifstream(file) >> fence);
+  REQUIRE(fence > 0);
+
+  redlock::zookeeper::Session session(uri);
+  redlock::zookeeper::Lock lock(session, "job");
+  REQUIRE(lock.try_lock());
+  REQUIRE(lock.fence() > fence);
+  REQUIRE(run({"-q", "-n", "--", "true"}) == 75);  // held elsewhere
+  lock.unlock();
+  REQUIRE(run({"--", "sh", "-c", "exit 3"}) == 3);
+  REQUIRE(run({"--status"}) == 64);  // a Redis feature: a usage error
+}
+#endif

@@ -11,7 +11,9 @@
 //
 // What it does, in order:
 //  1. Takes the lock: one server is a redlock::Lock, several are a redlock::Redlock (quorum
-//     N/2+1). Servers come from --redis (repeatable), --redis-file, or REDLOCK_REDIS. The lease
+//     N/2+1). Servers come from --redis (repeatable), --redis-file, or REDLOCK_REDIS; with
+//     --zookeeper URI it is a redlock::zookeeper::Lock instead (the session is the lease, the
+//     fence is the holder znode's czxid and always exported). The lease
 //     (--ttl, default 30s) is renewed in the background about every ttl/3, so the command may run
 //     for longer than the ttl, while a crashed host frees the lock after at most one ttl. By
 //     default it waits for the lock forever (like flock); --wait D gives up after D, --no-wait
@@ -77,6 +79,9 @@
 
 #include <redlock/redlock.hpp>  // Client, Endpoint, Lock, Redlock, errors, set_log_handler
 #include <redlock/version.hpp>  // REDLOCK_VERSION_STRING
+#ifdef REDLOCK_RUN_WITH_ZOOKEEPER
+#include <redlock/zookeeper.hpp>  // zookeeper::Session, zookeeper::Lock (--zookeeper)
+#endif
 
 #include "duration.hpp"  // redlock_examples::parse_duration: the syntax shared with the demo
 #include "metrics/prometheus_observer.hpp"  // PrometheusObserver (examples/metrics/)
@@ -188,6 +193,7 @@ enum class Mode { run, hold, status };
 
 struct Config {
   std::vector<std::string> uris;
+  std::string zookeeper;        // --zookeeper URI: a ZooKeeper lock instead of Redis
   bool password_inline{false};  // a --redis URI on the command line carries a password
   std::string key;
   milliseconds ttl{30'000};
@@ -222,6 +228,11 @@ Servers (one is a plain lock; several form a Redlock, held when N/2+1 of them gr
                         ?wait_replicas=N&wait_timeout=ms. Repeat for a Redlock.
   --redis-file PATH     Read server URIs from PATH, one a line (# after a space starts a
                         comment).
+  --zookeeper URI       Lock on ZooKeeper instead: zookeeper://host:port[,host:port...]
+                        [/chroot][?session_timeout=ms]. The session is the lease (--ttl is
+                        not used); waiters are served in order; the fence (the holder
+                        znode's czxid) is always exported. Not with --redis, --limit,
+                        --status.
                         Without --redis and --redis-file: the REDLOCK_REDIS environment
                         variable (URIs separated by spaces or commas). Prefer these two for
                         a password: a URI on the command line shows in ps (we warn).
@@ -311,6 +322,21 @@ void check_uri(const std::string& uri, const std::string& source) {
   }
 }
 
+// --zookeeper URI: parsed now (a Session connects nothing until used), so a bad one is a usage
+// error (64).
+void check_zookeeper_uri(const std::string& uri) {
+#ifdef REDLOCK_RUN_WITH_ZOOKEEPER
+  try {
+    redlock::zookeeper::Session session(uri);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError("--zookeeper: " + in_our_words(e.what()));
+  }
+#else
+  (void)uri;
+  throw UsageError("--zookeeper: this redlock-run was built without ZooKeeper support");
+#endif
+}
+
 // Splits REDLOCK_REDIS ("uri uri" or "uri,uri") into URIs.
 // Whether `text` starts with "scheme://" (letters, digits, '+', '-', '.').
 bool starts_uri(std::string_view text) {
@@ -369,6 +395,7 @@ std::vector<std::string> read_redis_file(const std::string& path) {
 struct Raw {
   std::vector<std::string> redis;
   std::vector<std::string> redis_files;
+  std::optional<std::string> zookeeper;
   std::string ttl{"30s"};
   std::string grace{"10s"};
   std::string unavailable{"10s"};
@@ -383,6 +410,7 @@ struct Raw {
 const std::pair<std::string_view, std::string_view> kValueOptions[] = {
     {"--redis", "--redis"},
     {"--redis-file", "--redis-file"},
+    {"--zookeeper", "--zookeeper"},
     {"--key", "--key"},
     {"--ttl", "--ttl"},
     {"--wait", "--wait"},
@@ -410,6 +438,10 @@ void take_value(std::string_view name, const std::string& flag, const std::strin
     raw.redis.push_back(value);
   } else if (name == "--redis-file") {
     raw.redis_files.push_back(value);
+  } else if (name == "--zookeeper") {
+    if (raw.zookeeper) throw UsageError("--zookeeper is given twice; give one URI");
+    check_zookeeper_uri(value);
+    raw.zookeeper = value;
   } else if (name == "--key") {
     config.key = value;
     raw.key_given = true;
@@ -494,10 +526,28 @@ std::vector<std::string> server_uris(const Raw& raw) {
   return uris;
 }
 
+// --zookeeper: alone as the store, and neither --limit nor --status (Redis features). The fence
+// comes with every ZooKeeper hold, so it is always exported.
+void finish_zookeeper(const Raw& raw, Config& config) {
+  if (!raw.redis.empty() || !raw.redis_files.empty()) {
+    throw UsageError("--zookeeper and --redis/--redis-file name two stores; give one");
+  }
+  if (raw.limit) throw UsageError("--limit works with Redis only; drop it or --zookeeper");
+  if (config.mode == Mode::status) {
+    throw UsageError("--status shows Redis locks only; drop it or --zookeeper");
+  }
+  config.zookeeper = *raw.zookeeper;
+  config.fencing = true;
+}
+
 // Checks what needs several options together, and converts the values.
 void finish_config(const Raw& raw, Config& config) {
   if (!raw.key_given || config.key.empty()) throw UsageError("--key KEY is required");
-  config.uris = server_uris(raw);
+  if (raw.zookeeper) {
+    finish_zookeeper(raw, config);
+  } else {
+    config.uris = server_uris(raw);
+  }
   config.ttl = parse_duration("--ttl", raw.ttl);
   if (config.ttl < kMinTtl) {
     throw UsageError("--ttl " + raw.ttl + " is too short: the clock-drift allowance and the " +
@@ -1255,8 +1305,17 @@ int run(const Config& config, Runtime& rt) {
 
   std::unique_ptr<Holdable> held;
   const auto options = lock_options(config, rt);
+#ifdef REDLOCK_RUN_WITH_ZOOKEEPER
+  std::optional<redlock::zookeeper::Session> zookeeper;  // outlives `held`
+#endif
   try {
-    if (config.limit > 0) {
+    if (!config.zookeeper.empty()) {
+#ifdef REDLOCK_RUN_WITH_ZOOKEEPER
+      zookeeper.emplace(config.zookeeper);
+      held =
+          std::make_unique<HoldableOf<redlock::zookeeper::Lock>>(*zookeeper, config.key, options);
+#endif
+    } else if (config.limit > 0) {
       held = std::make_unique<HoldableOf<redlock::Semaphore>>(clients.front(), config.key,
                                                               config.limit, options);
     } else if (clients.size() == 1) {
