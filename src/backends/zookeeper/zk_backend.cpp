@@ -110,9 +110,10 @@ class ZkLeaseBackend final : public LeaseBackend {
   AcquireResult look(const std::string& token, const std::shared_ptr<ZkConn>& conn, Queue queue,
                      SteadyClock::time_point start);
   AcquireResult grant(const std::string& token, SteadyClock::time_point start);
-  void ensure_node(const std::string& token, const std::shared_ptr<ZkConn>& conn);
+  bool ensure_node(const std::string& token, const std::shared_ptr<ZkConn>& conn,
+                   std::vector<std::string>* children);
   bool find_node(const std::string& token, ZkNode& node);
-  void create_node(const std::string& token, ZkNode& node);
+  bool create_node(const std::string& token, ZkNode& node, std::vector<std::string>* children);
   bool still_armed(const std::string& token, const ZkConn& conn);
   void arm(const std::string& token, std::uint64_t events);
   void forget(const std::string& token);
@@ -165,10 +166,11 @@ AcquireResult ZkLeaseBackend::look(const std::string& token, const std::shared_p
                                    Queue queue, SteadyClock::time_point start) {
   AcquireResult out;
   const auto events = session_->events();
-  ensure_node(token, conn);
+  std::vector<std::string> children;
+  bool listed = ensure_node(token, conn, &children);
   for (;;) {
-    std::vector<std::string> children;
-    zk_children(*conn, path_, &children);
+    if (!listed) zk_children(*conn, path_, &children);
+    listed = false;
     const auto order = zk_queue_of(children);
     const auto at = zk_find_token(order, token);
     if (at == order.size()) {  // deleted by someone else: a new token (a new place) next time
@@ -207,22 +209,25 @@ AcquireResult ZkLeaseBackend::grant(const std::string& token, SteadyClock::time_
 }
 
 // The token's znode on `conn`: known, found again by token (a create whose reply was lost),
-// or created.
-void ZkLeaseBackend::ensure_node(const std::string& token, const std::shared_ptr<ZkConn>& conn) {
+// or created. Returns true if `children` was listed after the create (in the same round trip).
+bool ZkLeaseBackend::ensure_node(const std::string& token, const std::shared_ptr<ZkConn>& conn,
+                                 std::vector<std::string>* children) {
   bool uncertain = false;
   {
     std::lock_guard<std::mutex> guard(mutex_);
     const auto it = nodes_.find(token);
     if (it != nodes_.end() && it->second.conn == conn) {
-      if (!it->second.name.empty()) return;
+      if (!it->second.name.empty()) return false;
       uncertain = true;
     }
   }
   ZkNode node;
   node.conn = conn;
-  if (!uncertain || !find_node(token, node)) create_node(token, node);
+  bool listed = false;
+  if (!uncertain || !find_node(token, node)) listed = create_node(token, node, children);
   std::lock_guard<std::mutex> guard(mutex_);
   nodes_[token] = node;
+  return listed;
 }
 
 // Protected mode: looks for the token's znode among the lock's children.
@@ -239,9 +244,11 @@ bool ZkLeaseBackend::find_node(const std::string& token, ZkNode& node) {
   return true;
 }
 
-// Creates the token's znode. Until the reply is in, the token's record has no name: if the
-// reply is lost, the next attempt (or release) finds the znode by token.
-void ZkLeaseBackend::create_node(const std::string& token, ZkNode& node) {
+// Creates the token's znode and lists the queue behind it. Until the reply is in, the token's
+// record has no name: if the reply is lost, the next attempt (or release) finds the znode by
+// token. Returns true if `children` was listed.
+bool ZkLeaseBackend::create_node(const std::string& token, ZkNode& node,
+                                 std::vector<std::string>* children) {
   ZkConn& conn = *node.conn;
   {
     std::lock_guard<std::mutex> guard(mutex_);
@@ -249,11 +256,12 @@ void ZkLeaseBackend::create_node(const std::string& token, ZkNode& node) {
   }
   std::string created;
   for (int round = 0; round < 3; ++round) {
-    const int rc = zk_create(conn, node_path(zk_node_prefix(token)), ZOO_EPHEMERAL_SEQUENTIAL,
-                             &created, &node.czxid);
-    if (rc == ZOK) {
+    const int rc =
+        zk_create_and_list(conn, node_path(zk_node_prefix(token)), ZOO_EPHEMERAL_SEQUENTIAL,
+                           &created, &node.czxid, path_, children);
+    if (rc != ZNONODE) {
       node.name = created.substr(path_.size() + 1);
-      return;
+      return rc == ZOK;
     }
     zk_ensure_path(conn, path_);  // ZNONODE: the lock's container is missing
   }

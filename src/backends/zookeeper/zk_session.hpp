@@ -142,6 +142,13 @@ int zk_delete(ZkConn& conn, const std::string& path);                       // Z
 // ZNONODE (a parent is missing); on ZOK `created` is the full path and `czxid` its czxid.
 int zk_create(ZkConn& conn, const std::string& path, int mode, std::string* created,
               std::int64_t* czxid);
+// An acquire's first round trip: creates `path` (as zk_create) and, pipelined behind it, lists
+// `parent`. Returns ZNONODE (a parent of `path` is missing), ZOK (created, `children` listed
+// after the create) or ZNOTHING (created, but the list failed: list again). Throws as
+// zk_create for the create's failures; a create whose reply is lost throws ConnectionError.
+int zk_create_and_list(ZkConn& conn, const std::string& path, int mode, std::string* created,
+                       std::int64_t* czxid, const std::string& parent,
+                       std::vector<std::string>* children);
 // ZNONODE; on ZOK the children's names.
 int zk_children(ZkConn& conn, const std::string& path, std::vector<std::string>* out);
 // Creates `path` and its ancestors as containers / persistent nodes if missing.
