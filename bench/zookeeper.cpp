@@ -74,15 +74,6 @@ class RawZooKeeper {
   std::string prefix_;
 };
 
-template <class L>
-std::function<bool()> cycle_of(L& lock) {
-  return [&lock] {
-    if (!lock.try_lock()) return false;
-    lock.unlock();
-    return true;
-  };
-}
-
 Json report_uncontended(const Config& config, const redlock::test::ZooKeeperServer& zk,
                         redlock::test::ServerGroup& redis) {
   RawZooKeeper raw(zk, "/bench-raw");
