@@ -15,8 +15,8 @@ if(REDLOCK_WITH_TLS)
 endif()
 
 # The ZooKeeper component: a static redlock_zookeeper needs the C client on every link
-# (find_dependency(ZooKeeperMt) through the installed FindZooKeeperMt.cmake, and -lzookeeper_mt
-# in redlock.pc); in a shared build libredlock.so links it itself.
+# (find_dependency(ZooKeeperMt) through the installed FindZooKeeperMt.cmake; pkg-config's
+# redlock-zookeeper.pc names both archives); in a shared build libredlock.so links it itself.
 set(redlock_install_targets redlock)
 set(REDLOCK_HAS_ZOOKEEPER FALSE)
 set(REDLOCK_ZOOKEEPER_DEPENDENCY "")
@@ -38,7 +38,7 @@ if(redlock_type STREQUAL "STATIC_LIBRARY")
   set(REDLOCK_PC_REQUIRES "Requires: ${redlock_pc_modules}")
   if(REDLOCK_WITH_ZOOKEEPER)
     set(REDLOCK_ZOOKEEPER_DEPENDENCY "find_dependency(ZooKeeperMt)")
-    set(REDLOCK_PC_ZOOKEEPER " -lredlock_zookeeper -lzookeeper_mt")
+    set(REDLOCK_PC_ZOOKEEPER " -L\${libdir} -lredlock_zookeeper -lzookeeper_mt")
   endif()
 else()
   set(REDLOCK_PC_REQUIRES "Requires.private: ${redlock_pc_modules}")
@@ -66,5 +66,10 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/redlockConfig.cmake
 
 configure_file(cmake/redlock.pc.in ${CMAKE_CURRENT_BINARY_DIR}/redlock.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/redlock.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+if(REDLOCK_WITH_ZOOKEEPER)
+  configure_file(cmake/redlock-zookeeper.pc.in ${CMAKE_CURRENT_BINARY_DIR}/redlock-zookeeper.pc @ONLY)
+  install(FILES ${CMAKE_CURRENT_BINARY_DIR}/redlock-zookeeper.pc
+          DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+endif()
 
 include(RedlockPackage)

@@ -24,6 +24,7 @@
 #include <string>       // std::string
 #include <string_view>  // std::string_view
 
+#include <redlock/errors.hpp>   // Error, ConnectionError, ServerError (what Lock throws)
 #include <redlock/lock.hpp>     // LockBase
 #include <redlock/options.hpp>  // LockOptions
 
