@@ -82,6 +82,22 @@ std::string tail_of(const std::string& path) {
 
 }  // namespace
 
+bool ZooKeeperServer::available() {
+  const std::string jar = env_or("REDLOCK_ZOOKEEPER_CLASSPATH", "/usr/share/java/zookeeper.jar");
+  const std::string java = env_or("REDLOCK_JAVA", "java");
+  if (java.find('/') != std::string::npos) return ::access(java.c_str(), X_OK) == 0;
+  const std::string path = env_or("PATH", "/usr/bin:/bin");
+  bool found = false;
+  for (std::size_t start = 0; start <= path.size() && !found;) {
+    const auto colon = std::min(path.find(':', start), path.size());
+    found = ::access((path.substr(start, colon - start) + "/" + java).c_str(), X_OK) == 0;
+    start = colon + 1;
+  }
+  // A classpath may be a list or a wildcard: only a single file is checked.
+  const bool single = jar.find_first_of(":*") == std::string::npos;
+  return found && (!single || ::access(jar.c_str(), R_OK) == 0);
+}
+
 ZooKeeperServer::ZooKeeperServer(std::chrono::milliseconds tick) : tick_(tick) {
   const std::string base = env_or("TMPDIR", "/tmp");
   std::string pattern = base + "/redlock-zk-" + std::to_string(::getpid()) + "-XXXXXX";

@@ -33,6 +33,8 @@ class ZooKeeperServer {
   // (at most 30 s) until it answers `ruok`. Throws std::runtime_error with the tail of its
   // output if it cannot start (no java, no jars).
   explicit ZooKeeperServer(std::chrono::milliseconds tick = std::chrono::milliseconds(200));
+  // True if java and the server's jar are there (the tests skip, outside CI, when not).
+  static bool available();
   // SIGCONT + SIGKILL + waitpid, then removes the temp dir. Never throws.
   ~ZooKeeperServer();
   ZooKeeperServer(const ZooKeeperServer&) = delete;
