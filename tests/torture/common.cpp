@@ -49,7 +49,17 @@ std::string format_duration(std::chrono::nanoseconds d) {
 }
 
 const char* to_string(Mode mode) noexcept {
-  return mode == Mode::lock ? "lock" : mode == Mode::sentinel ? "sentinel" : "redlock";
+  switch (mode) {
+    case Mode::lock:
+      return "lock";
+    case Mode::sentinel:
+      return "sentinel";
+    case Mode::zookeeper:
+      return "zookeeper";
+    case Mode::redlock:
+      break;
+  }
+  return "redlock";
 }
 
 const char* to_string(Unsafe unsafe) noexcept {
@@ -68,6 +78,7 @@ std::optional<Mode> parse_mode(std::string_view text) {
   if (text == "redlock") return Mode::redlock;
   if (text == "lock") return Mode::lock;
   if (text == "sentinel") return Mode::sentinel;
+  if (text == "zookeeper") return Mode::zookeeper;
   return std::nullopt;
 }
 

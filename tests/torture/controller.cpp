@@ -25,7 +25,9 @@
 #include "hold_log.hpp"
 #include "nemesis.hpp"
 #include "sentinel_nemesis.hpp"
+#include "support/zookeeper_server.hpp"
 #include "worker.hpp"
+#include "zookeeper_nemesis.hpp"
 
 extern "C" char** environ;  // NOLINT(readability-redundant-declaration)
 
@@ -277,6 +279,11 @@ int run_controller(const Options& o) {
     info.notes.emplace_back("auto_renew on: windows end at the last renewed deadline");
   }
   if (o.fair) info.notes.emplace_back("fair mode: waiters queue; releases hand the lock over");
+  if (o.mode == Mode::zookeeper) {
+    info.notes.emplace_back(
+        "zookeeper: one server (tick 200 ms), session timeout 2 s; the faults are SIGSTOP of "
+        "the server (0.3-3.5 s) and kill -9 + restart");
+  }
   if (o.mode == Mode::sentinel) {
     info.exclusion_enforced = false;
     info.notes.emplace_back(
@@ -305,6 +312,7 @@ int run_controller(const Options& o) {
     std::unique_ptr<test::RedisServer> store;
     std::vector<Node> nodes;
     std::unique_ptr<test::SentinelSet> sentinels;
+    std::unique_ptr<test::ZooKeeperServer> zookeeper;
     try {
       const ScopedTmpdir tmpdir(data_dir);
       store = std::make_unique<test::RedisServer>(test::ServerOptions{});
@@ -313,6 +321,7 @@ int run_controller(const Options& o) {
         so.persistence = true;
         sentinels = std::make_unique<test::SentinelSet>(so);
       }
+      if (o.mode == Mode::zookeeper) zookeeper = std::make_unique<test::ZooKeeperServer>();
       for (int i = 0; i < nodes_count; ++i) {
         test::ServerOptions so;
         so.persistence = o.unsafe != Unsafe::restart;
@@ -354,6 +363,7 @@ int run_controller(const Options& o) {
       base.sentinel_uri = sentinels->uri();
       base.wait_replicas = o.wait_replicas;
     }
+    if (zookeeper) base.zookeeper_uri = zookeeper->uri("/torture?session_timeout=2000");
     std::vector<std::string> log_paths;
     try {
       for (int p = 0; p < o.processes; ++p) {
@@ -375,6 +385,8 @@ int run_controller(const Options& o) {
     std::unique_ptr<Faults> faults;
     if (sentinels) {
       faults = std::make_unique<SentinelNemesis>(*sentinels, seed, nemesis_log);
+    } else if (zookeeper) {
+      faults = std::make_unique<ZooKeeperNemesis>(*zookeeper, seed, nemesis_log);
     } else {
       faults = std::make_unique<Nemesis>(nodes, o.unsafe, seed, nemesis_log);
     }

@@ -32,11 +32,13 @@ counter while a nemesis breaks a minority of the nodes; then checks the hold log
 validity windows, no lost update, fences applied in order, every hold ended with a record.
 
 options:
-  --mode redlock|lock|sentinel
-                          Redlock over the 5 nodes, a single Lock on node 0, or a Lock through
+  --mode redlock|lock|sentinel|zookeeper
+                          Redlock over the 5 nodes, a single Lock on node 0, a Lock through
                           Sentinel (1 master, 2 replicas, 3 sentinels; the faults are
                           SENTINEL FAILOVER, kill -9 of the master, a paused replica; overlaps
-                          are reported, fencing must hold) (default redlock)
+                          are reported, fencing must hold), or a zookeeper::Lock on one
+                          ZooKeeper server (SIGSTOP past the session timeout, kill -9 +
+                          restart; when built with the component) (default redlock)
   --wait-replicas N       sentinel mode: Endpoint::wait_replicas of every worker (default 0)
   --duration D            how long workers take the lock: 500ms, 30s, 2m (default 60s)
   --processes K           worker processes (default 3)
@@ -130,7 +132,14 @@ int main(int argc, char** argv) {
     } else if (a == "--mode") {
       if (!value(v)) return usage_error("--mode needs a value");
       const auto m = redlock::torture::parse_mode(v);
-      if (!m) return usage_error("--mode must be redlock, lock or sentinel, not '" + v + "'");
+      if (!m) {
+        return usage_error("--mode must be redlock, lock, sentinel or zookeeper, not '" + v + "'");
+      }
+#ifndef REDLOCK_TORTURE_ZOOKEEPER
+      if (*m == redlock::torture::Mode::zookeeper) {
+        return usage_error("--mode zookeeper: built without the ZooKeeper component");
+      }
+#endif
       o.mode = *m;
     } else if (a == "--unsafe") {
       if (!value(v)) return usage_error("--unsafe needs a value");

@@ -21,6 +21,9 @@
 #include <thread>     // std::thread, std::this_thread
 
 #include <redlock/redlock.hpp>
+#ifdef REDLOCK_TORTURE_ZOOKEEPER
+#include <redlock/zookeeper.hpp>
+#endif
 
 #include "hold_log.hpp"
 
@@ -30,6 +33,14 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::nanoseconds;
+
+#ifdef REDLOCK_TORTURE_ZOOKEEPER
+using ZooKeeperSession = redlock::zookeeper::Session;
+using ZooKeeperLock = redlock::zookeeper::Lock;
+#else
+struct ZooKeeperSession {};  // --mode zookeeper is refused by main() without the component
+using ZooKeeperLock = Lock;
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // Arguments
@@ -170,7 +181,7 @@ std::string hold_prefix(const char* event, int p, int t, std::int64_t n) {
 class WorkerThread {
  public:
   WorkerThread(const WorkerConfig& config, int thread, const std::vector<Client>& clients,
-               HoldLogWriter& log, Counters& counters)
+               ZooKeeperSession* zookeeper, HoldLogWriter& log, Counters& counters)
       : config_(config),
         thread_(thread),
         log_(log),
@@ -187,7 +198,9 @@ class WorkerThread {
     options.fencing = true;
     options.auto_renew = config.auto_renew;
     options.fair = config.fair;
-    if (config.mode != Mode::redlock) {
+    if (config.mode == Mode::zookeeper) {
+      zookeeper_lock(zookeeper, options);
+    } else if (config.mode != Mode::redlock) {
       single_.emplace(clients.at(0), kLockKey, options);
     } else {
       quorum_.emplace(clients, kLockKey, options);
@@ -195,7 +208,9 @@ class WorkerThread {
   }
 
   void run() {
-    LockBase& lock = single_ ? static_cast<LockBase&>(*single_) : *quorum_;
+    LockBase& lock = single_ ? static_cast<LockBase&>(*single_)
+                     : zk_   ? static_cast<LockBase&>(*zk_)
+                             : static_cast<LockBase&>(*quorum_);
     while (mono_ns() < config_.until_ns) {
       const std::int64_t left = config_.until_ns - mono_ns();
       const nanoseconds bound(std::max<std::int64_t>(
@@ -320,7 +335,19 @@ class WorkerThread {
   std::mt19937_64 rng_;  // workload randomness only (sleeps); the library draws its own tokens
   std::optional<Lock> single_;
   std::optional<Redlock> quorum_;
+  std::optional<ZooKeeperLock> zk_;
   std::int64_t seq_{0};
+
+  // Zookeeper mode: one Lock per thread (its own znode) over the process's session.
+  void zookeeper_lock(ZooKeeperSession* session, const LockOptions& options) {
+#ifdef REDLOCK_TORTURE_ZOOKEEPER
+    zk_.emplace(*session, kLockKey, options);
+#else
+    (void)session;
+    (void)options;
+    throw std::invalid_argument("built without the ZooKeeper component");
+#endif
+  }
 };
 
 }  // namespace
@@ -349,6 +376,7 @@ std::vector<std::string> WorkerConfig::to_args() const {
   add("--wait-replicas", std::to_string(wait_replicas));
   if (!node_ports.empty()) add("--nodes", join_ports(node_ports));
   if (!sentinel_uri.empty()) add("--sentinel", sentinel_uri);
+  if (!zookeeper_uri.empty()) add("--zookeeper", zookeeper_uri);
   return args;
 }
 
@@ -403,16 +431,19 @@ WorkerConfig parse_worker_args(const std::vector<std::string>& args) {
       c.parent = static_cast<pid_t>(to_int64(name, value));
     } else if (name == "--sentinel") {
       c.sentinel_uri = value;
+    } else if (name == "--zookeeper") {
+      c.zookeeper_uri = value;
     } else if (name == "--wait-replicas") {
       c.wait_replicas = static_cast<int>(to_int64(name, value));
     } else {
       throw std::invalid_argument("worker: unknown argument " + name);
     }
   }
-  if ((c.node_ports.empty() && c.sentinel_uri.empty()) || c.store_port <= 0 || c.log_path.empty() ||
-      c.threads <= 0) {
+  if ((c.node_ports.empty() && c.sentinel_uri.empty() && c.zookeeper_uri.empty()) ||
+      c.store_port <= 0 || c.log_path.empty() || c.threads <= 0) {
     throw std::invalid_argument(
-        "worker: --nodes (or --sentinel), --store, --log and --threads are required");
+        "worker: --nodes (or --sentinel, --zookeeper), --store, --log and --threads are "
+        "required");
   }
   return c;
 }
@@ -443,6 +474,13 @@ int run_worker(const WorkerConfig& config) {
     clients.emplace_back(e);
     ports.clear();
   }
+  std::optional<ZooKeeperSession> zookeeper;
+  if (config.mode == Mode::zookeeper) {
+#ifdef REDLOCK_TORTURE_ZOOKEEPER
+    zookeeper.emplace(config.zookeeper_uri);
+#endif
+    ports.clear();
+  }
   for (int port : ports) {
     Endpoint e;
     e.host = "127.0.0.1";
@@ -458,7 +496,7 @@ int run_worker(const WorkerConfig& config) {
   for (int t = 0; t < config.threads; ++t) {
     threads.emplace_back([&, t] {
       try {
-        WorkerThread worker(config, t, clients, log, counters);
+        WorkerThread worker(config, t, clients, zookeeper ? &*zookeeper : nullptr, log, counters);
         worker.run();
       } catch (const std::exception& e) {
         std::fprintf(stderr, "redlock-torture worker %d thread %d: %s\n", config.index, t,
