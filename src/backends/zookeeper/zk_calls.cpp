@@ -27,8 +27,7 @@ struct CreateAndList {
 
   void done() {
     std::lock_guard<std::mutex> guard(mutex);
-    --pending;
-    cv.notify_all();
+    if (--pending == 0) cv.notify_all();  // the caller wakes once, for both replies
   }
 };
 
