@@ -442,4 +442,35 @@ TEST_CASE("zookeeper: redlock-run --zookeeper runs the command with REDLOCK_FENC
   REQUIRE(run({"--", "sh", "-c", "exit 3"}) == 3);
   REQUIRE(run({"--status"}) == 64);  // a Redis feature: a usage error
 }
+
+TEST_CASE("zookeeper: redlock-run stops the command when the session is lost (exit 70)",
+          "[zookeeper]") {
+  REQUIRE_ZOOKEEPER();
+  ZooKeeperServer server;
+  const std::string uri = uri_of(server, "/run", 2000);
+  const std::string started = server.dir() + "/started";
+  const pid_t run = spawn({REDLOCK_RUN_PATH, "--zookeeper", uri, "--key", "job", "--grace", "1s",
+                           "--", "sh", "-c", "touch " + started + "; exec sleep 60"},
+                          {});
+  auto deadline = Clock::now() + 30s;
+  while (!std::ifstream(started) && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  const bool command_started = static_cast<bool>(std::ifstream(started));
+  server.pause();  // longer than the session timeout: the hold cannot be confirmed
+  int status = 0;
+  bool ended = false;
+  deadline = Clock::now() + 20s;
+  while (!ended && Clock::now() < deadline) {
+    ended = ::waitpid(run, &status, WNOHANG) == run;
+    if (!ended) std::this_thread::sleep_for(20ms);
+  }
+  server.resume();
+  if (!ended) {
+    ::kill(run, SIGKILL);
+    wait_child(run);
+  }
+  REQUIRE(command_started);
+  REQUIRE(ended);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 70);
+}
 #endif
