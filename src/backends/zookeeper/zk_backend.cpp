@@ -182,7 +182,7 @@ AcquireResult ZkLeaseBackend::look(const std::string& token, const std::shared_p
     if (queue == Queue::none) {
       forget(token);
       out.left_queue = true;
-      if (zk_delete(*conn, node_path(order[at])) != ZOK) abandon(token);
+      zk_delete(*conn, node_path(order[at]));  // ZNONODE: gone already; a lost reply throws
       return out;
     }
     if (zk_exists(*conn, node_path(order[at - 1]), true).rc == ZOK) {
