@@ -66,7 +66,9 @@ class Session {
 // owning thread, threads of one process queue locally, on_lost, LeaseToken). Service is first
 // come, first served across processes. What differs from a Redis lease:
 // - options.ttl, auto_renew and fair are not used: the session timeout is the lease, holds are
-//   always confirmed in the background (on options.watchdog), and waiting is always in order;
+//   always confirmed in the background, and waiting is always in order. An empty
+//   options.watchdog means the Session's own watchdog (not Watchdog::shared()), so that a
+//   confirmation waiting on an unresponsive server delays no Redis lock's renewal;
 // - fence() is the holder znode's czxid, with or without options.fencing;
 // - try_lock() that finds the lock taken leaves no znode behind; a wait that gives up deletes
 //   its znode (or, if the server cannot be reached, the next operation on the session does);

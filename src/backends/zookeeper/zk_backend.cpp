@@ -369,7 +369,8 @@ std::shared_ptr<detail::LockCore> make_core(const std::shared_ptr<detail::ZkSess
   detail::check_zk_name(name);
   options.ttl = session->uri().session_timeout;
   options.auto_renew = true;  // the hold is confirmed every session_timeout/3
-  options.fair = true;        // the lock layer keeps one znode per waiter for its whole wait
+  if (!options.watchdog) options.watchdog = session->watchdog();
+  options.fair = true;  // the lock layer keeps one znode per waiter for its whole wait
   detail::validate_lock_options(name, options);
   auto backend = std::make_shared<detail::ZkLeaseBackend>(session, std::move(name), options);
   return std::make_shared<detail::LockCore>(std::move(backend), std::move(options));

@@ -138,6 +138,12 @@ std::shared_ptr<ZkConn> ZkSession::conn() {
                         ")");
 }
 
+std::shared_ptr<Watchdog> ZkSession::watchdog() {
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (!watchdog_) watchdog_ = std::make_shared<Watchdog>();
+  return watchdog_;
+}
+
 bool ZkSession::current(const ZkConn& conn) const {
   std::lock_guard<std::mutex> guard(mutex_);
   return conn_.get() == &conn && !conn.expired();

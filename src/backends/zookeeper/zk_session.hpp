@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include <redlock/watchdog.hpp>
+
 #include "core/quorum.hpp"
 
 namespace redlock {
@@ -86,6 +88,10 @@ class ZkSession {
   // True if `conn` is still this session's connection and its session has not expired.
   bool current(const ZkConn& conn) const;
 
+  // The watchdog of this session's Locks that name none (created on first use): a confirmation
+  // waiting on an unresponsive server then delays no other store's renewals. Thread-safe.
+  std::shared_ptr<Watchdog> watchdog();
+
   // Events seen by the watcher (node watches fired, state changes), for waiters.
   std::uint64_t events() const;
   // Blocks until events() differs from `*seen`, `*woken` is set (by wake()), or `until`.
@@ -120,9 +126,10 @@ class ZkSession {
   };
   std::vector<Orphan> orphans_;
   std::atomic<bool> has_orphans_{false};
-  bool stopping_{false};    // guarded by events_mutex_
-  bool janitor_on_{false};  // guarded by mutex_
-  std::thread janitor_;     // guarded by mutex_; joined by the destructor
+  bool stopping_{false};                // guarded by events_mutex_
+  bool janitor_on_{false};              // guarded by mutex_
+  std::thread janitor_;                 // guarded by mutex_; joined by the destructor
+  std::shared_ptr<Watchdog> watchdog_;  // guarded by mutex_
 
   void janitor() noexcept;
 };
