@@ -331,20 +331,18 @@ TEST_CASE("zookeeper: a server stopped past the session timeout: the holder is t
     lost_called = true;
   };
   redlock::zookeeper::Lock a(s1, "x", options);
-  std::atomic<bool> held{false}, resumed{false}, lost_before_resume{false};
-  redlock::LeaseToken token;
-  std::mutex token_mutex;
+  std::atomic<bool> held{false}, resumed{false}, lost_before_resume{false}, token_lost{false};
+  std::atomic<std::int64_t> a_stopped{0};  // steady ns when A stopped believing it holds
   std::thread holder([&] {
     a.lock();
-    {
-      std::lock_guard<std::mutex> guard(token_mutex);
-      token = a.lease();
-    }
     held = true;
     const auto deadline = Clock::now() + 30s;
     while (a.owns_lock() && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+    a_stopped = Clock::now().time_since_epoch().count();
     lost_before_resume = !resumed;
-    a.unlock();
+    token_lost = a.lease().lost();
+    while (!resumed) std::this_thread::sleep_for(5ms);
+    a.unlock();  // balances lock(); the znode goes (or went with the session)
   });
   while (!held) std::this_thread::sleep_for(5ms);
   server.pause();
@@ -354,18 +352,16 @@ TEST_CASE("zookeeper: a server stopped past the session timeout: the holder is t
   redlock::zookeeper::Session s2(uri);
   redlock::zookeeper::Lock b(s2, "x");
   const bool b_held = b.try_lock_for(30s);
-  bool a_lost_when_b_held = false;
-  {
-    std::lock_guard<std::mutex> guard(token_mutex);
-    a_lost_when_b_held = token.lost();
-  }
-  const bool told = lost_called.load();
+  const std::int64_t b_at = Clock::now().time_since_epoch().count();
   if (b_held) b.unlock();
   holder.join();
+  const auto told_by = Clock::now() + 5s;  // on_lost runs on the watchdog's callback thread
+  while (!lost_called && Clock::now() < told_by) std::this_thread::sleep_for(5ms);
   REQUIRE(b_held);
-  REQUIRE(a_lost_when_b_held);
-  REQUIRE(lost_before_resume);
-  REQUIRE(told);
+  REQUIRE(lost_before_resume);  // A stopped believing while the server was still stopped
+  REQUIRE(a_stopped.load() < b_at);
+  REQUIRE(token_lost);
+  REQUIRE(lost_called);
   const auto reason = static_cast<redlock::LostReason>(lost_reason.load());
   REQUIRE(
       (reason == redlock::LostReason::expired || reason == redlock::LostReason::session_expired));
