@@ -2,7 +2,8 @@
 # tests/consumers/run.sh: builds the library the ways a user would and runs a small program
 # (app/main.cpp) against a real redis-server on a free loopback port, for each kind of library:
 #   static, shared:  find_package from an install prefix, add_subdirectory, FetchContent
-#                    (SOURCE_DIR), pkg-config plain and pkg-config --static;
+#                    (SOURCE_DIR), pkg-config plain and pkg-config --static; and, when built
+#                    with it, find_package(redlock COMPONENTS zookeeper) (find-package-zookeeper/);
 #   --deb:           also `cpack -G DEB` of a shared build, dpkg -i, the find_package consumer
 #                    against /usr, dpkg -P (needs root; leaves the machine as it found it).
 # Work tree: build-consumers/ at the top of the repository. ccache is used when installed
@@ -157,6 +158,11 @@ consumers_of_kind() {  # consumers_of_kind static|shared
     -DREDLOCK_SOURCE_DIR="$ROOT" -DBUILD_SHARED_LIBS=$shared
   check "$kind-pkg-config" pkg_config_app "$kind" "$prefix"
   check "$kind-pkg-config-static" pkg_config_app "$kind" "$prefix" --static
+  # The ZooKeeper component, when the library was built with it (libzookeeper-mt-dev found).
+  if [ -n "$(find "$prefix" -name redlock-zookeeper.pc | head -1)" ]; then
+    check "$kind-find-package-zookeeper" cmake_app "$WORK/$kind/find-package-zookeeper" \
+      "$HERE/find-package-zookeeper" -DCMAKE_PREFIX_PATH="$prefix"
+  fi
 }
 
 # The .deb of a shared build for /usr: install, build the find_package consumer against it, remove.
