@@ -185,6 +185,8 @@ TEST_CASE("zookeeper: try_lock, re-entrancy, fence, and no znode left by a refus
   const auto first_fence = a.fence();
   REQUIRE(first_fence > 0);
   REQUIRE(a.key() == "res");
+  REQUIRE(a.extend(std::chrono::hours(1)));  // confirms now; capped at the session timeout
+  REQUIRE(a.validity() <= s1.session_timeout());
   REQUIRE(a.try_lock());  // re-entrant: depth 2
   REQUIRE(a.release());
   REQUIRE(a.owns_lock());

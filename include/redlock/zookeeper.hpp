@@ -70,6 +70,8 @@ class Session {
 //   options.watchdog means the Session's own watchdog (not Watchdog::shared()), so that a
 //   confirmation waiting on an unresponsive server delays no Redis lock's renewal;
 // - fence() is the holder znode's czxid, with or without options.fencing;
+// - extend(ttl) confirms the hold now (one round trip): validity becomes min(ttl, session
+//   timeout) minus the drift allowance, counted from before the request;
 // - try_lock() that finds the lock taken leaves no znode behind; a wait that gives up deletes
 //   its znode (or, if the server cannot be reached, the next operation on the session does);
 // - failures throw ConnectionError (no server reachable, session lost) or ServerError (an
