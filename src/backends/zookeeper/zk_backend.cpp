@@ -287,7 +287,10 @@ ExtendResult ZkLeaseBackend::extend(const std::string& token, std::chrono::milli
     if (!node.conn->connected()) {
       throw ConnectionError(node.conn->describe("confirm", path_) + ": disconnected");
     }
-    if (zk_exists(*node.conn, node_path(node.name), false).rc == ZOK) {
+    // Bounded, so that a server that does not answer holds the watchdog up for at most a third
+    // of the lease (the C client itself notices only after two thirds).
+    const auto bound = start + std::chrono::nanoseconds(std::min(ttl, session_->timeout())) / 3;
+    if (zk_exists_until(*node.conn, node_path(node.name), bound) == ZOK) {
       out.valid_until = extend_floor(start, ttl);
       out.held = out.valid_until > SteadyClock::now();
       out.confirmed = 1;

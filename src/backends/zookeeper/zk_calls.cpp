@@ -54,6 +54,26 @@ void listed(int rc, const struct String_vector* strings, const void* data) {
   call->done();  // the client frees `strings` after this returns
 }
 
+// The reply of zk_exists_until. Shared by the caller, who may stop waiting, and the completion,
+// which always runs (with the reply, ZCONNECTIONLOSS or ZCLOSING) and frees its reference.
+struct ExistsCall {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool done{false};
+  int rc{ZCONNECTIONLOSS};
+};
+
+void existed(int rc, const struct Stat* /*stat*/, const void* data) {
+  auto* ref = static_cast<std::shared_ptr<ExistsCall>*>(const_cast<void*>(data));
+  {
+    std::lock_guard<std::mutex> guard((*ref)->mutex);
+    (*ref)->rc = rc;
+    (*ref)->done = true;
+    (*ref)->cv.notify_all();
+  }
+  delete ref;
+}
+
 }  // namespace
 
 [[noreturn]] void throw_zk_error(int rc, const std::string& what) {
@@ -114,6 +134,24 @@ std::size_t delete_by_token(ZkConn& conn, const std::string& parent, const std::
     if (zk_delete(conn, parent + "/" + name) == ZOK) ++deleted;
   }
   return deleted;
+}
+
+int zk_exists_until(ZkConn& conn, const std::string& path, SteadyClock::time_point deadline) {
+  auto call = std::make_shared<ExistsCall>();
+  auto* ref = new std::shared_ptr<ExistsCall>(call);
+  const int queued = zoo_aexists(conn.handle(), path.c_str(), 0, existed, ref);
+  if (queued != ZOK) {
+    delete ref;  // no completion will run
+    throw_zk_error(queued, conn.describe("exists", path));
+  }
+  std::unique_lock<std::mutex> lock(call->mutex);
+  if (!call->cv.wait_until(lock, deadline, [&] { return call->done; })) {
+    throw TimeoutError(conn.describe("exists", path) + ": no answer in time");
+  }
+  if (call->rc != ZOK && call->rc != ZNONODE) {
+    throw_zk_error(call->rc, conn.describe("exists", path));
+  }
+  return call->rc;
 }
 
 int zk_create_and_list(ZkConn& conn, const std::string& path, int mode, std::string* created_path,

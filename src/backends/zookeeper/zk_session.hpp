@@ -145,7 +145,10 @@ struct ZkStatResult {
   std::int64_t czxid{0};
 };
 ZkStatResult zk_exists(ZkConn& conn, const std::string& path, bool watch);  // ZNONODE
-int zk_delete(ZkConn& conn, const std::string& path);                       // ZNONODE
+// As zk_exists without a watch, waiting for the reply only until `deadline` (then it throws
+// TimeoutError; the reply is dropped when it comes). Returns ZOK or ZNONODE.
+int zk_exists_until(ZkConn& conn, const std::string& path, SteadyClock::time_point deadline);
+int zk_delete(ZkConn& conn, const std::string& path);  // ZNONODE
 // ZNONODE (a parent is missing); on ZOK `created` is the full path and `czxid` its czxid.
 int zk_create(ZkConn& conn, const std::string& path, int mode, std::string* created,
               std::int64_t* czxid);
