@@ -35,9 +35,10 @@ class ZkSession;
 
 namespace zookeeper {
 
-// One ZooKeeper session (one client handle), shared by the Locks made from it. Copies share
-// the session. If the session expires, the next operation starts a new one (the holds of the
-// old one are lost).
+// One ZooKeeper session (one client handle, with the C client's two threads), shared by the
+// Locks made from it. Copies share the session; all members are thread-safe. If the session
+// expires, the next operation starts a new one (the holds of the old one are lost). The handle
+// is closed when the last copy and the last Lock made from it are gone.
 class Session {
  public:
   // `uri`: `zookeeper://host:port[,host:port...][/chroot][?session_timeout=ms]`. The port
@@ -73,9 +74,11 @@ class Session {
 // - extend(ttl) confirms the hold now (one round trip): validity becomes min(ttl, session
 //   timeout) minus the drift allowance, counted from before the request;
 // - try_lock() that finds the lock taken leaves no znode behind; a wait that gives up deletes
-//   its znode (or, if the server cannot be reached, the next operation on the session does);
-// - failures throw ConnectionError (no server reachable, session lost) or ServerError (an
-//   error code from ZooKeeper, e.g. no permission on the chroot).
+//   its znode (if the server cannot be reached then, or a create's reply was lost, the
+//   session's janitor thread deletes it once connected again);
+// - failures throw ConnectionError (no server reachable, reconnecting, session lost),
+//   ServerError (an error code from ZooKeeper, e.g. no permission on the chroot), and from
+//   extend(), TimeoutError (no answer within a third of the session timeout).
 class Lock final : public LockBase {
  public:
   // Connects nothing yet. Throws std::invalid_argument naming the argument for an empty name,
