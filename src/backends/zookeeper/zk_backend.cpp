@@ -151,7 +151,7 @@ void ZkLeaseBackend::forget(const std::string& token) {
 }
 
 // An attempt that will not be followed up (try_lock) failed: its znode, if any, is deleted by
-// the session's next operation.
+// the session's janitor once connected (or by the session's next operation).
 void ZkLeaseBackend::abandon(const std::string& token) {
   forget(token);
   try {

@@ -116,7 +116,10 @@ int zk_create(ZkConn& conn, const std::string& path, int mode, std::string* crea
 int zk_children(ZkConn& conn, const std::string& path, std::vector<std::string>* out) {
   struct String_vector children {};
   const int rc = zoo_get_children(conn.handle(), path.c_str(), 0, &children);
-  if (rc == ZNONODE) return rc;
+  if (rc == ZNONODE) {
+    out->clear();  // no parent, no children
+    return rc;
+  }
   if (rc != ZOK) throw_zk_error(rc, conn.describe("get children of", path));
   out->clear();
   for (int i = 0; i < children.count; ++i) out->emplace_back(children.data[i]);

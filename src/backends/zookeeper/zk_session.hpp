@@ -159,7 +159,7 @@ int zk_create(ZkConn& conn, const std::string& path, int mode, std::string* crea
 int zk_create_and_list(ZkConn& conn, const std::string& path, int mode, std::string* created,
                        std::int64_t* czxid, const std::string& parent,
                        std::vector<std::string>* children);
-// ZNONODE; on ZOK the children's names.
+// ZNONODE (`out` emptied); on ZOK the children's names.
 int zk_children(ZkConn& conn, const std::string& path, std::vector<std::string>* out);
 // Creates `path` and its ancestors as containers / persistent nodes if missing.
 void zk_ensure_path(ZkConn& conn, const std::string& path);
