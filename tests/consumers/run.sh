@@ -101,16 +101,18 @@ install_lib() {  # install_lib KIND PREFIX BUILD_DIR: build_lib, then install in
   build_lib "$@" && cmake --install "$3"
 }
 
-# pkg_config_app KIND PREFIX [--static]: compiles app/main.cpp with the flags redlock.pc gives.
+# pkg_config_app KIND PREFIX [--static] [MODULE SOURCE]: compiles SOURCE (app/main.cpp) with the
+# flags MODULE.pc (redlock.pc) gives.
 pkg_config_app() {
-  local kind="$1" prefix="$2" static="${3:-}" exe="$WORK/$1/pkg-config${3:-}/consumer_app"
+  local kind="$1" prefix="$2" static="${3:-}" module="${4:-redlock}"
+  local source="${5:-$HERE/app/main.cpp}" exe="$WORK/$1/pkg-config-${4:-redlock}${3:-}/consumer_app"
   mkdir -p "$(dirname "$exe")"
   local pc_dir
   pc_dir="$(dirname "$(find "$prefix" -name redlock.pc | head -1)")"
   local flags
-  flags="$(PKG_CONFIG_PATH="$pc_dir" pkg-config $static --cflags --libs redlock)" || return 1
-  echo "g++ -std=c++17 app/main.cpp $flags"
-  g++ -std=c++17 "$HERE/app/main.cpp" -o "$exe" $flags &&
+  flags="$(PKG_CONFIG_PATH="$pc_dir" pkg-config $static --cflags --libs "$module")" || return 1
+  echo "g++ -std=c++17 $source $flags"
+  g++ -std=c++17 "$source" -o "$exe" $flags &&
     LD_LIBRARY_PATH="$(dirname "$pc_dir")" "$exe" "redis://127.0.0.1:$server_port"
 }
 
@@ -162,6 +164,8 @@ consumers_of_kind() {  # consumers_of_kind static|shared
   if [ -n "$(find "$prefix" -name redlock-zookeeper.pc | head -1)" ]; then
     check "$kind-find-package-zookeeper" cmake_app "$WORK/$kind/find-package-zookeeper" \
       "$HERE/find-package-zookeeper" -DCMAKE_PREFIX_PATH="$prefix"
+    check "$kind-pkg-config-zookeeper" pkg_config_app "$kind" "$prefix" --static \
+      redlock-zookeeper "$HERE/find-package-zookeeper/main.cpp"
   fi
 }
 
