@@ -69,15 +69,6 @@ class PgFloor {
   std::uint64_t n_{0};
 };
 
-template <class L>
-std::function<bool()> cycle_of(L& lock) {
-  return [&lock] {
-    if (!lock.try_lock()) return false;
-    lock.unlock();
-    return true;
-  };
-}
-
 struct Handoff {
   Summary gap;  // release to the next holder's return from lock()
   std::size_t total{0};

@@ -55,6 +55,9 @@
 //   9. Backends (bench/backends.cpp, with REDLOCK_WITH_POSTGRES): postgres::Lock's cycle against
 //      a raw libpq floor running the library's statements, the Redis Lock beside it, and the
 //      hand-off p50 and per-worker share with 8 contenders on each.
+//  10. ZooKeeper (bench/zookeeper.cpp, when the component is built): zookeeper::Lock cycles
+//      against the C client's create+delete of an ephemeral sequential znode (goal >= 0.9x),
+//      next to a Redis Lock and a Redlock(5); hand-off p50 and fairness with 8 contenders.
 //
 // Nothing here asserts timing: a benchmark is not a test. The exit status is 1 only if a
 // measurement failed (an exception, a server that would not start, an uncontended attempt that
@@ -954,8 +957,8 @@ void usage(std::ostream& out) {
          "                     [--threads LIST] [--json PATH]\n"
          "  --quick        short runs (smoke test): 0.25 s, 2 rounds, 1,000 leases\n"
          "  --section N    run section N only (1 uncontended, 2 redlock, 3 contended,\n"
-         "                 4 watchdog, 5 degraded, 6 load, 7 tls, 8 sentinel, 9 backends);\n"
-         "                 repeatable\n"
+         "                 4 watchdog, 5 degraded, 6 load, 7 tls, 8 sentinel, 9 backends,\n"
+         "                 10 zookeeper); repeatable\n"
          "  --seconds S    length of each timed measurement (default 1.0)\n"
          "  --rounds R     interleaved rounds in sections 1-2 (default 7)\n"
          "  --threads LIST client threads in sections 1, 2 and 5 (default 1,4)\n"
@@ -980,7 +983,7 @@ int parse(int argc, char** argv, Config& config) {
       config.quick = true;
     } else if (arg == "--section") {
       const int n = std::stoi(value());
-      if (n < 1 || n > 9) throw std::invalid_argument("--section must be 1..9");
+      if (n < 1 || n > 10) throw std::invalid_argument("--section must be 1..10");
       config.sections.push_back(n);
     } else if (arg == "--seconds") {
       seconds = std::stod(value());
@@ -1086,6 +1089,9 @@ int run(int argc, char** argv) {
     {8, section_sentinel},
 #if defined(REDLOCK_BENCH_POSTGRES)
     {9, section_backends},
+#endif
+#if defined(REDLOCK_BENCH_ZOOKEEPER)
+    {10, section_zookeeper},
 #endif
   };
   const std::string load_at_start = load_average();

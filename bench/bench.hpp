@@ -62,6 +62,8 @@ void section_tls(const Config& config, Report& report);
 void section_sentinel(const Config& config, Report& report);
 // 9. The other backends (bench/backends.cpp; built with REDLOCK_WITH_POSTGRES).
 void section_backends(const Config& config, Report& report);
+// Section 10 (zookeeper.cpp), when the ZooKeeper component is built.
+void section_zookeeper(const Config& config, Report& report);
 // Section 3 (contended.cpp).
 void section_contended(const Config& config, Report& report);
 // Section 6 (load.cpp).

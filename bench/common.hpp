@@ -74,6 +74,17 @@ Timed timed(double seconds, const std::function<bool()>& cycle);
 std::vector<Timed> interleaved(int rounds, double seconds,
                                const std::vector<std::function<bool()>>& cycles);
 
+// One uncontended cycle of `lock` (any Lockable with try_lock): try_lock() then unlock(); false
+// if the attempt was refused. `lock` must outlive the function.
+template <class L>
+std::function<bool()> cycle_of(L& lock) {
+  return [&lock] {
+    if (!lock.try_lock()) return false;
+    lock.unlock();
+    return true;
+  };
+}
+
 // A JSON value that keeps the order members were added in. Numbers that are not finite are
 // written as null.
 class Json {

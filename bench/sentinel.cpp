@@ -18,14 +18,6 @@
 namespace bench {
 namespace {
 
-std::function<bool()> cycle_of(redlock::Lock& lock) {
-  return [&lock] {
-    if (!lock.try_lock()) return false;
-    lock.unlock();
-    return true;
-  };
-}
-
 redlock::Endpoint with_timeouts(redlock::Endpoint e, std::chrono::milliseconds timeout) {
   e.connect_timeout = timeout;
   e.command_timeout = timeout;

@@ -189,15 +189,6 @@ struct Fixture {
   std::vector<RawTls*> raw_nodes;
 };
 
-template <class L>
-std::function<bool()> cycle_of(L& lock) {
-  return [&lock] {
-    if (!lock.try_lock()) return false;
-    lock.unlock();
-    return true;
-  };
-}
-
 // Lock and Redlock(5) cycles: TLS library, raw TLS floor, plain library; table and JSON rows.
 Json report_cycles(const Config& config, Fixture& f) {
   const std::string k1 = redlock::test::key("s5:lock");

@@ -24,6 +24,17 @@ else()
   set(redlock_install_targets redlock)
 endif()
 
+# The ZooKeeper component: a static redlock_zookeeper needs the C client on every link
+# (find_dependency(ZooKeeperMt) through the installed FindZooKeeperMt.cmake; pkg-config's
+# redlock-zookeeper.pc names both archives); in a shared build libredlock.so links it itself.
+set(REDLOCK_HAS_ZOOKEEPER FALSE)
+set(REDLOCK_ZOOKEEPER_DEPENDENCY "")
+set(REDLOCK_PC_ZOOKEEPER "")
+if(REDLOCK_WITH_ZOOKEEPER)
+  list(APPEND redlock_install_targets redlock_zookeeper)
+  set(REDLOCK_HAS_ZOOKEEPER TRUE)
+endif()
+
 # A shared library links its dependencies itself; a static archive needs them on every link:
 # find_dependency() in redlockConfig.cmake, and Requires (not Requires.private) in redlock.pc.
 get_target_property(redlock_type redlock TYPE)
@@ -36,6 +47,10 @@ if(redlock_type STREQUAL "STATIC_LIBRARY")
   set(REDLOCK_PC_REQUIRES "Requires: ${redlock_pc_modules}")
   if(REDLOCK_WITH_POSTGRES)
     set(REDLOCK_PC_LIBPQ " -lpq")
+  endif()
+  if(REDLOCK_WITH_ZOOKEEPER)
+    set(REDLOCK_ZOOKEEPER_DEPENDENCY "find_dependency(ZooKeeperMt)")
+    set(REDLOCK_PC_ZOOKEEPER " -L\${libdir} -lredlock_zookeeper -lzookeeper_mt")
   endif()
 else()
   set(REDLOCK_PC_REQUIRES "Requires.private: ${redlock_pc_modules}")
@@ -58,9 +73,15 @@ write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/redlockConfigVersio
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/redlockConfig.cmake
               ${CMAKE_CURRENT_BINARY_DIR}/redlockConfigVersion.cmake
               cmake/Findhiredis.cmake
+              cmake/FindZooKeeperMt.cmake
         DESTINATION ${REDLOCK_CMAKE_DIR})
 
 configure_file(cmake/redlock.pc.in ${CMAKE_CURRENT_BINARY_DIR}/redlock.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/redlock.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+if(REDLOCK_WITH_ZOOKEEPER)
+  configure_file(cmake/redlock-zookeeper.pc.in ${CMAKE_CURRENT_BINARY_DIR}/redlock-zookeeper.pc @ONLY)
+  install(FILES ${CMAKE_CURRENT_BINARY_DIR}/redlock-zookeeper.pc
+          DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+endif()
 
 include(RedlockPackage)

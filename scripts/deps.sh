@@ -1,7 +1,8 @@
 # scripts/deps.sh: sourced by demo.sh and test.sh. Installs what redlock needs from Debian's
 # archive (bookworm) when something is missing. Needs root (or sudo) only if it must install.
 REDLOCK_DEPS=(g++ cmake make pkg-config libhiredis-dev libssl-dev openssl catch2 libfmt-dev libcli11-dev
-              redis-server redis-tools faketime postgresql-15 libpq-dev)
+              redis-server redis-tools faketime postgresql-15 libpq-dev
+              libzookeeper-mt-dev zookeeper default-jre-headless)
 
 redlock_install_deps() {
   local missing=()

@@ -22,13 +22,15 @@ class Watchdog;
 
 // Why a held lease ended without the holder releasing it.
 enum class LostReason {
-  refused,      // a renewal found the key gone or owned by another token
-  no_quorum,    // Redlock: fewer than a quorum of nodes confirmed a renewal
-  expired,      // the local validity deadline passed without a confirmed renewal
-  cap_reached,  // max_renewals or max_hold was reached; the lock was released on purpose
+  refused,          // a renewal found the key gone or owned by another token
+  no_quorum,        // Redlock: fewer than a quorum of nodes confirmed a renewal
+  expired,          // the local validity deadline passed without a confirmed renewal
+  cap_reached,      // max_renewals or max_hold was reached; the lock was released on purpose
+  session_expired,  // ZooKeeper: the session ended, and with it the lock's ephemeral znode
 };
 
-// Short lowercase name ("refused", "no_quorum", "expired", "cap_reached"). Thread-safe.
+// Short lowercase name ("refused", "no_quorum", "expired", "cap_reached", "session_expired").
+// Thread-safe.
 const char* to_string(LostReason reason) noexcept;
 
 // What on_lost receives.

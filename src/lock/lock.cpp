@@ -136,6 +136,8 @@ const char* to_string(LostReason reason) noexcept {
       return "expired";
     case LostReason::cap_reached:
       return "cap_reached";
+    case LostReason::session_expired:
+      return "session_expired";
   }
   return "unknown";
 }

@@ -2,7 +2,8 @@
 # tests/consumers/run.sh: builds the library the ways a user would and runs a small program
 # (app/main.cpp) against a real redis-server on a free loopback port, for each kind of library:
 #   static, shared:  find_package from an install prefix, add_subdirectory, FetchContent
-#                    (SOURCE_DIR), pkg-config plain and pkg-config --static;
+#                    (SOURCE_DIR), pkg-config plain and pkg-config --static; and, when built
+#                    with it, find_package(redlock COMPONENTS zookeeper) (find-package-zookeeper/);
 #   --deb:           also `cpack -G DEB` of a shared build, dpkg -i, the find_package consumer
 #                    against /usr, dpkg -P (needs root; leaves the machine as it found it).
 # Work tree: build-consumers/ at the top of the repository. ccache is used when installed
@@ -100,16 +101,18 @@ install_lib() {  # install_lib KIND PREFIX BUILD_DIR: build_lib, then install in
   build_lib "$@" && cmake --install "$3"
 }
 
-# pkg_config_app KIND PREFIX [--static]: compiles app/main.cpp with the flags redlock.pc gives.
+# pkg_config_app KIND PREFIX [--static] [MODULE SOURCE]: compiles SOURCE (app/main.cpp) with the
+# flags MODULE.pc (redlock.pc) gives.
 pkg_config_app() {
-  local kind="$1" prefix="$2" static="${3:-}" exe="$WORK/$1/pkg-config${3:-}/consumer_app"
+  local kind="$1" prefix="$2" static="${3:-}" module="${4:-redlock}"
+  local source="${5:-$HERE/app/main.cpp}" exe="$WORK/$1/pkg-config-${4:-redlock}${3:-}/consumer_app"
   mkdir -p "$(dirname "$exe")"
   local pc_dir
   pc_dir="$(dirname "$(find "$prefix" -name redlock.pc | head -1)")"
   local flags
-  flags="$(PKG_CONFIG_PATH="$pc_dir" pkg-config $static --cflags --libs redlock)" || return 1
-  echo "g++ -std=c++17 app/main.cpp $flags"
-  g++ -std=c++17 "$HERE/app/main.cpp" -o "$exe" $flags &&
+  flags="$(PKG_CONFIG_PATH="$pc_dir" pkg-config $static --cflags --libs "$module")" || return 1
+  echo "g++ -std=c++17 $source $flags"
+  g++ -std=c++17 "$source" -o "$exe" $flags &&
     LD_LIBRARY_PATH="$(dirname "$pc_dir")" "$exe" "redis://127.0.0.1:$server_port"
 }
 
@@ -157,6 +160,13 @@ consumers_of_kind() {  # consumers_of_kind static|shared
     -DREDLOCK_SOURCE_DIR="$ROOT" -DBUILD_SHARED_LIBS=$shared
   check "$kind-pkg-config" pkg_config_app "$kind" "$prefix"
   check "$kind-pkg-config-static" pkg_config_app "$kind" "$prefix" --static
+  # The ZooKeeper component, when the library was built with it (libzookeeper-mt-dev found).
+  if [ -n "$(find "$prefix" -name redlock-zookeeper.pc | head -1)" ]; then
+    check "$kind-find-package-zookeeper" cmake_app "$WORK/$kind/find-package-zookeeper" \
+      "$HERE/find-package-zookeeper" -DCMAKE_PREFIX_PATH="$prefix"
+    check "$kind-pkg-config-zookeeper" pkg_config_app "$kind" "$prefix" --static \
+      redlock-zookeeper "$HERE/find-package-zookeeper/main.cpp"
+  fi
 }
 
 # The .deb of a shared build for /usr: install, build the find_package consumer against it, remove.

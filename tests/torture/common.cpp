@@ -58,6 +58,8 @@ const char* to_string(Mode mode) noexcept {
       return "postgres";
     case Mode::postgres_session:
       return "postgres-session";
+    case Mode::zookeeper:
+      return "zookeeper";
     case Mode::redlock:
       break;
   }
@@ -82,6 +84,7 @@ std::optional<Mode> parse_mode(std::string_view text) {
   if (text == "sentinel") return Mode::sentinel;
   if (text == "postgres") return Mode::postgres;
   if (text == "postgres-session") return Mode::postgres_session;
+  if (text == "zookeeper") return Mode::zookeeper;
   return std::nullopt;
 }
 

@@ -29,7 +29,9 @@
 #include "pg_nemesis.hpp"
 #include "support/postgres_server.hpp"
 #endif
+#include "support/zookeeper_server.hpp"
 #include "worker.hpp"
+#include "zookeeper_nemesis.hpp"
 
 extern "C" char** environ;  // NOLINT(readability-redundant-declaration)
 
@@ -281,6 +283,11 @@ int run_controller(const Options& o) {
     info.notes.emplace_back("auto_renew on: windows end at the last renewed deadline");
   }
   if (o.fair) info.notes.emplace_back("fair mode: waiters queue; releases hand the lock over");
+  if (o.mode == Mode::zookeeper) {
+    info.notes.emplace_back(
+        "zookeeper: one server (tick 200 ms), session timeout 2 s; the faults are SIGSTOP of "
+        "the server (0.3-3.5 s) and kill -9 + restart");
+  }
   if (o.mode == Mode::sentinel) {
     info.exclusion_enforced = false;
     info.notes.emplace_back(
@@ -332,6 +339,7 @@ int run_controller(const Options& o) {
 #ifdef REDLOCK_TORTURE_POSTGRES
     std::unique_ptr<test::PostgresServer> pg;
 #endif
+    std::unique_ptr<test::ZooKeeperServer> zookeeper;
     try {
       const ScopedTmpdir tmpdir(data_dir);
       store = std::make_unique<test::RedisServer>(test::ServerOptions{});
@@ -343,6 +351,7 @@ int run_controller(const Options& o) {
 #ifdef REDLOCK_TORTURE_POSTGRES
       if (postgres) pg = std::make_unique<test::PostgresServer>();
 #endif
+      if (o.mode == Mode::zookeeper) zookeeper = std::make_unique<test::ZooKeeperServer>();
       for (int i = 0; i < nodes_count; ++i) {
         test::ServerOptions so;
         so.persistence = o.unsafe != Unsafe::restart;
@@ -388,6 +397,7 @@ int run_controller(const Options& o) {
     if (pg)
       base.postgres_uri = pg->uri() + (o.mode == Mode::postgres_session ? "?mode=session" : "");
 #endif
+    if (zookeeper) base.zookeeper_uri = zookeeper->uri("/torture?session_timeout=2000");
     std::vector<std::string> log_paths;
     try {
       for (int p = 0; p < o.processes; ++p) {
@@ -413,6 +423,8 @@ int run_controller(const Options& o) {
     } else if (pg) {
       faults = std::make_unique<PgNemesis>(*pg, seed, nemesis_log);
 #endif
+    } else if (zookeeper) {
+      faults = std::make_unique<ZooKeeperNemesis>(*zookeeper, seed, nemesis_log);
     } else {
       faults = std::make_unique<Nemesis>(nodes, o.unsafe, seed, nemesis_log);
     }

@@ -32,7 +32,7 @@ counter while a nemesis breaks a minority of the nodes; then checks the hold log
 validity windows, no lost update, fences applied in order, every hold ended with a record.
 
 options:
-  --mode redlock|lock|sentinel|postgres|postgres-session
+  --mode redlock|lock|sentinel|postgres|postgres-session|zookeeper
                           Redlock over the 5 nodes, a single Lock on node 0, or a Lock through
                           Sentinel (1 master, 2 replicas, 3 sentinels; the faults are
                           SENTINEL FAILOVER, kill -9 of the master, a paused replica; overlaps
@@ -41,6 +41,9 @@ options:
                           mode) on one PostgreSQL 15; the faults are SIGSTOP of the server,
                           kill -9 and restart, pg_terminate_backend of every client
                           (session mode: overlaps are reported, fencing must hold)
+                          zookeeper: a zookeeper::Lock on one ZooKeeper server (SIGSTOP past
+                          the session timeout, kill -9 + restart)
+                          (the last three when built with their component)
   --wait-replicas N       sentinel mode: Endpoint::wait_replicas of every worker (default 0)
   --duration D            how long workers take the lock: 500ms, 30s, 2m (default 60s)
   --processes K           worker processes (default 3)
@@ -134,10 +137,17 @@ int main(int argc, char** argv) {
     } else if (a == "--mode") {
       if (!value(v)) return usage_error("--mode needs a value");
       const auto m = redlock::torture::parse_mode(v);
-      if (!m)
+      if (!m) {
         return usage_error(
-            "--mode must be redlock, lock, sentinel, postgres or postgres-session, not '" + v +
-            "'");
+            "--mode must be redlock, lock, sentinel, postgres, postgres-session or zookeeper, "
+            "not '" +
+            v + "'");
+      }
+#ifndef REDLOCK_TORTURE_ZOOKEEPER
+      if (*m == redlock::torture::Mode::zookeeper) {
+        return usage_error("--mode zookeeper: built without the ZooKeeper component");
+      }
+#endif
       o.mode = *m;
     } else if (a == "--unsafe") {
       if (!value(v)) return usage_error("--unsafe needs a value");

@@ -24,6 +24,9 @@
 #ifdef REDLOCK_TORTURE_POSTGRES
 #include <redlock/postgres.hpp>
 #endif
+#ifdef REDLOCK_TORTURE_ZOOKEEPER
+#include <redlock/zookeeper.hpp>
+#endif
 
 #include "hold_log.hpp"
 
@@ -33,6 +36,14 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::nanoseconds;
+
+#ifdef REDLOCK_TORTURE_ZOOKEEPER
+using ZooKeeperSession = redlock::zookeeper::Session;
+using ZooKeeperLock = redlock::zookeeper::Lock;
+#else
+struct ZooKeeperSession {};  // --mode zookeeper is refused by main() without the component
+using ZooKeeperLock = Lock;
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // Arguments
@@ -184,7 +195,7 @@ class WorkerThread {
  public:
   // `pg`: the process's Database in the postgres modes (null otherwise).
   WorkerThread(const WorkerConfig& config, int thread, const std::vector<Client>& clients,
-               PgDatabase* pg, HoldLogWriter& log, Counters& counters)
+               PgDatabase* pg, ZooKeeperSession* zookeeper, HoldLogWriter& log, Counters& counters)
       : config_(config),
         thread_(thread),
         log_(log),
@@ -203,6 +214,8 @@ class WorkerThread {
     options.fair = config.fair;
     if (pg != nullptr) {
       pg_.emplace(*pg, kLockKey, options);
+    } else if (config.mode == Mode::zookeeper) {
+      zookeeper_lock(zookeeper, options);
     } else if (config.mode != Mode::redlock) {
       single_.emplace(clients.at(0), kLockKey, options);
     } else {
@@ -212,8 +225,9 @@ class WorkerThread {
 
   void run() {
     LockBase& lock = pg_       ? static_cast<LockBase&>(*pg_)
+                     : zk_     ? static_cast<LockBase&>(*zk_)
                      : single_ ? static_cast<LockBase&>(*single_)
-                               : *quorum_;
+                               : static_cast<LockBase&>(*quorum_);
     while (mono_ns() < config_.until_ns) {
       const std::int64_t left = config_.until_ns - mono_ns();
       const nanoseconds bound(std::max<std::int64_t>(
@@ -339,7 +353,19 @@ class WorkerThread {
   std::optional<Lock> single_;
   std::optional<PgLock> pg_;
   std::optional<Redlock> quorum_;
+  std::optional<ZooKeeperLock> zk_;
   std::int64_t seq_{0};
+
+  // Zookeeper mode: one Lock per thread (its own znode) over the process's session.
+  void zookeeper_lock(ZooKeeperSession* session, const LockOptions& options) {
+#ifdef REDLOCK_TORTURE_ZOOKEEPER
+    zk_.emplace(*session, kLockKey, options);
+#else
+    (void)session;
+    (void)options;
+    throw std::invalid_argument("built without the ZooKeeper component");
+#endif
+  }
 };
 
 }  // namespace
@@ -369,6 +395,7 @@ std::vector<std::string> WorkerConfig::to_args() const {
   if (!node_ports.empty()) add("--nodes", join_ports(node_ports));
   if (!sentinel_uri.empty()) add("--sentinel", sentinel_uri);
   if (!postgres_uri.empty()) add("--postgres", postgres_uri);
+  if (!zookeeper_uri.empty()) add("--zookeeper", zookeeper_uri);
   return args;
 }
 
@@ -425,16 +452,20 @@ WorkerConfig parse_worker_args(const std::vector<std::string>& args) {
       c.sentinel_uri = value;
     } else if (name == "--postgres") {
       c.postgres_uri = value;
+    } else if (name == "--zookeeper") {
+      c.zookeeper_uri = value;
     } else if (name == "--wait-replicas") {
       c.wait_replicas = static_cast<int>(to_int64(name, value));
     } else {
       throw std::invalid_argument("worker: unknown argument " + name);
     }
   }
-  if ((c.node_ports.empty() && c.sentinel_uri.empty() && c.postgres_uri.empty()) ||
+  if ((c.node_ports.empty() && c.sentinel_uri.empty() && c.postgres_uri.empty() &&
+       c.zookeeper_uri.empty()) ||
       c.store_port <= 0 || c.log_path.empty() || c.threads <= 0) {
     throw std::invalid_argument(
-        "worker: --nodes (or --sentinel or --postgres), --store, --log and --threads are "
+        "worker: --nodes (or --sentinel, --postgres or --zookeeper), --store, --log and "
+        "--threads are "
         "required");
   }
   return c;
@@ -466,6 +497,13 @@ int run_worker(const WorkerConfig& config) {
     clients.emplace_back(e);
     ports.clear();
   }
+  std::optional<ZooKeeperSession> zookeeper;
+  if (config.mode == Mode::zookeeper) {
+#ifdef REDLOCK_TORTURE_ZOOKEEPER
+    zookeeper.emplace(config.zookeeper_uri);
+#endif
+    ports.clear();
+  }
   for (int port : ports) {
     Endpoint e;
     e.host = "127.0.0.1";
@@ -495,7 +533,8 @@ int run_worker(const WorkerConfig& config) {
   for (int t = 0; t < config.threads; ++t) {
     threads.emplace_back([&, t] {
       try {
-        WorkerThread worker(config, t, clients, pg ? &*pg : nullptr, log, counters);
+        WorkerThread worker(config, t, clients, pg ? &*pg : nullptr,
+                            zookeeper ? &*zookeeper : nullptr, log, counters);
         worker.run();
       } catch (const std::exception& e) {
         std::fprintf(stderr, "redlock-torture worker %d thread %d: %s\n", config.index, t,

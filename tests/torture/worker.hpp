@@ -52,6 +52,7 @@ struct WorkerConfig {
   std::string sentinel_uri;     // sentinel mode: the redis-sentinel:// URI (node_ports unused)
   int wait_replicas{0};         // sentinel mode: Endpoint::wait_replicas
   std::string postgres_uri;     // postgres modes: the database (node_ports unused)
+  std::string zookeeper_uri;    // zookeeper mode: the zookeeper:// URI (node_ports unused)
   pid_t parent{0};              // the controller; the worker exits if it is gone
 
   // The arguments after the executable name (starting with "--worker").

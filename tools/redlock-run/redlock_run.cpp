@@ -11,7 +11,9 @@
 //
 // What it does, in order:
 //  1. Takes the lock: one server is a redlock::Lock, several are a redlock::Redlock (quorum
-//     N/2+1). Servers come from --redis (repeatable), --redis-file, or REDLOCK_REDIS. The lease
+//     N/2+1). Servers come from --redis (repeatable), --redis-file, or REDLOCK_REDIS; with
+//     --zookeeper URI it is a redlock::zookeeper::Lock instead (the session is the lease, the
+//     fence is the holder znode's czxid and always exported). The lease
 //     (--ttl, default 30s) is renewed in the background about every ttl/3, so the command may run
 //     for longer than the ttl, while a crashed host frees the lock after at most one ttl. By
 //     default it waits for the lock forever (like flock); --wait D gives up after D, --no-wait
@@ -80,6 +82,9 @@
 #include <redlock/postgres.hpp>  // --postgres
 #endif
 #include <redlock/version.hpp>  // REDLOCK_VERSION_STRING
+#ifdef REDLOCK_RUN_WITH_ZOOKEEPER
+#include <redlock/zookeeper.hpp>  // zookeeper::Session, zookeeper::Lock (--zookeeper)
+#endif
 
 #include "duration.hpp"  // redlock_examples::parse_duration: the syntax shared with the demo
 #include "metrics/prometheus_observer.hpp"  // PrometheusObserver (examples/metrics/)
@@ -192,6 +197,7 @@ enum class Mode { run, hold, status };
 struct Config {
   std::vector<std::string> uris;
   std::string postgres;         // --postgres URI: the lock is a row in that database instead
+  std::string zookeeper;        // --zookeeper URI: a ZooKeeper lock instead of Redis
   bool password_inline{false};  // a --redis URI on the command line carries a password
   std::string key;
   milliseconds ttl{30'000};
@@ -234,8 +240,13 @@ Servers (one is a plain lock; several form a Redlock, held when N/2+1 of them gr
                         postgresql://[user@]host[:port]/db[?...] (libpq's URI or key=value
                         string; PGPASSWORD and ~/.pgpass keep a password out of ps). --fair
                         queues in arrival order. Not with --redis, --redis-file, --status
-                        or --limit. The fence
-                        (REDLOCK_FENCE) is always given: it comes from a sequence.
+                        or --limit. The fence (REDLOCK_FENCE) is always given: it comes
+                        from a sequence.
+  --zookeeper URI       Lock on ZooKeeper instead: zookeeper://host:port[,host:port...]
+                        [/chroot][?session_timeout=ms]. The session is the lease (--ttl is
+                        not used); waiters are served in order; the fence (the holder
+                        znode's czxid) is always exported. Not with --redis, --limit,
+                        --status.
 Lock:
   --key KEY             Name of the lock (the Redis key); the command gets REDLOCK_KEY.
                         Also used: KEY:fence (--fencing), KEY:holder (host, pid and command
@@ -322,6 +333,21 @@ void check_uri(const std::string& uri, const std::string& source) {
   }
 }
 
+// --zookeeper URI: parsed now (a Session connects nothing until used), so a bad one is a usage
+// error (64).
+void check_zookeeper_uri(const std::string& uri) {
+#ifdef REDLOCK_RUN_WITH_ZOOKEEPER
+  try {
+    redlock::zookeeper::Session session(uri);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError("--zookeeper: " + in_our_words(e.what()));
+  }
+#else
+  (void)uri;
+  throw UsageError("--zookeeper: this redlock-run was built without ZooKeeper support");
+#endif
+}
+
 // Splits REDLOCK_REDIS ("uri uri" or "uri,uri") into URIs.
 // Whether `text` starts with "scheme://" (letters, digits, '+', '-', '.').
 bool starts_uri(std::string_view text) {
@@ -381,6 +407,7 @@ struct Raw {
   std::vector<std::string> redis;
   std::optional<std::string> postgres;
   std::vector<std::string> redis_files;
+  std::optional<std::string> zookeeper;
   std::string ttl{"30s"};
   std::string grace{"10s"};
   std::string unavailable{"10s"};
@@ -396,6 +423,7 @@ const std::pair<std::string_view, std::string_view> kValueOptions[] = {
     {"--redis", "--redis"},
     {"--redis-file", "--redis-file"},
     {"--postgres", "--postgres"},
+    {"--zookeeper", "--zookeeper"},
     {"--key", "--key"},
     {"--ttl", "--ttl"},
     {"--wait", "--wait"},
@@ -433,6 +461,10 @@ void take_value(std::string_view name, const std::string& flag, const std::strin
       config.password_inline = true;
     }
     raw.postgres = value;
+  } else if (name == "--zookeeper") {
+    if (raw.zookeeper) throw UsageError("--zookeeper is given twice; give one URI");
+    check_zookeeper_uri(value);
+    raw.zookeeper = value;
   } else if (name == "--key") {
     config.key = value;
     raw.key_given = true;
@@ -538,11 +570,30 @@ void finish_postgres(const Raw& raw, Config& config) {
   config.postgres = *raw.postgres;
 }
 
+// --zookeeper: alone as the store, and neither --limit nor --status (Redis features). The fence
+// comes with every ZooKeeper hold, so it is always exported.
+void finish_zookeeper(const Raw& raw, Config& config) {
+  if (!raw.redis.empty() || !raw.redis_files.empty()) {
+    throw UsageError("--zookeeper and --redis/--redis-file name two stores; give one");
+  }
+  if (raw.limit) throw UsageError("--limit works with Redis only; drop it or --zookeeper");
+  if (config.mode == Mode::status) {
+    throw UsageError("--status shows Redis locks only; drop it or --zookeeper");
+  }
+  config.zookeeper = *raw.zookeeper;
+  config.fencing = true;
+}
+
 // Checks what needs several options together, and converts the values.
 void finish_config(const Raw& raw, Config& config) {
   if (!raw.key_given || config.key.empty()) throw UsageError("--key KEY is required");
+  if (raw.postgres && raw.zookeeper) {
+    throw UsageError("--postgres and --zookeeper name two stores; give one");
+  }
   if (raw.postgres) {
     finish_postgres(raw, config);
+  } else if (raw.zookeeper) {
+    finish_zookeeper(raw, config);
   } else {
     config.uris = server_uris(raw);
   }
@@ -1307,11 +1358,20 @@ int run(const Config& config, Runtime& rt) {
 #ifdef REDLOCK_RUN_WITH_POSTGRES
   std::optional<redlock::postgres::Database> database;  // outlives `held`
 #endif
+#ifdef REDLOCK_RUN_WITH_ZOOKEEPER
+  std::optional<redlock::zookeeper::Session> zookeeper;  // outlives `held`
+#endif
   try {
     if (!config.postgres.empty()) {
 #ifdef REDLOCK_RUN_WITH_POSTGRES
       database.emplace(config.postgres);
       held = std::make_unique<HoldableOf<redlock::postgres::Lock>>(*database, config.key, options);
+#endif
+    } else if (!config.zookeeper.empty()) {
+#ifdef REDLOCK_RUN_WITH_ZOOKEEPER
+      zookeeper.emplace(config.zookeeper);
+      held =
+          std::make_unique<HoldableOf<redlock::zookeeper::Lock>>(*zookeeper, config.key, options);
 #endif
     } else if (config.limit > 0) {
       held = std::make_unique<HoldableOf<redlock::Semaphore>>(clients.front(), config.key,

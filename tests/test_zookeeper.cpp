@@ -1,0 +1,474 @@
+// [zookeeper]: redlock::zookeeper::Lock against a real ZooKeeper 3.8
+// (tests/support/zookeeper_server). Cases that do not kill or stop the server share one; each
+// case works under a chroot of its own. Worker processes are this binary again, running the
+// hidden case "[.zkchild]" (no fork of a multithreaded process).
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include <redlock/client.hpp>
+#include <redlock/errors.hpp>
+#include <redlock/lock.hpp>
+#include <redlock/zookeeper.hpp>
+
+#include "backends/zookeeper/zk_names.hpp"
+#include "backends/zookeeper/zk_session.hpp"
+#include "support/fault_proxy.hpp"
+#include "support/redis_server.hpp"
+#include "support/zookeeper_server.hpp"
+
+extern char** environ;
+
+using namespace std::chrono_literals;
+using redlock::test::ZooKeeperServer;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Outside CI a machine without ZooKeeper or java skips; CI installs them (scripts/deps.sh).
+#define REQUIRE_ZOOKEEPER()                                                          \
+  do {                                                                               \
+    if (!ZooKeeperServer::available()) {                                             \
+      if (std::getenv("CI")) FAIL("zookeeper or java is missing in CI");             \
+      WARN("skipped: no java or /usr/share/java/zookeeper.jar (package zookeeper)"); \
+      return;                                                                        \
+    }                                                                                \
+  } while (0)
+
+ZooKeeperServer& shared_server() {
+  static ZooKeeperServer server;
+  return server;
+}
+
+// A chroot no other case (or run) uses.
+std::string fresh_chroot() {
+  static std::atomic<int> n{0};
+  return "/redlock-test-" + std::to_string(::getpid()) + "-" + std::to_string(++n);
+}
+
+std::string uri_of(const ZooKeeperServer& server, const std::string& chroot, int timeout_ms) {
+  return server.uri(chroot + "?session_timeout=" + std::to_string(timeout_ms));
+}
+
+// The lock znodes under <chroot>/<name>, read with the component's own plain calls.
+std::size_t queue_length(const std::string& uri, const std::string& path) {
+  redlock::detail::ZkSession session(uri);
+  std::vector<std::string> children;
+  redlock::detail::zk_children(*session.conn(), path, &children);
+  return redlock::detail::zk_queue_of(children).size();
+}
+
+// Starts `args` (args[0] is the path) with this process's environment plus `env`; returns
+// its pid.
+pid_t spawn(std::vector<std::string> args, const std::vector<std::string>& env) {
+  std::vector<std::string> envs;
+  for (char** e = environ; *e != nullptr; ++e) envs.emplace_back(*e);
+  envs.insert(envs.end(), env.begin(), env.end());
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : envs) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_t pid = -1;
+  if (::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), envp.data()) != 0) {
+    throw std::runtime_error("posix_spawn " + args[0] + " failed");
+  }
+  return pid;
+}
+
+// Runs this binary's "[.zkchild]" case with `env` added; returns its pid.
+pid_t spawn_child(const std::vector<std::string>& env) {
+  return spawn({"/proc/self/exe", "[.zkchild]", "--use-colour", "no"}, env);
+}
+
+int wait_child(pid_t pid) {
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v ? v : fallback;
+}
+
+}  // namespace
+
+// The worker: REDLOCK_ZK_MODE=count adds 1 to the number in REDLOCK_ZK_FILE, ROUNDS times, each
+// under the lock; REDLOCK_ZK_MODE=hold takes the lock, writes REDLOCK_ZK_FILE and sleeps.
+TEST_CASE("zookeeper child worker", "[.zkchild]") {
+  redlock::zookeeper::Session session(env_or("REDLOCK_ZK_URI", ""));
+  redlock::zookeeper::Lock lock(session, "mutex");
+  const std::string file = env_or("REDLOCK_ZK_FILE", "");
+  if (env_or("REDLOCK_ZK_MODE", "") == "hold") {
+    lock.lock();
+    std::ofstream(file) << lock.fence() << "\n";
+    std::this_thread::sleep_for(120s);  // killed by the test long before
+    return;
+  }
+  const int rounds = std::stoi(env_or("REDLOCK_ZK_ROUNDS", "10"));
+  for (int i = 0; i < rounds; ++i) {
+    std::lock_guard<redlock::zookeeper::Lock> guard(lock);
+    long value = 0;
+    std::ifstream(file) >> value;
+    std::this_thread::sleep_for(1ms);  // widens the window a second holder would need
+    std::ofstream(file) << value + 1 << "\n";
+  }
+}
+
+TEST_CASE("zookeeper: bad URIs and names are rejected with the reason", "[zookeeper]") {
+  using redlock::zookeeper::Session;
+  const auto rejects = [](const char* uri, const char* what) {
+    INFO(uri);
+    REQUIRE_THROWS_WITH(Session(uri), Catch::Contains(what));
+  };
+  rejects("redis://127.0.0.1:2181", "scheme");
+  rejects("zookeeper://", "no host");
+  rejects("zookeeper:///chroot", "no host");
+  rejects("zookeeper://h:0", "port '0'");
+  rejects("zookeeper://h:70000", "port '70000'");
+  rejects("zookeeper://h:abc", "port 'abc'");
+  rejects("zookeeper://h:", "empty port");
+  rejects("zookeeper://h1,,h2", "empty host");
+  rejects("zookeeper://h/a//b", "chroot");
+  rejects("zookeeper://h/a/", "must not end with '/'");
+  rejects("zookeeper://h/a/../b", "chroot");
+  rejects("zookeeper://h?session_timeout=abc", "session_timeout 'abc'");
+  rejects("zookeeper://h?session_timeout=0", "session_timeout '0'");
+  rejects("zookeeper://h?timeout=5", "unknown parameter 'timeout'");
+  REQUIRE_NOTHROW(Session("zookeeper://h1:2181,h2,[::1]:2182/a/b?session_timeout=3000"));
+  REQUIRE(Session("zookeeper://h?session_timeout=3000").session_timeout() == 3000ms);
+
+  Session session("zookeeper://127.0.0.1:1");
+  const std::vector<std::string> names{
+      "", "/a", "a/", "a//b", "a/./b", "..", std::string("a\0b", 3)};
+  for (const auto& name : names) {
+    INFO(name);
+    REQUIRE_THROWS_AS(redlock::zookeeper::Lock(session, name), std::invalid_argument);
+  }
+  redlock::LockOptions bad;
+  bad.retry_delay = 0ms;
+  REQUIRE_THROWS_AS(redlock::zookeeper::Lock(session, "x", bad), std::invalid_argument);
+}
+
+TEST_CASE("zookeeper: an unreachable server is a ConnectionError, not contention", "[zookeeper]") {
+  redlock::zookeeper::Session session("zookeeper://127.0.0.1:1?session_timeout=500");
+  redlock::zookeeper::Lock lock(session, "x");
+  REQUIRE_THROWS_AS(lock.try_lock(), redlock::ConnectionError);
+  REQUIRE_FALSE(lock.owns_lock());
+}
+
+TEST_CASE("zookeeper: try_lock, re-entrancy, fence, and no znode left by a refusal",
+          "[zookeeper]") {
+  REQUIRE_ZOOKEEPER();
+  auto& server = shared_server();
+  const std::string chroot = fresh_chroot();
+  const std::string uri = uri_of(server, chroot, 4000);
+  redlock::zookeeper::Session s1(uri), s2(uri);
+  redlock::zookeeper::Lock a(s1, "res"), b(s2, "res"), c(s1, "res");
+
+  REQUIRE(a.try_lock());
+  REQUIRE(a.owns_lock());
+  REQUIRE(a.validity() > 0ms);
+  REQUIRE(a.validity() <= s1.session_timeout());
+  const auto first_fence = a.fence();
+  REQUIRE(first_fence > 0);
+  REQUIRE(a.key() == "res");
+  REQUIRE(a.extend(std::chrono::hours(1)));  // confirms now; capped at the session timeout
+  REQUIRE(a.validity() <= s1.session_timeout());
+  REQUIRE(a.try_lock());  // re-entrant: depth 2
+  REQUIRE(a.release());
+  REQUIRE(a.owns_lock());
+
+  REQUIRE_FALSE(b.try_lock());
+  REQUIRE_FALSE(c.try_lock());  // another Lock object of the same session is another holder
+  REQUIRE(queue_length(uri, chroot + "/res") == 1);  // the refusals left nothing behind
+
+  a.unlock();
+  REQUIRE_FALSE(a.owns_lock());
+  REQUIRE(b.try_lock());
+  REQUIRE(b.fence() > first_fence);
+  REQUIRE(a.lease().lost());  // not held by this thread any more
+  b.unlock();
+  REQUIRE(queue_length(uri, chroot + "/res") == 0);
+}
+
+TEST_CASE("zookeeper: waiters are served first come, first served (50 waiters)", "[zookeeper]") {
+  REQUIRE_ZOOKEEPER();
+  auto& server = shared_server();
+  const std::string chroot = fresh_chroot();
+  const std::string uri = uri_of(server, chroot, 4000);
+  redlock::zookeeper::Session session(uri);
+  constexpr int kWaiters = 50;
+  redlock::zookeeper::Lock holder(session, "fifo");
+  holder.lock();
+  std::vector<std::unique_ptr<redlock::zookeeper::Lock>> locks;
+  for (int i = 0; i < kWaiters; ++i) {
+    locks.push_back(std::make_unique<redlock::zookeeper::Lock>(session, "fifo"));
+  }
+  std::mutex mutex;
+  std::vector<int> order;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kWaiters; ++i) {
+    threads.emplace_back([&, i] {
+      if (!locks[i]->try_lock_for(60s)) return;
+      {
+        std::lock_guard<std::mutex> guard(mutex);
+        order.push_back(i);
+      }
+      locks[i]->unlock();
+    });
+    // The next waiter starts only once this one's znode is in the queue.
+    const auto deadline = Clock::now() + 20s;
+    while (queue_length(uri, chroot + "/fifo") < static_cast<std::size_t>(i + 2) &&
+           Clock::now() < deadline) {
+      std::this_thread::sleep_for(5ms);
+    }
+  }
+  holder.unlock();
+  for (auto& t : threads) t.join();
+  REQUIRE(order.size() == static_cast<std::size_t>(kWaiters));
+  for (int i = 0; i < kWaiters; ++i) REQUIRE(order[i] == i);
+}
+
+TEST_CASE("zookeeper: mutual exclusion across processes", "[zookeeper]") {
+  REQUIRE_ZOOKEEPER();
+  auto& server = shared_server();
+  const std::string uri = uri_of(server, fresh_chroot(), 4000);
+  const std::string file =
+      server.dir() + "/counter-" + std::to_string(Clock::now().time_since_epoch().count());
+  std::ofstream(file) << 0 << "\n";
+  constexpr int kProcesses = 3, kRounds = 15;
+  std::vector<pid_t> children;
+  for (int i = 0; i < kProcesses; ++i) {
+    children.push_back(
+        spawn_child({"REDLOCK_ZK_URI=" + uri, "REDLOCK_ZK_FILE=" + file, "REDLOCK_ZK_MODE=count",
+                     "REDLOCK_ZK_ROUNDS=" + std::to_string(kRounds)}));
+  }
+  for (pid_t pid : children) REQUIRE(wait_child(pid) == 0);
+  long value = 0;
+  std::ifstream(file) >> value;
+  REQUIRE(value == kProcesses * kRounds);
+}
+
+TEST_CASE("zookeeper: std::scoped_lock over a Redis Lock and a ZooKeeper Lock", "[zookeeper]") {
+  REQUIRE_ZOOKEEPER();
+  auto& server = shared_server();
+  redlock::test::RedisServer redis;
+  redlock::Client client(redis.endpoint());
+  const std::string uri = uri_of(server, fresh_chroot(), 4000);
+  redlock::zookeeper::Session session(uri);
+  redlock::Lock redis_lock(client, "zk-and-redis");
+  redlock::zookeeper::Lock zk_lock(session, "zk-and-redis");
+  {
+    std::scoped_lock both(redis_lock, zk_lock);
+    REQUIRE(redis_lock.owns_lock());
+    REQUIRE(zk_lock.owns_lock());
+    redlock::zookeeper::Session other(uri);
+    redlock::zookeeper::Lock zk_other(other, "zk-and-redis");
+    REQUIRE_FALSE(zk_other.try_lock());
+  }
+  REQUIRE_FALSE(redis_lock.owns_lock());
+  REQUIRE_FALSE(zk_lock.owns_lock());
+  redlock::zookeeper::Session other(uri);
+  redlock::zookeeper::Lock zk_other(other, "zk-and-redis");
+  REQUIRE(zk_other.try_lock());
+}
+
+TEST_CASE("zookeeper: a holder killed with -9 gives way once its session expires", "[zookeeper]") {
+  REQUIRE_ZOOKEEPER();
+  auto& server = shared_server();
+  constexpr auto kTimeout = 2000ms;
+  const std::string uri = uri_of(server, fresh_chroot(), static_cast<int>(kTimeout.count()));
+  const std::string file =
+      server.dir() + "/held-" + std::to_string(Clock::now().time_since_epoch().count());
+  const pid_t child =
+      spawn_child({"REDLOCK_ZK_URI=" + uri, "REDLOCK_ZK_FILE=" + file, "REDLOCK_ZK_MODE=hold"});
+  std::uint64_t holder_fence = 0;
+  const auto deadline = Clock::now() + 30s;
+  while (!(std::ifstream(file) >> holder_fence) && Clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  redlock::zookeeper::Session session(uri);
+  redlock::zookeeper::Lock waiter(session, "mutex");
+  const bool held_by_child = holder_fence > 0 && !waiter.try_lock();
+  ::kill(child, SIGKILL);
+  wait_child(child);
+  REQUIRE(held_by_child);
+  const auto killed = Clock::now();
+  REQUIRE(waiter.try_lock_for(30s));
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - killed);
+  WARN("acquired " << took.count() << " ms after kill -9 of the holder (session timeout "
+                   << kTimeout.count() << " ms)");
+  // The server keeps the session for the timeout since it last heard from it (at most a third
+  // of it before the kill): never much sooner.
+  REQUIRE(took >= kTimeout / 2);
+  REQUIRE(waiter.fence() > holder_fence);
+  waiter.unlock();
+}
+
+TEST_CASE("zookeeper: a server stopped past the session timeout: the holder is told first",
+          "[zookeeper]") {
+  REQUIRE_ZOOKEEPER();
+  ZooKeeperServer server;
+  constexpr auto kTimeout = 2000ms;
+  const std::string uri = uri_of(server, "/stop", static_cast<int>(kTimeout.count()));
+  redlock::zookeeper::Session s1(uri);
+  std::atomic<bool> lost_called{false};
+  std::atomic<int> lost_reason{-1};
+  redlock::LockOptions options;
+  options.on_lost = [&](const redlock::LostEvent& e) {
+    lost_reason = static_cast<int>(e.reason);
+    lost_called = true;
+  };
+  redlock::zookeeper::Lock a(s1, "x", options);
+  std::atomic<bool> held{false}, resumed{false}, lost_before_resume{false}, token_lost{false};
+  std::atomic<std::int64_t> a_stopped{0};  // steady ns when A stopped believing it holds
+  std::thread holder([&] {
+    a.lock();
+    held = true;
+    const auto deadline = Clock::now() + 30s;
+    while (a.owns_lock() && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+    a_stopped = Clock::now().time_since_epoch().count();
+    lost_before_resume = !resumed;
+    token_lost = a.lease().lost();
+    while (!resumed) std::this_thread::sleep_for(5ms);
+    a.unlock();  // balances lock(); the znode goes (or went with the session)
+  });
+  while (!held) std::this_thread::sleep_for(5ms);
+  server.pause();
+  std::this_thread::sleep_for(2 * kTimeout);
+  resumed = true;
+  server.resume();
+  redlock::zookeeper::Session s2(uri);
+  redlock::zookeeper::Lock b(s2, "x");
+  const bool b_held = b.try_lock_for(30s);
+  const std::int64_t b_at = Clock::now().time_since_epoch().count();
+  if (b_held) b.unlock();
+  holder.join();
+  const auto told_by = Clock::now() + 5s;  // on_lost runs on the watchdog's callback thread
+  while (!lost_called && Clock::now() < told_by) std::this_thread::sleep_for(5ms);
+  REQUIRE(b_held);
+  REQUIRE(lost_before_resume);  // A stopped believing while the server was still stopped
+  REQUIRE(a_stopped.load() < b_at);
+  REQUIRE(token_lost);
+  REQUIRE(lost_called);
+  const auto reason = static_cast<redlock::LostReason>(lost_reason.load());
+  REQUIRE(
+      (reason == redlock::LostReason::expired || reason == redlock::LostReason::session_expired));
+}
+
+TEST_CASE("zookeeper: a server restart keeps the data, and fences keep growing", "[zookeeper]") {
+  REQUIRE_ZOOKEEPER();
+  ZooKeeperServer server;
+  const std::string uri = uri_of(server, "/restart", 4000);
+  redlock::zookeeper::Session s1(uri), s2(uri);
+  redlock::zookeeper::Lock a(s1, "x"), c(s2, "x");
+  a.lock();
+  const auto before = a.fence();
+  server.kill9();
+  server.restart();
+  const auto deadline = Clock::now() + 20s;
+  while (!s1.connected() && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  if (a.owns_lock()) REQUIRE_FALSE(c.try_lock());  // the session and its znode survived
+  a.unlock();
+  REQUIRE(c.try_lock_for(20s));
+  REQUIRE(c.fence() > before);
+  c.unlock();
+}
+
+TEST_CASE("zookeeper: a connection lost during create leaves no znode that blocks others",
+          "[zookeeper]") {
+  REQUIRE_ZOOKEEPER();
+  auto& server = shared_server();
+  const std::string chroot = fresh_chroot();
+  redlock::test::FaultProxy proxy("127.0.0.1", server.port());
+  const std::string via_proxy =
+      "zookeeper://127.0.0.1:" + std::to_string(proxy.port()) + chroot + "?session_timeout=4000";
+  redlock::zookeeper::Session s1(via_proxy);
+  redlock::zookeeper::Lock warm(s1, "y"), a(s1, "y");
+  REQUIRE(warm.try_lock());  // connected, and the lock's znode exists
+  warm.unlock();
+  proxy.drop_next_request();  // the create reaches the server; its reply never comes back
+  bool a_held = false;
+  try {
+    a_held = a.try_lock();
+  } catch (const redlock::ConnectionError&) {
+  }
+  if (a_held) a.unlock();
+  redlock::zookeeper::Session s2(uri_of(server, chroot, 4000));
+  redlock::zookeeper::Lock b(s2, "y");
+  REQUIRE(b.try_lock_for(20s));
+  b.unlock();
+  REQUIRE(queue_length(uri_of(server, chroot, 4000), chroot + "/y") == 0);
+}
+
+#ifdef REDLOCK_RUN_PATH
+TEST_CASE("zookeeper: redlock-run --zookeeper runs the command with REDLOCK_FENCE", "[zookeeper]") {
+  REQUIRE_ZOOKEEPER();
+  auto& server = shared_server();
+  const std::string uri = uri_of(server, fresh_chroot(), 4000);
+  const std::string file =
+      server.dir() + "/fence-" + std::to_string(Clock::now().time_since_epoch().count());
+  const auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args{REDLOCK_RUN_PATH, "--zookeeper", uri, "--key", "job"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return wait_child(spawn(args, {}));
+  };
+  REQUIRE(run({"--", "sh", "-c", "echo $REDLOCK_FENCE > " + file}) == 0);
+  std::uint64_t fence = 0;
+  REQUIRE(std::ifstream(file) >> fence);
+  REQUIRE(fence > 0);
+
+  redlock::zookeeper::Session session(uri);
+  redlock::zookeeper::Lock lock(session, "job");
+  REQUIRE(lock.try_lock());
+  REQUIRE(lock.fence() > fence);
+  REQUIRE(run({"-q", "-n", "--", "true"}) == 75);  // held elsewhere
+  lock.unlock();
+  REQUIRE(run({"--", "sh", "-c", "exit 3"}) == 3);
+  REQUIRE(run({"--status"}) == 64);  // a Redis feature: a usage error
+}
+
+TEST_CASE("zookeeper: redlock-run stops the command when the session is lost (exit 70)",
+          "[zookeeper]") {
+  REQUIRE_ZOOKEEPER();
+  ZooKeeperServer server;
+  const std::string uri = uri_of(server, "/run", 2000);
+  const std::string started = server.dir() + "/started";
+  const pid_t run = spawn({REDLOCK_RUN_PATH, "--zookeeper", uri, "--key", "job", "--grace", "1s",
+                           "--", "sh", "-c", "touch " + started + "; exec sleep 60"},
+                          {});
+  auto deadline = Clock::now() + 30s;
+  while (!std::ifstream(started) && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  const bool command_started = static_cast<bool>(std::ifstream(started));
+  server.pause();  // longer than the session timeout: the hold cannot be confirmed
+  int status = 0;
+  bool ended = false;
+  deadline = Clock::now() + 20s;
+  while (!ended && Clock::now() < deadline) {
+    ended = ::waitpid(run, &status, WNOHANG) == run;
+    if (!ended) std::this_thread::sleep_for(20ms);
+  }
+  server.resume();
+  if (!ended) {
+    ::kill(run, SIGKILL);
+    wait_child(run);
+  }
+  REQUIRE(command_started);
+  REQUIRE(ended);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 70);
+}
+#endif
