@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include <redlock/errors.hpp>  // what Database and Lock throw
 #include <redlock/lock.hpp>
 #include <redlock/options.hpp>
 

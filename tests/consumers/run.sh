@@ -3,7 +3,8 @@
 # (app/main.cpp) against a real redis-server on a free loopback port, for each kind of library:
 #   static, shared:  find_package from an install prefix, add_subdirectory, FetchContent
 #                    (SOURCE_DIR), pkg-config plain and pkg-config --static; and, when built
-#                    with it, find_package(redlock COMPONENTS zookeeper) (find-package-zookeeper/);
+#                    with it, find_package(redlock COMPONENTS zookeeper) (find-package-zookeeper/)
+#                    and find_package(redlock COMPONENTS postgres) (find-package-postgres/);
 #   --deb:           also `cpack -G DEB` of a shared build, dpkg -i, the find_package consumer
 #                    against /usr, dpkg -P (needs root; leaves the machine as it found it).
 # Work tree: build-consumers/ at the top of the repository. ccache is used when installed
@@ -166,6 +167,14 @@ consumers_of_kind() {  # consumers_of_kind static|shared
       "$HERE/find-package-zookeeper" -DCMAKE_PREFIX_PATH="$prefix"
     check "$kind-pkg-config-zookeeper" pkg_config_app "$kind" "$prefix" --static \
       redlock-zookeeper "$HERE/find-package-zookeeper/main.cpp"
+  fi
+  # The PostgreSQL component, when the library was built with it (libpq-dev found): its sources
+  # are in libredlock itself, and redlock.pc carries -lpq.
+  if grep -q 'redlock_postgres_FOUND TRUE' "$(find "$prefix" -name redlockConfig.cmake | head -1)"; then
+    check "$kind-find-package-postgres" cmake_app "$WORK/$kind/find-package-postgres" \
+      "$HERE/find-package-postgres" -DCMAKE_PREFIX_PATH="$prefix"
+    check "$kind-pkg-config-postgres" pkg_config_app "$kind" "$prefix" --static redlock \
+      "$HERE/find-package-postgres/main.cpp"
   fi
 }
 

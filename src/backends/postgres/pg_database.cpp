@@ -34,9 +34,18 @@ bool valid_table_name(const std::string& name) {
   return dots <= 1 && name.front() != '.' && name.back() != '.';
 }
 
+// libpq's message on one line: its line breaks (and the tab that indents a hint) become "; ".
 std::string trimmed(const char* text) {
-  std::string s = text ? text : "";
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  std::string s;
+  for (const char* p = text ? text : ""; *p != '\0'; ++p) {
+    if (*p == '\n') {
+      while (p[1] == '\t' || p[1] == ' ') ++p;
+      if (p[1] != '\0') s += "; ";
+    } else {
+      s += *p;
+    }
+  }
+  while (!s.empty() && s.back() == ' ') s.pop_back();
   return s;
 }
 
