@@ -13,9 +13,9 @@ if(REDLOCK_WITH_TLS)
   set(REDLOCK_CMAKE_DEPS hiredis fmt "OpenSSL COMPONENTS Crypto SSL")
   list(APPEND REDLOCK_PC_DEPS libssl)
 endif()
-# The PostgreSQL component links -lpq by name: no CMake dependency, and in redlock.pc a plain
-# -lpq (Debian's libpq.pc --static names archives libpq-dev does not ship).
-set(REDLOCK_PC_LIBPQ "")
+# The PostgreSQL component links -lpq by name: no CMake dependency, and in redlock-postgres.pc a
+# plain -lpq (Debian's libpq.pc --static names archives libpq-dev does not ship).
+set(REDLOCK_PC_POSTGRES "")
 if(REDLOCK_WITH_POSTGRES)
   set(REDLOCK_HAS_POSTGRES TRUE)
   set(redlock_install_targets redlock redlock_postgres)
@@ -46,7 +46,7 @@ if(redlock_type STREQUAL "STATIC_LIBRARY")
   endforeach()
   set(REDLOCK_PC_REQUIRES "Requires: ${redlock_pc_modules}")
   if(REDLOCK_WITH_POSTGRES)
-    set(REDLOCK_PC_LIBPQ " -lpq")
+    set(REDLOCK_PC_POSTGRES " -L\${libdir} -lredlock_postgres -lpq")
   endif()
   if(REDLOCK_WITH_ZOOKEEPER)
     set(REDLOCK_ZOOKEEPER_DEPENDENCY "find_dependency(ZooKeeperMt)")
@@ -78,6 +78,11 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/redlockConfig.cmake
 
 configure_file(cmake/redlock.pc.in ${CMAKE_CURRENT_BINARY_DIR}/redlock.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/redlock.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+if(REDLOCK_WITH_POSTGRES)
+  configure_file(cmake/redlock-postgres.pc.in ${CMAKE_CURRENT_BINARY_DIR}/redlock-postgres.pc @ONLY)
+  install(FILES ${CMAKE_CURRENT_BINARY_DIR}/redlock-postgres.pc
+          DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+endif()
 if(REDLOCK_WITH_ZOOKEEPER)
   configure_file(cmake/redlock-zookeeper.pc.in ${CMAKE_CURRENT_BINARY_DIR}/redlock-zookeeper.pc @ONLY)
   install(FILES ${CMAKE_CURRENT_BINARY_DIR}/redlock-zookeeper.pc

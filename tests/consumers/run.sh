@@ -168,12 +168,11 @@ consumers_of_kind() {  # consumers_of_kind static|shared
     check "$kind-pkg-config-zookeeper" pkg_config_app "$kind" "$prefix" --static \
       redlock-zookeeper "$HERE/find-package-zookeeper/main.cpp"
   fi
-  # The PostgreSQL component, when the library was built with it (libpq-dev found): its sources
-  # are in libredlock itself, and redlock.pc carries -lpq.
-  if grep -q 'redlock_postgres_FOUND TRUE' "$(find "$prefix" -name redlockConfig.cmake | head -1)"; then
+  # The PostgreSQL component, when the library was built with it (libpq-dev found).
+  if [ -n "$(find "$prefix" -name redlock-postgres.pc | head -1)" ]; then
     check "$kind-find-package-postgres" cmake_app "$WORK/$kind/find-package-postgres" \
       "$HERE/find-package-postgres" -DCMAKE_PREFIX_PATH="$prefix"
-    check "$kind-pkg-config-postgres" pkg_config_app "$kind" "$prefix" --static redlock \
+    check "$kind-pkg-config-postgres" pkg_config_app "$kind" "$prefix" --static redlock-postgres \
       "$HERE/find-package-postgres/main.cpp"
   fi
 }
