@@ -26,12 +26,14 @@
 
 #include "support/redis_server.hpp"
 #include "support/sentinel_set.hpp"
+#include "util/key_slot.hpp"  // helper_key: the names of a lock's helper keys
 
 #ifndef REDLOCK_RUN_PATH
 #error "REDLOCK_RUN_PATH must name the redlock-run binary (see tests/CMakeLists.txt)"
 #endif
 
 using namespace std::chrono_literals;
+using redlock::detail::helper_key;
 using redlock::test::key;
 using redlock::test::RedisServer;
 using redlock::test::ServerGroup;
@@ -402,7 +404,9 @@ TEST_CASE("redlock-run waits for the holder, and two of them run one after the o
       CHECK(a.wait() == 0);
       CHECK(b.wait() == 0);
       CHECK(exists(b_ok));
-      CHECK(server.raw({"EXISTS", k + ":queue", k + ":queue:info"}).integer() == 0);
+      CHECK(
+          server.raw({"EXISTS", helper_key(k, ":queue"), helper_key(k, ":queue:info")}).integer() ==
+          0);
     }
   }
   CHECK_FALSE(held(server, k));
@@ -973,7 +977,11 @@ TEST_CASE("redlock-run --fair serves five staggered waiters in arrival order",
                                  "echo " + std::to_string(i) + " >> " + order + "; sleep 0.1"}));
     // Arrival order is the order of the server's queue: the next starts once this one is in it
     // (a process that starts slowly on a busy machine must not be overtaken by the next).
-    REQUIRE(eventually([&] { return server.raw({"LLEN", k + ":queue"}).integer() == i; }, 10s));
+    REQUIRE(eventually(
+        [&] {
+          return server.raw({"LLEN", helper_key(k, ":queue")}).integer() == i;
+        },
+        10s));
   }
   REQUIRE(::close(::open(go.c_str(), O_WRONLY | O_CREAT, 0600)) == 0);
   CHECK(first.wait() == 0);
@@ -987,10 +995,12 @@ TEST_CASE("redlock-run --fair: SIGTERM while waiting leaves the queue cleanly", 
   const auto k = key("run-fair-cancel");
   REQUIRE(server.raw({"SET", k, "someone-else", "PX", "20000"}).str() == "OK");
   Tool tool({"--redis", uri(server), "--key", k, "--fair", "--", "true"});
-  REQUIRE(eventually([&] { return server.raw({"EXISTS", k + ":queue"}).integer() == 1; }));
+  REQUIRE(eventually([&] {
+    return server.raw({"EXISTS", helper_key(k, ":queue")}).integer() == 1;
+  }));
   REQUIRE(::kill(tool.pid(), SIGTERM) == 0);
   CHECK(tool.wait(5s) == 128 + SIGTERM);
-  CHECK(server.raw({"EXISTS", k + ":queue"}).integer() == 0);
+  CHECK(server.raw({"EXISTS", helper_key(k, ":queue")}).integer() == 0);
   CHECK(server.raw({"GET", k}).str() == "someone-else");
 }
 
@@ -1047,7 +1057,7 @@ TEST_CASE("redlock-run --limit 2 lets at most two commands hold the key at once"
   for (auto& run : runs) CHECK(run->wait(20s) == 0);
   CHECK_FALSE(exists(over));
   CHECK_THAT(slurp(peak), Catch::Contains("2"));  // two did hold it at once
-  CHECK(server.raw({"GET", k + ":permit:fence"}).str() == "5");
+  CHECK(server.raw({"GET", helper_key(k, ":permit:fence")}).str() == "5");
 
   std::string err;
   CHECK(run({"--redis", uri(server), "--key", k, "--limit", "0", "--", "true"}, &err) == 64);
