@@ -104,6 +104,13 @@ LeaseEngine::LeaseEngine(std::vector<std::shared_ptr<ClientImpl>> nodes, std::st
       fair_(options.fair) {
   check_nodes(nodes_, options);
   validate_lock_options(key, options);
+  for (const auto& node : nodes_) {
+    if (node->router() != nullptr && !helpers_share_slot(key)) {
+      throw std::invalid_argument(
+          "redlock: key has no hash tag but contains '}': on a cluster its helper keys could not "
+          "share its slot; give the key a hash tag ({...})");
+    }
+  }
   keys_.key = std::move(key);
   keys_.fence = helper_key(keys_.key, ":fence");
   keys_.channel = channel.empty() ? helper_key(keys_.key, ":released") : std::move(channel);

@@ -11,6 +11,7 @@
 
 #include <redlock/errors.hpp>
 
+#include "io/cluster.hpp"
 #include "io/pending.hpp"
 #include "io/pool.hpp"
 #include "util/log_internal.hpp"
@@ -227,6 +228,17 @@ void execute_once(NodeBatch* batches, std::size_t count, bool* stale, const Earl
 }  // namespace
 
 void execute(NodeBatch* batches, std::size_t count, const EarlyFinish* early, SkipPolicy policy) {
+  for (std::size_t i = 0; i < count; ++i) {
+    if (batches[i].node->router() != nullptr) {
+      execute_routed(batches, count, early, policy);
+      return;
+    }
+  }
+  execute_direct(batches, count, early, policy);
+}
+
+void execute_direct(NodeBatch* batches, std::size_t count, const EarlyFinish* early,
+                    SkipPolicy policy) {
   PerNode<bool> stale(count, false);
   execute_once(batches, count, stale.data(), early, policy);
   if (std::find(stale.begin(), stale.end(), true) == stale.end()) return;
