@@ -36,9 +36,13 @@ redlock::LockOptions options(std::chrono::milliseconds ttl = 10s) {
   return o;
 }
 
-// The keys a lock on `k` leaves on the server must all be on `node`.
+// Whether `k` is on `node` (ASKING first: an importing node answers for the slot it imports).
 bool on_node(RedisCluster& cluster, std::size_t node, const std::string& k) {
-  return cluster.node(node).raw({"EXISTS", k}).integer() == 1;
+  return cluster.node(node).raw_pipeline({{"ASKING"}, {"EXISTS", k}}).at(1).integer() == 1;
+}
+
+long long pttl(RedisCluster& cluster, std::size_t node, const std::string& k) {
+  return cluster.node(node).raw_pipeline({{"ASKING"}, {"PTTL", k}}).at(1).integer();
 }
 
 }  // namespace
@@ -104,4 +108,151 @@ TEST_CASE("Cluster: lock, fence, extend and release on each master and on a tagg
     CHECK(other.fence() == 2);
     other.unlock();
   }
+}
+
+TEST_CASE("Cluster: a held lock's slot moves to another master; extend and release follow MOVED",
+          "[cluster][redis]") {
+  RedisCluster& cluster = shared_cluster();
+  redlock::Client client(cluster.uri());
+  const auto masters = cluster.masters();
+  const auto k = cluster.key_on(masters[0], "migrate-");
+  const std::uint16_t slot = key_slot(k);
+  redlock::Lock lock(client, k, options());
+  REQUIRE(lock.try_lock());
+  const auto fence = lock.fence();
+  cluster.migrate_slot(slot, masters[1]);
+  CHECK(on_node(cluster, masters[1], k));
+  CHECK(on_node(cluster, masters[1], helper_key(k, ":fence")));
+  CHECK(lock.extend(20s));  // MOVED, then on the new owner
+  CHECK(pttl(cluster, masters[1], k) > 10'000);
+  redlock::Lock other(redlock::Client(cluster.endpoint()), k, options());
+  CHECK_FALSE(other.try_lock());  // no double grant on the new owner
+  lock.unlock();
+  CHECK_FALSE(on_node(cluster, masters[1], k));
+  REQUIRE(other.try_lock());
+  CHECK(other.fence() == fence + 1);  // the counter moved with the slot
+  other.unlock();
+  cluster.migrate_slot(slot, masters[0]);
+}
+
+TEST_CASE(
+    "Cluster: in the middle of a migration, ASK sends extend, acquire and release to the "
+    "importing master",
+    "[cluster][redis]") {
+  RedisCluster& cluster = shared_cluster();
+  redlock::Client client(cluster.uri());
+  const auto masters = cluster.masters();
+  const auto k = cluster.key_on(masters[0], "ask-");
+  const std::uint16_t slot = key_slot(k);
+  redlock::Lock lock(client, k, options());
+  REQUIRE(lock.try_lock());
+  const auto fence = lock.fence();
+  cluster.begin_migration(slot, masters[0], masters[1]);
+  CHECK(lock.extend(20s));  // the keys are still on the migrating master: served there
+  cluster.move_keys(slot, masters[0], masters[1]);
+  CHECK(on_node(cluster, masters[1], k));
+  CHECK(lock.extend(25s));  // ASK: ASKING + the extend on the importing master
+  CHECK(pttl(cluster, masters[1], k) > 20'000);
+  redlock::Lock other(client, k, options());
+  CHECK_FALSE(other.try_lock());
+  lock.unlock();
+  CHECK_FALSE(on_node(cluster, masters[1], k));
+  // Now the fence counter is on the importing master and the lock key on neither: a script on
+  // both keys gets TRYAGAIN until the migration ends, and never a grant.
+  CHECK_THROWS_AS(other.try_lock(), redlock::ConnectionError);
+  CHECK_FALSE(on_node(cluster, masters[0], k));
+  CHECK_FALSE(on_node(cluster, masters[1], k));
+  // Nothing was learnt from ASK: the slot still belongs to the source until SETSLOT NODE.
+  CHECK(cluster.owner(slot) == masters[0]);
+  cluster.finish_migration(slot, masters[1]);
+  cluster.await_ok();
+  REQUIRE(other.try_lock());
+  CHECK(other.fence() == fence + 1);
+  CHECK(on_node(cluster, masters[1], k));
+  other.unlock();
+  cluster.migrate_slot(slot, masters[0]);
+}
+
+TEST_CASE("Cluster: wake-on-release and fair hand-over on every master", "[cluster][redis]") {
+  RedisCluster& cluster = shared_cluster();
+  redlock::Client client(cluster.uri());
+  for (std::size_t m : cluster.masters()) {
+    for (const bool fair : {false, true}) {
+      const auto k = cluster.key_on(m, fair ? "fair-" : "wake-");
+      INFO(k);
+      redlock::LockOptions o = options();
+      o.fair = fair;
+      o.retry_delay = 10s;  // only a release message can wake the waiter in time
+      redlock::Lock holder(client, k, o);
+      REQUIRE(holder.try_lock());
+      const auto fence = holder.fence();
+      redlock::Lock waiter(redlock::Client(cluster.uri()), k, o);
+      std::atomic<bool> got{false};
+      std::atomic<std::uint64_t> next{0};
+      std::thread t([&] {
+        got = waiter.try_lock_for(8s);
+        next = waiter.fence();
+        if (got) waiter.unlock();
+      });
+      std::this_thread::sleep_for(300ms);  // the waiter's first attempt is refused
+      const auto released = Clock::now();
+      holder.unlock();
+      t.join();
+      REQUIRE(got.load());
+      CHECK(Clock::now() - released < 5s);
+      CHECK(next.load() == fence + 1);
+    }
+  }
+}
+
+TEST_CASE("Cluster: the watchdog renews holds on all three masters", "[cluster][redis]") {
+  RedisCluster& cluster = shared_cluster();
+  redlock::Client client(cluster.uri());
+  std::vector<std::unique_ptr<redlock::Lock>> locks;
+  for (std::size_t m : cluster.masters()) {
+    redlock::LockOptions o = options(1s);
+    o.auto_renew = true;
+    locks.push_back(std::make_unique<redlock::Lock>(client, cluster.key_on(m, "renew-"), o));
+    REQUIRE(locks.back()->try_lock());
+  }
+  std::this_thread::sleep_for(2500ms);  // 2.5 ttls
+  for (auto& lock : locks) {
+    CHECK(lock->validity() > 0ms);
+    CHECK(lock->release());
+  }
+}
+
+TEST_CASE("Cluster: a seed that is down at start is skipped; all seeds down is a clear error",
+          "[cluster][redis]") {
+  RedisCluster& cluster = shared_cluster();
+  const auto masters = cluster.masters();
+  const std::size_t replica = cluster.replica_of(masters[0]);
+  cluster.node(replica).kill9();
+  {
+    redlock::Client client(cluster.uri({replica, masters[1]}));
+    redlock::Lock lock(client, cluster.key_on(masters[2], "seed-down-"), options());
+    CHECK(lock.try_lock());
+    lock.unlock();
+  }
+  {
+    redlock::test::RedisServer gone;
+    const int port = gone.port();
+    gone.kill9();
+    redlock::Client client("redis-cluster://127.0.0.1:" + std::to_string(port) +
+                           ",127.0.0.1:" + std::to_string(cluster.node(replica).port()));
+    redlock::LockOptions o = options();
+    o.max_unavailable = 1s;
+    redlock::Lock lock(client, key("all-seeds-down"), o);
+    const auto start = Clock::now();
+    CHECK_THROWS_AS(lock.try_lock(), redlock::ConnectionError);
+    CHECK_THROWS_AS(lock.lock(), redlock::Error);  // gives up after max_unavailable
+    CHECK(Clock::now() - start < 10s);
+    try {
+      lock.try_lock();
+    } catch (const redlock::Error& e) {
+      CHECK_THAT(e.what(), Catch::Contains("CLUSTER SLOTS"));
+    }
+  }
+  cluster.node(replica).restart();
+  cluster.await_ok();
 }

@@ -186,6 +186,24 @@ void resend(std::vector<Redo>& redo, std::vector<NodeBatch>& out) {
   }
 }
 
+// A command still redirected after kMaxRedirects rounds (a slot whose keys are split between
+// two masters mid-migration answers TRYAGAIN until the migration ends) fails its part: the
+// command did not run, like a node that could not be reached.
+void give_up(std::vector<Part>& parts, std::vector<NodeBatch>& out) {
+  for (std::size_t p = 0; p < parts.size(); ++p) {
+    NodeBatch& b = out[p];
+    if (!parts[p].keep || b.error) continue;
+    for (const ReplyPtr& reply : b.replies) {
+      if (redirect_of(reply.get()).kind == Redirect::Kind::none) continue;
+      b.error = std::make_exception_ptr(ConnectionError(fmt::format(
+          "redlock: the cluster {} still redirects after {} tries ({}: {}); a slot being "
+          "migrated, try again",
+          parts[p].router->address(), kMaxRedirects, b.node->address(), text(reply.get()))));
+      break;
+    }
+  }
+}
+
 // Follows redirections, at most kMaxRedirects rounds; TRYAGAIN waits 10, 20, 40... ms first.
 void follow(std::vector<Part>& parts, std::vector<NodeBatch>& out) {
   for (int round = 0; round < kMaxRedirects; ++round) {
@@ -199,6 +217,7 @@ void follow(std::vector<Part>& parts, std::vector<NodeBatch>& out) {
     if (tryagain) std::this_thread::sleep_for(std::chrono::milliseconds(10 << round));
     resend(redo, out);
   }
+  give_up(parts, out);
 }
 
 // A part whose node failed (not an answer): the map may be out of date (a failover).
