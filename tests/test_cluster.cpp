@@ -226,7 +226,7 @@ TEST_CASE("Cluster: a seed that is down at start is skipped; all seeds down is a
           "[cluster][redis]") {
   RedisCluster& cluster = shared_cluster();
   const auto masters = cluster.masters();
-  const std::size_t replica = cluster.replica_of(masters[0]);
+  const std::size_t replica = cluster.replica_of(masters[2]);
   cluster.node(replica).kill9();
   {
     redlock::Client client(cluster.uri({replica, masters[1]}));
@@ -255,4 +255,68 @@ TEST_CASE("Cluster: a seed that is down at start is skipped; all seeds down is a
   }
   cluster.node(replica).restart();
   cluster.await_ok();
+}
+
+TEST_CASE("Cluster: CLUSTER FAILOVER keeps a hold; extend and release reach the promoted master",
+          "[cluster][redis]") {
+  RedisCluster& cluster = shared_cluster();
+  redlock::Client client(cluster.uri() + "?wait_replicas=1&wait_timeout=150");
+  const auto masters = cluster.masters();
+  const auto k = cluster.key_on(masters[0], "failover-");
+  redlock::Lock lock(client, k, options());
+  REQUIRE(lock.try_lock());  // acknowledged by the replica (WAIT 1)
+  const std::size_t replica = cluster.replica_of(masters[0]);
+  cluster.failover(replica);  // a manual failover: the replica catches up first
+  CHECK(lock.extend(20s));    // MOVED from the demoted master
+  CHECK(pttl(cluster, replica, k) > 10'000);
+  redlock::Lock other(client, k, options());
+  CHECK_FALSE(other.try_lock());
+  CHECK(lock.release());
+  CHECK_FALSE(on_node(cluster, replica, k));
+  // The cluster keeps its new shape (failing back at once is refused by Redis for a while);
+  // every case asks masters() and replica_of() afresh.
+}
+
+TEST_CASE(
+    "Cluster: kill -9 of a master; with wait_replicas the hold survives on the promoted "
+    "replica",
+    "[cluster][redis][slow]") {
+  RedisCluster cluster;  // its own: this one loses a master
+  redlock::Client client(cluster.uri() + "?wait_replicas=1&wait_timeout=150");
+  const auto masters = cluster.masters();
+  const auto k = cluster.key_on(masters[0], "kill-");
+  redlock::Lock lock(client, k, options(30s));
+  REQUIRE(lock.try_lock());
+  const auto fence = lock.fence();
+  const std::size_t replica = cluster.replica_of(masters[0]);
+  cluster.node(masters[0]).kill9();
+  // Until the replica is promoted (cluster-node-timeout 1 s, then an election) an extend fails
+  // with a ConnectionError or TimeoutError (the lease is unaffected). The promoted replica has no
+  // replica of its own, so then the extend reaches it and fails with ReplicationError: WAIT 1 can
+  // no longer be met, and the lease keeps its ttl. It never says the lease is gone.
+  const auto deadline = Clock::now() + 20s;
+  bool reached = false;
+  std::size_t failures = 0;
+  while (!reached && Clock::now() < deadline) {
+    try {
+      lock.extend(30s);
+      FAIL("an extend was confirmed without a replica");
+    } catch (const redlock::ReplicationError&) {
+      reached = true;
+    } catch (const redlock::Error&) {
+      ++failures;
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+  REQUIRE(reached);
+  CHECK(failures > 0);
+  CHECK(cluster.node(replica).raw({"ROLE"}).elements().at(0).str() == "master");
+  CHECK(pttl(cluster, replica, k) > 0);  // the hold survived, acknowledged by WAIT before
+  redlock::Client plain(cluster.uri({replica}));
+  redlock::Lock other(plain, k, options());
+  CHECK_FALSE(other.try_lock());  // no double grant after the failover
+  CHECK(lock.release());
+  REQUIRE(other.try_lock());
+  CHECK(other.fence() == fence + 1);
+  other.unlock();
 }

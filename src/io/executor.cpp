@@ -134,8 +134,20 @@ void retry_noscript(Pending& p) {
     }
   }
   if (redo.empty()) return;
+  // A WAIT behind a script that did not run counted the replicas before the write: it is sent
+  // again behind the EVAL.
+  for (std::size_t i = redo.front() + 1; i < p.batch->commands.size(); ++i) {
+    const CommandView& c = p.batch->commands[i];
+    if (c.script == nullptr && c.argc == 3 && std::string_view(c.argv[0], c.lens[0]) == "WAIT") {
+      redo.push_back(i);
+    }
+  }
+  std::sort(redo.begin(), redo.end());
   log_message(LogLevel::debug, "redlock: NOSCRIPT, re-sending with EVAL");
-  for (std::size_t i : redo) append(*p.connection, p.batch->commands[i], Dialect::as_eval);
+  for (std::size_t i : redo) {
+    const CommandView& c = p.batch->commands[i];
+    append(*p.connection, c, c.script != nullptr ? Dialect::as_eval : Dialect::as_given);
+  }
   p.replies.clear();
   p.expected = redo.size();
   p.trailing = false;  // alone in this loop: awaited until its own deadline

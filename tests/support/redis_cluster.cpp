@@ -211,13 +211,22 @@ std::size_t RedisCluster::replica_of(std::size_t master) const {
 }
 
 void RedisCluster::failover(std::size_t replica, std::chrono::milliseconds limit) {
+  const auto deadline = Clock::now() + limit;
+  // A replica that has just (re)started must finish its sync first, or it refuses to take over.
+  while (node(replica).raw({"INFO", "replication"}).str().find("master_link_status:up") ==
+         std::string::npos) {
+    if (Clock::now() > deadline) throw std::runtime_error("redis_cluster: replica not in sync");
+    std::this_thread::sleep_for(kPoll);
+  }
   const auto reply = node(replica).raw({"CLUSTER", "FAILOVER"});
   if (reply.type() == redlock::Reply::Type::error) {
     throw std::runtime_error("redis_cluster: CLUSTER FAILOVER refused: " + reply.str());
   }
-  const auto deadline = Clock::now() + limit;
   while (node(replica).raw({"ROLE"}).elements().at(0).str() != "master") {
-    if (Clock::now() > deadline) throw std::runtime_error("redis_cluster: failover timed out");
+    if (Clock::now() > deadline) {
+      throw std::runtime_error("redis_cluster: failover timed out; the replica's log ends:\n" +
+                               node(replica).raw({"INFO", "replication"}).str());
+    }
     std::this_thread::sleep_for(kPoll);
   }
   await_ok(limit);
