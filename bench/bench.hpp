@@ -60,6 +60,7 @@ void section_degraded(const Config& config, Report& report);
 // Section 7 (tls.cpp).
 void section_tls(const Config& config, Report& report);
 void section_sentinel(const Config& config, Report& report);
+void section_cluster(const Config& config, Report& report);
 // Section 3 (contended.cpp).
 void section_contended(const Config& config, Report& report);
 // Section 6 (load.cpp).

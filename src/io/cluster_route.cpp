@@ -77,6 +77,7 @@ std::size_t part_for(std::vector<Part>& parts, std::vector<NodeBatch>& out, std:
 bool split_cluster(NodeBatch& batch, std::size_t origin, std::vector<Part>& parts,
                    std::vector<NodeBatch>& out) {
   ClusterRouter& router = *batch.node->router();
+  const std::size_t first = parts.size();
   try {
     std::shared_ptr<ClientImpl> last;
     for (std::size_t k = 0; k < batch.commands.size(); ++k) {
@@ -96,6 +97,8 @@ bool split_cluster(NodeBatch& batch, std::size_t origin, std::vector<Part>& part
     }
   } catch (...) {
     batch.error = std::current_exception();
+    parts.erase(parts.begin() + static_cast<std::ptrdiff_t>(first), parts.end());  // none runs
+    out.erase(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
     return false;
   }
   return true;
