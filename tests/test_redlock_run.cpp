@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
 #include "support/sentinel_set.hpp"
 #include "util/key_slot.hpp"  // helper_key: the names of a lock's helper keys
@@ -1126,4 +1127,27 @@ TEST_CASE("redlock-run through Sentinel: --redis, REDLOCK_REDIS and --redis-file
   CHECK(run({"--redis-file", file, "--key", k, "--", "true"}, &err) == 0);
   CHECK(err.empty());
   CHECK_FALSE(held(set.data(set.master_index()), k));
+}
+
+TEST_CASE("redlock-run on a Redis Cluster: --redis redis-cluster://, --status and --fencing",
+          "[cluster][cli]") {
+  redlock::test::RedisCluster cluster;
+  TempDir dir;
+  const auto masters = cluster.masters();
+  const auto k = cluster.key_on(masters[1], "run-cluster-");
+  const std::string uri = cluster.uri({masters[0]});  // one seed; the key is elsewhere
+  const std::string started = dir / "started";
+  {
+    Tool tool({"--redis", uri, "--key", k, "--fencing", "--", "sh", "-c",
+               "touch " + started + "; sleep 0.5"});
+    REQUIRE(eventually([&] { return exists(started); }));
+    CHECK(held(cluster.node(masters[1]), k));  // on the master that owns the key's slot
+    Tool status({"--redis", uri, "--key", k, "--status"});
+    CHECK(status.wait() == 0);                               // 0: held
+    CHECK_THAT(status.out(), Catch::Contains("held, ttl"));  // and the holder record was found
+    CHECK_THAT(status.out(), Catch::Contains("command=sh"));
+    CHECK(tool.wait() == 0);
+  }
+  CHECK(cluster.node(masters[1]).raw({"GET", helper_key(k, ":fence")}).str() == "1");
+  CHECK_FALSE(held(cluster.node(masters[1]), k));
 }

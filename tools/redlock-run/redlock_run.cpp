@@ -218,7 +218,9 @@ Servers (one is a plain lock; several form a Redlock, held when N/2+1 of them gr
                         &cert=FILE&key=FILE, &sni=NAME, &insecure=1),
                         unix:///path/to/sock, or through Sentinel
                         redis-sentinel://[:password@]s1[:port],s2[,...][?sentinel_password=
-                        PW]#SERVICE (rediss-sentinel:// for TLS); any of them takes
+                        PW]#SERVICE (rediss-sentinel:// for TLS), or a Redis Cluster
+                        redis-cluster://[user[:password]@]h1[:port],h2[,...]
+                        (rediss-cluster:// for TLS); any of them takes
                         ?wait_replicas=N&wait_timeout=ms. Repeat for a Redlock.
   --redis-file PATH     Read server URIs from PATH, one a line (# after a space starts a
                         comment).
