@@ -320,3 +320,25 @@ TEST_CASE(
   CHECK(other.fence() == fence + 1);
   other.unlock();
 }
+
+TEST_CASE("Cluster: a Semaphore's permits share its key's slot; keys that cannot are refused",
+          "[cluster][redis]") {
+  RedisCluster& cluster = shared_cluster();
+  redlock::Client client(cluster.uri());
+  const auto masters = cluster.masters();
+  const auto k = cluster.key_on(masters[2], "sem-");
+  redlock::Semaphore a(client, k, 2, options()), b(client, k, 2, options()),
+      c(client, k, 2, options());
+  REQUIRE(a.try_acquire());
+  REQUIRE(b.try_acquire());
+  CHECK_FALSE(c.try_acquire());
+  CHECK(on_node(cluster, masters[2], helper_key(k, ":permit:1")));
+  CHECK(a.release());
+  REQUIRE(c.try_acquire());
+  CHECK(c.fence() > b.fence());
+  CHECK(b.release());
+  CHECK(c.release());
+  CHECK_THROWS_AS(redlock::Lock(client, key("no}tag"), options()), std::invalid_argument);
+  CHECK_THROWS_AS(redlock::Semaphore(client, key("no}tag"), 2, options()), std::invalid_argument);
+  CHECK_NOTHROW(redlock::Lock(client, key("a{tag}b}"), options()));
+}
