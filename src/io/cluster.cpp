@@ -46,12 +46,12 @@ ClusterRouter::ClusterRouter(const Endpoint& endpoint) : template_(endpoint) {
   }
 }
 
-std::shared_ptr<ClientImpl> ClusterRouter::node(const std::string& host, int port) {
+ClientImpl* ClusterRouter::node(const std::string& host, int port) {
   std::lock_guard<std::mutex> guard(mutex_);
   return node_locked(host, port);
 }
 
-std::shared_ptr<ClientImpl> ClusterRouter::node_locked(const std::string& host, int port) {
+ClientImpl* ClusterRouter::node_locked(const std::string& host, int port) {
   std::shared_ptr<ClientImpl>& pool = nodes_[host_port(host, port)];
   if (!pool) {
     Endpoint e = template_;
@@ -59,18 +59,16 @@ std::shared_ptr<ClientImpl> ClusterRouter::node_locked(const std::string& host, 
     e.port = port;
     pool = std::make_shared<ClientImpl>(std::move(e));
   }
-  return pool;
+  return pool.get();
 }
 
-std::shared_ptr<ClientImpl> ClusterRouter::owner(std::uint16_t slot) {
+ClientImpl* ClusterRouter::owner(std::uint16_t slot) {
   for (int round = 0; round < 2; ++round) {
     {
       std::lock_guard<std::mutex> guard(mutex_);
       // After a refresh (round 1) the map is taken as it is, even if marked stale again.
       if (!owners_.empty() && (round == 1 || !stale_.load(std::memory_order_acquire))) {
-        const auto found = std::find_if(masters_.begin(), masters_.end(),
-                                        [&](const auto& m) { return m.get() == owners_[slot]; });
-        if (owners_[slot] != nullptr && found != masters_.end()) return *found;
+        if (owners_[slot] != nullptr) return owners_[slot];
       }
     }
     if (round == 0) refresh();
@@ -81,7 +79,7 @@ std::shared_ptr<ClientImpl> ClusterRouter::owner(std::uint16_t slot) {
       address_, slot));
 }
 
-std::shared_ptr<ClientImpl> ClusterRouter::any_master() {
+ClientImpl* ClusterRouter::any_master() {
   {
     std::lock_guard<std::mutex> guard(mutex_);
     if (!masters_.empty() && !stale_.load(std::memory_order_acquire)) return masters_.front();
@@ -96,8 +94,8 @@ std::shared_ptr<ClientImpl> ClusterRouter::any_master() {
 
 void ClusterRouter::moved(std::uint16_t slot, const std::string& host, int port) {
   std::lock_guard<std::mutex> guard(mutex_);
-  std::shared_ptr<ClientImpl> target = node_locked(host, port);
-  if (!owners_.empty()) owners_[slot] = target.get();
+  ClientImpl* const target = node_locked(host, port);
+  if (!owners_.empty()) owners_[slot] = target;
   if (std::find(masters_.begin(), masters_.end(), target) == masters_.end()) {
     masters_.push_back(target);
   }
@@ -106,10 +104,10 @@ void ClusterRouter::moved(std::uint16_t slot, const std::string& host, int port)
 
 // The seeds first, then every other node the map has named (a cluster whose seeds all left
 // can still be found through the masters it had).
-std::vector<std::shared_ptr<ClientImpl>> ClusterRouter::candidates() const {
-  std::vector<std::shared_ptr<ClientImpl>> out = seeds_;
+std::vector<ClientImpl*> ClusterRouter::candidates() const {
+  std::vector<ClientImpl*> out = seeds_;
   std::lock_guard<std::mutex> guard(mutex_);
-  for (const auto& m : masters_) {
+  for (ClientImpl* m : masters_) {
     if (std::find(out.begin(), out.end(), m) == out.end()) out.push_back(m);
   }
   return out;
@@ -121,7 +119,7 @@ void ClusterRouter::refresh() {
   std::lock_guard<std::mutex> one_at_a_time(refresh_mutex_);
   if (refreshes_.load(std::memory_order_acquire) != seen) return;  // done meanwhile
   std::string log;
-  for (const auto& candidate : candidates()) {
+  for (ClientImpl* candidate : candidates()) {
     std::vector<Range> ranges;
     if (!ask(*candidate, ranges, log)) continue;
     adopt(ranges);
@@ -175,8 +173,8 @@ void ClusterRouter::adopt(const std::vector<Range>& ranges) {
   owners_.assign(kClusterSlots, nullptr);
   masters_.clear();
   for (const Range& r : ranges) {
-    std::shared_ptr<ClientImpl> master = node_locked(r.host, r.port);
-    for (unsigned s = r.first; s <= r.last; ++s) owners_[s] = master.get();
+    ClientImpl* const master = node_locked(r.host, r.port);
+    for (unsigned s = r.first; s <= r.last; ++s) owners_[s] = master;
     if (std::find(masters_.begin(), masters_.end(), master) == masters_.end()) {
       masters_.push_back(master);
     }

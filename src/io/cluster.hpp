@@ -5,7 +5,7 @@
 // replies are followed (a bounded number of times) before the caller sees any reply.
 //
 //   auto router = shared_router(endpoint);          // one per process for each cluster + settings
-//   std::shared_ptr<ClientImpl> m = router->owner(key_slot(key));  // refreshes a missing map
+//   ClientImpl* m = router->owner(key_slot(key));   // refreshes a missing map
 //   router->moved(slot, "127.0.0.1", 7002);         // a MOVED reply: the map is refreshed once
 //
 // Thread-safe. Lock order: the router's refresh mutex, then its state mutex; a refresh runs
@@ -47,12 +47,12 @@ class ClusterRouter {
   // The pool of the master that owns `slot`, after a refresh of the map if it has none or was
   // marked stale. Throws ConnectionError (no seed or known node answered CLUSTER SLOTS, or no
   // master owns the slot); the message names what was tried.
-  std::shared_ptr<ClientImpl> owner(std::uint16_t slot);
+  ClientImpl* owner(std::uint16_t slot);
   // Some master (for commands without a key, and the subscriber). Throws as owner().
-  std::shared_ptr<ClientImpl> any_master();
+  ClientImpl* any_master();
   // The pool for host:port (a MOVED or ASK target), created on first use. Never throws but
-  // std::bad_alloc.
-  std::shared_ptr<ClientImpl> node(const std::string& host, int port);
+  // std::bad_alloc. Pools live as long as the router (the pointers above stay valid).
+  ClientImpl* node(const std::string& host, int port);
   // A MOVED reply: `slot` is at host:port now; the whole map is refreshed by the next lookup
   // (once for a burst: one refresh clears the mark). Never throws but std::bad_alloc.
   void moved(std::uint16_t slot, const std::string& host, int port);
@@ -74,18 +74,18 @@ class ClusterRouter {
   void refresh();
   bool ask(ClientImpl& node, std::vector<Range>& ranges, std::string& log);
   void adopt(const std::vector<Range>& ranges);
-  std::shared_ptr<ClientImpl> node_locked(const std::string& host, int port);
-  std::vector<std::shared_ptr<ClientImpl>> candidates() const;
+  ClientImpl* node_locked(const std::string& host, int port);
+  std::vector<ClientImpl*> candidates() const;
 
   Endpoint template_;  // credentials, TLS, timeouts; host and port set per node
   std::string address_;
-  std::vector<std::shared_ptr<ClientImpl>> seeds_;
+  std::vector<ClientImpl*> seeds_;
   std::mutex refresh_mutex_;  // one refresh at a time
 
   mutable std::mutex mutex_;                                  // guards the fields below
   std::map<std::string, std::shared_ptr<ClientImpl>> nodes_;  // by "host:port"; never shrinks
   std::vector<ClientImpl*> owners_;  // slot -> master (null: none known); empty: no map yet
-  std::vector<std::shared_ptr<ClientImpl>> masters_;
+  std::vector<ClientImpl*> masters_;
 
   std::atomic<bool> stale_{false};
   std::atomic<std::uint64_t> refreshes_{0};

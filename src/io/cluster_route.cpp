@@ -17,6 +17,7 @@
 #include "io/executor.hpp"
 #include "io/pool.hpp"
 #include "util/log_internal.hpp"
+#include "util/small_vector.hpp"
 
 namespace redlock {
 namespace detail {
@@ -28,9 +29,9 @@ constexpr int kMaxRedirects = 5;
 // One batch's commands for one node.
 struct Part {
   std::size_t origin{0};
-  std::vector<std::size_t> index;    // which of the origin's commands, in order
-  std::shared_ptr<ClientImpl> keep;  // the master (null: not a cluster batch)
-  ClusterRouter* router{nullptr};    // the batch's cluster, alive while the batch runs
+  SmallVector<std::size_t, 4> index;  // which of the origin's commands, in order
+  ClientImpl* keep{nullptr};          // the master (null: not a cluster batch); the router's
+  ClusterRouter* router{nullptr};     // the batch's cluster, alive while the batch runs
 };
 
 struct Redirect {
@@ -61,28 +62,31 @@ Redirect redirect_of(const redisReply* reply) {
 }
 
 // The part of batch `origin` for `node`, created if new.
-std::size_t part_for(std::vector<Part>& parts, std::vector<NodeBatch>& out, std::size_t origin,
-                     std::shared_ptr<ClientImpl> node, ClusterRouter& router) {
+std::size_t part_for(PerNode<Part>& parts, PerNode<NodeBatch>& out, std::size_t origin,
+                     ClientImpl* node, ClusterRouter& router) {
   for (std::size_t p = 0; p < parts.size(); ++p) {
     if (parts[p].origin == origin && parts[p].keep == node) return p;
   }
   out.emplace_back();
-  out.back().node = node.get();
-  parts.push_back(Part{origin, {}, std::move(node), &router});
+  out.back().node = node;
+  parts.emplace_back();
+  parts.back().origin = origin;
+  parts.back().keep = node;
+  parts.back().router = &router;
   return parts.size() - 1;
 }
 
 // A cluster batch's commands by owner. A command without a key goes with the one before it
 // (WAIT behind a write), or to any master. False (batch.error set) if a slot has no owner.
-bool split_cluster(NodeBatch& batch, std::size_t origin, std::vector<Part>& parts,
-                   std::vector<NodeBatch>& out) {
+bool split_cluster(NodeBatch& batch, std::size_t origin, PerNode<Part>& parts,
+                   PerNode<NodeBatch>& out) {
   ClusterRouter& router = *batch.node->router();
   const std::size_t first = parts.size();
   try {
-    std::shared_ptr<ClientImpl> last;
+    ClientImpl* last = nullptr;
     for (std::size_t k = 0; k < batch.commands.size(); ++k) {
       const auto slot = command_slot(batch.commands[k]);
-      last = slot ? router.owner(*slot) : last ? last : router.any_master();
+      last = slot ? router.owner(*slot) : last != nullptr ? last : router.any_master();
       const std::size_t p = part_for(parts, out, origin, last, router);
       parts[p].index.push_back(k);
       out[p].commands.push_back(batch.commands[k]);
@@ -90,22 +94,21 @@ bool split_cluster(NodeBatch& batch, std::size_t origin, std::vector<Part>& part
     for (const CommandView& undo : batch.on_timeout) {
       const auto slot = command_slot(undo);
       if (!slot) continue;
-      const auto owner = router.owner(*slot);
+      ClientImpl* const owner = router.owner(*slot);
       for (std::size_t p = 0; p < parts.size(); ++p) {
         if (parts[p].origin == origin && parts[p].keep == owner) out[p].on_timeout.push_back(undo);
       }
     }
   } catch (...) {
     batch.error = std::current_exception();
-    parts.erase(parts.begin() + static_cast<std::ptrdiff_t>(first), parts.end());  // none runs
-    out.erase(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
+    parts.resize(first);  // none of the batch's commands runs
+    out.resize(first);
     return false;
   }
   return true;
 }
 
-void split(NodeBatch* batches, std::size_t count, std::vector<Part>& parts,
-           std::vector<NodeBatch>& out) {
+void split(NodeBatch* batches, std::size_t count, PerNode<Part>& parts, PerNode<NodeBatch>& out) {
   for (std::size_t i = 0; i < count; ++i) {
     NodeBatch& b = batches[i];
     b.error = nullptr;
@@ -118,9 +121,9 @@ void split(NodeBatch* batches, std::size_t count, std::vector<Part>& parts,
     out.back().node = b.node;
     for (const CommandView& c : b.commands) out.back().commands.push_back(c);
     for (const CommandView& c : b.on_timeout) out.back().on_timeout.push_back(c);
-    Part part{i, {}, nullptr, nullptr};
+    Part& part = parts.emplace_back();
+    part.origin = i;
     for (std::size_t k = 0; k < b.commands.size(); ++k) part.index.push_back(k);
-    parts.push_back(std::move(part));
   }
 }
 
@@ -129,7 +132,7 @@ struct Redo {
   std::size_t part{0};
   std::vector<std::size_t> at;  // positions in the part
   bool asking{false};
-  std::shared_ptr<ClientImpl> target;
+  ClientImpl* target{nullptr};
 };
 
 const char* const kAsking[] = {"ASKING"};
@@ -167,10 +170,10 @@ bool collect(std::size_t p, const Part& part, NodeBatch& b, ClusterRouter& route
 }
 
 // Sends the redirected commands again and puts their replies in place (or fails their part).
-void resend(std::vector<Redo>& redo, std::vector<NodeBatch>& out) {
+void resend(std::vector<Redo>& redo, PerNode<NodeBatch>& out) {
   std::vector<NodeBatch> again(redo.size());
   for (std::size_t r = 0; r < redo.size(); ++r) {
-    again[r].node = redo[r].target.get();
+    again[r].node = redo[r].target;
     if (redo[r].asking) again[r].commands.push_back(CommandView{1, kAsking, kAskingLen});
     for (std::size_t j : redo[r].at) again[r].commands.push_back(out[redo[r].part].commands[j]);
   }
@@ -192,10 +195,10 @@ void resend(std::vector<Redo>& redo, std::vector<NodeBatch>& out) {
 // A command still redirected after kMaxRedirects rounds (a slot whose keys are split between
 // two masters mid-migration answers TRYAGAIN until the migration ends) fails its part: the
 // command did not run, like a node that could not be reached.
-void give_up(std::vector<Part>& parts, std::vector<NodeBatch>& out) {
+void give_up(PerNode<Part>& parts, PerNode<NodeBatch>& out) {
   for (std::size_t p = 0; p < parts.size(); ++p) {
     NodeBatch& b = out[p];
-    if (!parts[p].keep || b.error) continue;
+    if (parts[p].keep == nullptr || b.error) continue;
     for (const ReplyPtr& reply : b.replies) {
       if (redirect_of(reply.get()).kind == Redirect::Kind::none) continue;
       b.error = std::make_exception_ptr(ConnectionError(fmt::format(
@@ -208,12 +211,12 @@ void give_up(std::vector<Part>& parts, std::vector<NodeBatch>& out) {
 }
 
 // Follows redirections, at most kMaxRedirects rounds; TRYAGAIN waits 10, 20, 40... ms first.
-void follow(std::vector<Part>& parts, std::vector<NodeBatch>& out) {
+void follow(PerNode<Part>& parts, PerNode<NodeBatch>& out) {
   for (int round = 0; round < kMaxRedirects; ++round) {
     std::vector<Redo> redo;
     bool tryagain = false;
     for (std::size_t p = 0; p < parts.size(); ++p) {
-      if (!parts[p].keep || out[p].error) continue;
+      if (parts[p].keep == nullptr || out[p].error) continue;
       tryagain = collect(p, parts[p], out[p], *parts[p].router, redo) || tryagain;
     }
     if (redo.empty()) return;
@@ -224,9 +227,9 @@ void follow(std::vector<Part>& parts, std::vector<NodeBatch>& out) {
 }
 
 // A part whose node failed (not an answer): the map may be out of date (a failover).
-void note_failures(std::vector<Part>& parts, std::vector<NodeBatch>& out) {
+void note_failures(PerNode<Part>& parts, PerNode<NodeBatch>& out) {
   for (std::size_t p = 0; p < parts.size(); ++p) {
-    if (!parts[p].keep || !out[p].error) continue;
+    if (parts[p].keep == nullptr || !out[p].error) continue;
     try {
       std::rethrow_exception(out[p].error);
     } catch (const ServerError&) {
@@ -237,7 +240,7 @@ void note_failures(std::vector<Part>& parts, std::vector<NodeBatch>& out) {
 }
 
 // Puts the parts' replies back into their batches, in the batches' command order.
-void join(NodeBatch* batches, std::vector<Part>& parts, std::vector<NodeBatch>& out) {
+void join(NodeBatch* batches, PerNode<Part>& parts, PerNode<NodeBatch>& out) {
   for (std::size_t p = 0; p < parts.size(); ++p) {
     NodeBatch& b = batches[parts[p].origin];
     b.retried = b.retried || out[p].retried;
@@ -255,7 +258,7 @@ void join(NodeBatch* batches, std::vector<Part>& parts, std::vector<NodeBatch>& 
 
 struct MappedFinish {
   const EarlyFinish* inner;
-  const std::vector<Part>* parts;
+  const PerNode<Part>* parts;
   bool operator()(std::size_t node, const redisReply* reply) const {
     return inner->succeeded((*parts)[node].origin, reply);
   }
@@ -265,10 +268,8 @@ struct MappedFinish {
 
 void execute_routed(NodeBatch* batches, std::size_t count, const EarlyFinish* early,
                     SkipPolicy policy) {
-  std::vector<Part> parts;
-  std::vector<NodeBatch> out;
-  parts.reserve(count);
-  out.reserve(count);
+  PerNode<Part> parts;
+  PerNode<NodeBatch> out;
   split(batches, count, parts, out);
   // An early finish counts nodes: only when every batch is one part (one master each).
   const MappedFinish test{early, &parts};

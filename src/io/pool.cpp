@@ -201,7 +201,7 @@ bool ClientImpl::fresh(Connection& connection) const noexcept {
 
 Dial ClientImpl::dial() const {
   if (router_) {  // a connection of the cluster's own (the subscriber's): to some master
-    const std::shared_ptr<ClientImpl> master = router_->any_master();
+    const ClientImpl* const master = router_->any_master();
     Dial dial = master->dial();
     dial.target = std::make_shared<const Endpoint>(master->endpoint());
     return dial;
