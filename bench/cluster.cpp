@@ -140,18 +140,20 @@ void section_cluster(const Config& config, Report& report) {
   const double spread4 = threaded(on_cluster, four_spread, config.seconds);
   const double one4 = threaded(on_cluster, four_one, config.seconds);
   const auto [extend_before, extend_after] = migration_extend(cluster, on_cluster);
-  Table table({"Lock cycle", "cycles/s", "p50 us", "vs standalone"});
-  table.row({"standalone, 1 thread", num(t[0].cycles_per_s), num(t[0].p50_ns / 1e3), "1.00x"});
-  table.row({"cluster, 1 thread", num(t[1].cycles_per_s), num(t[1].p50_ns / 1e3),
-             times(rate1) + (rate1 >= 0.95 ? " (goal >=0.95x met)" : " (goal >=0.95x MISSED)")});
-  table.row(
-      {"one master, straight (plain Client)", num(t[2].cycles_per_s), num(t[2].p50_ns / 1e3), "-"});
-  table.row({"one master, through the router", num(t[3].cycles_per_s), num(t[3].p50_ns / 1e3),
-             times(routed) + " of straight"});
-  table.row({"standalone, 4 threads", num(alone4), "-", "1.00x"});
-  table.row(
-      {"cluster, 4 threads, keys on 3 masters", num(spread4), "-", times(ratio(spread4, alone4))});
-  table.row({"cluster, 4 threads, keys on 1 master", num(one4), "-",
+  Table table({"Lock cycle", "cycles/s", "p50 us", "cpu us/cyc", "vs standalone"});
+  const auto row = [&](const char* name, const Timed& x, const std::string& versus) {
+    table.row({name, num(x.cycles_per_s), num(x.p50_ns / 1e3), num(x.cpu_ns / 1e3), versus});
+  };
+  row("standalone, 1 thread", t[0], "1.00x");
+  row("cluster, 1 thread", t[1],
+      times(rate1) + (rate1 >= 0.95 ? " (goal >=0.95x met)" : " (goal >=0.95x MISSED)"));
+  row("one master, straight (plain Client)", t[2], "-");
+  row("one master, through the router", t[3],
+      times(routed) + " of straight; cpu " + times(ratio(t[3].cpu_ns, t[2].cpu_ns)));
+  table.row({"standalone, 4 threads", num(alone4), "-", "-", "1.00x"});
+  table.row({"cluster, 4 threads, keys on 3 masters", num(spread4), "-", "-",
+             times(ratio(spread4, alone4))});
+  table.row({"cluster, 4 threads, keys on 1 master", num(one4), "-", "-",
              times(ratio(one4, alone4)) + "; 3 masters / 1: " + times(ratio(spread4, one4))});
   table.print(std::cout);
   std::cout << "  client commands per uncontended cycle on the cluster: " << num(per_cycle)
@@ -170,6 +172,7 @@ void section_cluster(const Config& config, Report& report) {
   j.set("one_master_straight_cycles_per_s", t[2].cycles_per_s);
   j.set("one_master_routed_cycles_per_s", t[3].cycles_per_s);
   j.set("routed_vs_straight", routed);
+  j.set("routed_cpu_vs_straight", ratio(t[3].cpu_ns, t[2].cpu_ns));
   j.set("commands_per_cycle", per_cycle);
   j.set("standalone_4t_cycles_per_s", alone4);
   j.set("cluster_4t_3_masters_cycles_per_s", spread4);
