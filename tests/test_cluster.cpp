@@ -376,3 +376,44 @@ TEST_CASE("wait_replicas: after NOSCRIPT the WAIT is sent again behind the EVAL"
   replica.resume();
   CHECK(master.raw({"EXISTS", key("noscript")}).integer() == 0);  // rolled back
 }
+
+TEST_CASE(
+    "Cluster: a slot migrates under a renewed hold and a waiting waiter; the hold survives "
+    "and the waiter wakes on the new owner",
+    "[cluster][redis]") {
+  RedisCluster& cluster = shared_cluster();
+  redlock::Client client(cluster.uri());
+  const auto masters = cluster.masters();
+  const auto k = cluster.key_on(masters[1], "under-load-");
+  const std::uint16_t slot = key_slot(k);
+  redlock::LockOptions renewed = options(1s);
+  renewed.auto_renew = true;
+  redlock::Lock holder(client, k, renewed);
+  REQUIRE(holder.try_lock());
+  const auto fence = holder.fence();
+  redlock::LockOptions patient = options();
+  patient.retry_delay = 10s;  // only the release message wakes it in time
+  redlock::Lock waiter(redlock::Client(cluster.uri()), k, patient);
+  std::atomic<bool> got{false};
+  std::atomic<bool> early{false};
+  std::atomic<std::uint64_t> next{0};
+  std::atomic<bool> released{false};
+  std::thread t([&] {
+    got = waiter.try_lock_for(20s);
+    early = !released.load();
+    next = waiter.fence();
+    if (got) waiter.unlock();
+  });
+  std::this_thread::sleep_for(300ms);
+  cluster.migrate_slot(slot, masters[2]);
+  std::this_thread::sleep_for(2s);  // two ttls: renewals must have reached the new owner
+  CHECK(holder.validity() > 0ms);
+  CHECK(pttl(cluster, masters[2], k) > 0);
+  released = true;
+  CHECK(holder.release());
+  t.join();
+  CHECK(got.load());
+  CHECK_FALSE(early.load());  // never granted while held
+  CHECK(next.load() == fence + 1);
+  cluster.migrate_slot(slot, masters[1]);
+}
