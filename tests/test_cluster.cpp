@@ -417,3 +417,59 @@ TEST_CASE(
   CHECK(next.load() == fence + 1);
   cluster.migrate_slot(slot, masters[1]);
 }
+
+TEST_CASE("Cluster: contention while the slots migrate back and forth: no overlap, fences grow",
+          "[cluster][redis][slow]") {
+  RedisCluster& cluster = shared_cluster();
+  const auto masters = cluster.masters();
+  const std::string keys[] = {
+      cluster.key_on(masters[0], "churn-"),
+      key("churn{" + std::to_string(Clock::now().time_since_epoch().count()) + "}")};
+  std::atomic<bool> in_use[2] = {{false}, {false}};
+  std::atomic<std::uint64_t> last_fence[2] = {{0}, {0}};
+  std::atomic<int> overlaps{0}, inversions{0}, holds{0}, errors{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 4; ++w) {
+    workers.emplace_back([&, w] {
+      redlock::Client client(cluster.uri());
+      redlock::LockOptions o = options(5s);
+      o.retry_delay = 5ms;
+      redlock::Lock lock(client, keys[w % 2], o);
+      while (!stop) {
+        try {
+          if (!lock.try_lock_for(2s)) continue;
+        } catch (const redlock::Error&) {
+          ++errors;  // mid-migration: the slot's keys split between two masters (TRYAGAIN)
+          continue;
+        }
+        const int j = w % 2;
+        if (in_use[j].exchange(true)) ++overlaps;
+        const std::uint64_t f = lock.fence();
+        if (f <= last_fence[j].exchange(f)) ++inversions;
+        ++holds;
+        std::this_thread::sleep_for(1ms);
+        in_use[j] = false;
+        try {
+          lock.unlock();
+        } catch (const redlock::Error&) {
+          ++errors;  // the lease then expires on its own
+        }
+      }
+    });
+  }
+  for (int round = 0; round < 3; ++round) {
+    for (const auto& k : keys) {
+      const std::uint16_t slot = key_slot(k);
+      const std::size_t owner = cluster.owner(slot);
+      cluster.migrate_slot(slot, owner == masters[0] ? masters[2] : masters[0]);
+    }
+    std::this_thread::sleep_for(200ms);
+  }
+  stop = true;
+  for (auto& t : workers) t.join();
+  INFO("holds " << holds << ", errors " << errors);
+  CHECK(overlaps == 0);
+  CHECK(inversions == 0);
+  CHECK(holds > 20);
+}
