@@ -1,7 +1,6 @@
 // examples/demo/sentinel_faults.cpp: see sentinel_faults.hpp.
 #include "sentinel_faults.hpp"
 
-#include <cstdio>     // std::snprintf
 #include <exception>  // std::exception
 #include <utility>    // std::move
 
@@ -10,17 +9,11 @@ namespace demo {
 namespace {
 constexpr std::int64_t kNsPerMs = 1'000'000;
 constexpr std::int64_t kRestartAfter = 2'000 * kNsPerMs;
-
-std::string at_seconds(std::int64_t ns) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f s", static_cast<double>(ns) / 1e9);
-  return text;
-}
 }  // namespace
 
 SentinelFaults::SentinelFaults(example::ThrowawaySentinel& set, std::chrono::milliseconds duration,
                                RunRecord& run, std::function<void(const std::string&)> print)
-    : set_(set), run_(run), print_(std::move(print)) {
+    : TopologyFaults(run, std::move(print)), set_(set) {
   const std::int64_t d = static_cast<std::int64_t>(duration.count()) * kNsPerMs;
   failover_at_ = d * 30 / 100;
   kill_at_ = d * 60 / 100;
@@ -30,12 +23,6 @@ SentinelFaults::SentinelFaults(example::ThrowawaySentinel& set, std::chrono::mil
 std::string SentinelFaults::describe() const {
   return "SENTINEL FAILOVER at " + at_seconds(failover_at_) + "; kill -9 of the master at " +
          at_seconds(kill_at_) + ", restarted (empty) " + at_seconds(kRestartAfter) + " later";
-}
-
-void SentinelFaults::event(const std::string& what) {
-  const std::int64_t at = monotonic_ns() - run_.start_ns;
-  run_.faults.push_back(FaultEvent{static_cast<double>(at) / 1e9, what});
-  print_("  t=" + at_seconds(at) + "  " + what);
 }
 
 void SentinelFaults::close_window(std::int64_t since, const char* label) {
