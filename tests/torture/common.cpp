@@ -49,7 +49,10 @@ std::string format_duration(std::chrono::nanoseconds d) {
 }
 
 const char* to_string(Mode mode) noexcept {
-  return mode == Mode::lock ? "lock" : mode == Mode::sentinel ? "sentinel" : "redlock";
+  return mode == Mode::lock       ? "lock"
+         : mode == Mode::sentinel ? "sentinel"
+         : mode == Mode::cluster  ? "cluster"
+                                  : "redlock";
 }
 
 const char* to_string(Unsafe unsafe) noexcept {
@@ -68,6 +71,7 @@ std::optional<Mode> parse_mode(std::string_view text) {
   if (text == "redlock") return Mode::redlock;
   if (text == "lock") return Mode::lock;
   if (text == "sentinel") return Mode::sentinel;
+  if (text == "cluster") return Mode::cluster;
   return std::nullopt;
 }
 

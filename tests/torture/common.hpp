@@ -34,7 +34,7 @@ std::string format_duration(std::chrono::nanoseconds d);
 
 // redlock: Redlock over 5 nodes; lock: a Lock on node 0; sentinel: a Lock through Sentinel on
 // a master with 2 replicas and 3 sentinels (no proxies: the faults are failovers, kills, pauses).
-enum class Mode { redlock, lock, sentinel };
+enum class Mode { redlock, lock, sentinel, cluster };
 // Outside the fault model: what the run deliberately breaks (see torture.md).
 enum class Unsafe { none, clock, restart };
 

@@ -22,6 +22,7 @@
 #include <vector>      // std::vector
 
 #include "checker.hpp"
+#include "cluster_nemesis.hpp"
 #include "hold_log.hpp"
 #include "nemesis.hpp"
 #include "sentinel_nemesis.hpp"
@@ -277,6 +278,13 @@ int run_controller(const Options& o) {
     info.notes.emplace_back("auto_renew on: windows end at the last renewed deadline");
   }
   if (o.fair) info.notes.emplace_back("fair mode: waiters queue; releases hand the lock over");
+  if (o.mode == Mode::cluster) {
+    info.exclusion_enforced = false;
+    info.notes.emplace_back(
+        "cluster: 3 masters, 3 replicas; wait_replicas=" + std::to_string(o.wait_replicas) +
+        "; a failover after kill -9 may lose a grant the replica never received, so overlaps "
+        "are reported, not failed: fencing must hold");
+  }
   if (o.mode == Mode::sentinel) {
     info.exclusion_enforced = false;
     info.notes.emplace_back(
@@ -305,6 +313,7 @@ int run_controller(const Options& o) {
     std::unique_ptr<test::RedisServer> store;
     std::vector<Node> nodes;
     std::unique_ptr<test::SentinelSet> sentinels;
+    std::unique_ptr<test::RedisCluster> cluster;
     try {
       const ScopedTmpdir tmpdir(data_dir);
       store = std::make_unique<test::RedisServer>(test::ServerOptions{});
@@ -313,6 +322,7 @@ int run_controller(const Options& o) {
         so.persistence = true;
         sentinels = std::make_unique<test::SentinelSet>(so);
       }
+      if (o.mode == Mode::cluster) cluster = std::make_unique<test::RedisCluster>();
       for (int i = 0; i < nodes_count; ++i) {
         test::ServerOptions so;
         so.persistence = o.unsafe != Unsafe::restart;
@@ -354,6 +364,10 @@ int run_controller(const Options& o) {
       base.sentinel_uri = sentinels->uri();
       base.wait_replicas = o.wait_replicas;
     }
+    if (cluster) {
+      base.sentinel_uri = cluster->uri();
+      base.wait_replicas = o.wait_replicas;
+    }
     std::vector<std::string> log_paths;
     try {
       for (int p = 0; p < o.processes; ++p) {
@@ -375,6 +389,8 @@ int run_controller(const Options& o) {
     std::unique_ptr<Faults> faults;
     if (sentinels) {
       faults = std::make_unique<SentinelNemesis>(*sentinels, seed, nemesis_log);
+    } else if (cluster) {
+      faults = std::make_unique<ClusterNemesis>(*cluster, seed, nemesis_log);
     } else {
       faults = std::make_unique<Nemesis>(nodes, o.unsafe, seed, nemesis_log);
     }
