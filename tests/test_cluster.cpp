@@ -18,20 +18,13 @@
 using namespace std::chrono_literals;
 using redlock::detail::helper_key;
 using redlock::detail::key_slot;
+using redlock::test::cluster_options;
 using redlock::test::key;
 using redlock::test::on_node;
 using redlock::test::pttl;
 using redlock::test::RedisCluster;
 using redlock::test::shared_cluster;
 using Clock = std::chrono::steady_clock;
-
-namespace {
-
-redlock::LockOptions options(std::chrono::milliseconds ttl = 10s) {
-  return redlock::test::cluster_options(ttl);
-}
-
-}  // namespace
 
 TEST_CASE("Cluster URIs: seeds, default port, address, round trip; no database",
           "[unit][cluster]") {
@@ -79,12 +72,12 @@ TEST_CASE("Cluster: lock, fence, extend and release on each master and on a tagg
   keys.emplace_back(tagged, cluster.owner(cluster.keyslot(tagged)));
   for (const auto& [k, owner] : keys) {
     INFO(k);
-    redlock::Lock lock(client, k, options());
+    redlock::Lock lock(client, k, cluster_options());
     REQUIRE(lock.try_lock());
     CHECK(lock.fence() == 1);
     CHECK(on_node(cluster, owner, k));
     CHECK(on_node(cluster, owner, helper_key(k, ":fence")));
-    redlock::Lock other(client, k, options());
+    redlock::Lock other(client, k, cluster_options());
     CHECK_FALSE(other.try_lock());
     CHECK(lock.extend(20s));
     CHECK(cluster.node(owner).raw({"PTTL", k}).integer() > 10'000);
@@ -103,7 +96,7 @@ TEST_CASE("Cluster: wake-on-release and fair hand-over on every master", "[clust
     for (const bool fair : {false, true}) {
       const auto k = cluster.key_on(m, fair ? "fair-" : "wake-");
       INFO(k);
-      redlock::LockOptions o = options();
+      redlock::LockOptions o = cluster_options();
       o.fair = fair;
       o.retry_delay = 10s;  // only a release message can wake the waiter in time
       redlock::Lock holder(client, k, o);
@@ -133,7 +126,7 @@ TEST_CASE("Cluster: the watchdog renews holds on all three masters", "[cluster][
   redlock::Client client(cluster.uri());
   std::vector<std::unique_ptr<redlock::Lock>> locks;
   for (std::size_t m : cluster.masters()) {
-    redlock::LockOptions o = options(1s);
+    redlock::LockOptions o = cluster_options(1s);
     o.auto_renew = true;
     locks.push_back(std::make_unique<redlock::Lock>(client, cluster.key_on(m, "renew-"), o));
     REQUIRE(locks.back()->try_lock());
@@ -153,7 +146,7 @@ TEST_CASE("Cluster: a seed that is down at start is skipped; all seeds down is a
   cluster.node(replica).kill9();
   {
     redlock::Client client(cluster.uri({replica, masters[1]}));
-    redlock::Lock lock(client, cluster.key_on(masters[2], "seed-down-"), options());
+    redlock::Lock lock(client, cluster.key_on(masters[2], "seed-down-"), cluster_options());
     CHECK(lock.try_lock());
     lock.unlock();
   }
@@ -163,7 +156,7 @@ TEST_CASE("Cluster: a seed that is down at start is skipped; all seeds down is a
     gone.kill9();
     redlock::Client client("redis-cluster://127.0.0.1:" + std::to_string(port) +
                            ",127.0.0.1:" + std::to_string(cluster.node(replica).port()));
-    redlock::LockOptions o = options();
+    redlock::LockOptions o = cluster_options();
     o.max_unavailable = 1s;
     redlock::Lock lock(client, key("all-seeds-down"), o);
     const auto start = Clock::now();
@@ -186,8 +179,8 @@ TEST_CASE("Cluster: a Semaphore's permits share its key's slot; keys that cannot
   redlock::Client client(cluster.uri());
   const auto masters = cluster.masters();
   const auto k = cluster.key_on(masters[2], "sem-");
-  redlock::Semaphore a(client, k, 2, options()), b(client, k, 2, options()),
-      c(client, k, 2, options());
+  redlock::Semaphore a(client, k, 2, cluster_options()), b(client, k, 2, cluster_options()),
+      c(client, k, 2, cluster_options());
   REQUIRE(a.try_acquire());
   REQUIRE(b.try_acquire());
   CHECK_FALSE(c.try_acquire());
@@ -197,7 +190,8 @@ TEST_CASE("Cluster: a Semaphore's permits share its key's slot; keys that cannot
   CHECK(c.fence() > b.fence());
   CHECK(b.release());
   CHECK(c.release());
-  CHECK_THROWS_AS(redlock::Lock(client, key("no}tag"), options()), std::invalid_argument);
-  CHECK_THROWS_AS(redlock::Semaphore(client, key("no}tag"), 2, options()), std::invalid_argument);
-  CHECK_NOTHROW(redlock::Lock(client, key("a{tag}b}"), options()));
+  CHECK_THROWS_AS(redlock::Lock(client, key("no}tag"), cluster_options()), std::invalid_argument);
+  CHECK_THROWS_AS(redlock::Semaphore(client, key("no}tag"), 2, cluster_options()),
+                  std::invalid_argument);
+  CHECK_NOTHROW(redlock::Lock(client, key("a{tag}b}"), cluster_options()));
 }

@@ -18,6 +18,7 @@
 using namespace std::chrono_literals;
 using redlock::detail::helper_key;
 using redlock::detail::key_slot;
+using redlock::test::cluster_options;
 using redlock::test::key;
 using redlock::test::on_node;
 using redlock::test::pttl;
@@ -27,28 +28,36 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-redlock::LockOptions options(std::chrono::milliseconds ttl = 10s) {
-  return redlock::test::cluster_options(ttl);
-}
+// A lock held on a key that masters()[0] owns, through a Client of the whole cluster.
+struct Held {
+  explicit Held(const std::string& base)
+      : k(cluster.key_on(masters.at(0), base)),
+        slot(key_slot(k)),
+        lock(client, k, cluster_options()) {
+    REQUIRE(lock.try_lock());
+    fence = lock.fence();
+  }
+  RedisCluster& cluster = shared_cluster();
+  redlock::Client client{cluster.uri()};
+  const std::vector<std::size_t> masters = cluster.masters();
+  const std::string k;
+  const std::uint16_t slot;
+  redlock::Lock lock;
+  std::uint64_t fence{0};
+};
 
 }  // namespace
 
 TEST_CASE("Cluster: a held lock's slot moves to another master; extend and release follow MOVED",
           "[cluster][redis]") {
-  RedisCluster& cluster = shared_cluster();
-  redlock::Client client(cluster.uri());
-  const auto masters = cluster.masters();
-  const auto k = cluster.key_on(masters[0], "migrate-");
-  const std::uint16_t slot = key_slot(k);
-  redlock::Lock lock(client, k, options());
-  REQUIRE(lock.try_lock());
-  const auto fence = lock.fence();
+  Held held("migrate-");
+  auto& [cluster, client, masters, k, slot, lock, fence] = held;
   cluster.migrate_slot(slot, masters[1]);
   CHECK(on_node(cluster, masters[1], k));
   CHECK(on_node(cluster, masters[1], helper_key(k, ":fence")));
   CHECK(lock.extend(20s));  // MOVED, then on the new owner
   CHECK(pttl(cluster, masters[1], k) > 10'000);
-  redlock::Lock other(redlock::Client(cluster.endpoint()), k, options());
+  redlock::Lock other(redlock::Client(cluster.endpoint()), k, cluster_options());
   CHECK_FALSE(other.try_lock());  // no double grant on the new owner
   lock.unlock();
   CHECK_FALSE(on_node(cluster, masters[1], k));
@@ -62,21 +71,15 @@ TEST_CASE(
     "Cluster: in the middle of a migration, ASK sends extend, acquire and release to the "
     "importing master",
     "[cluster][redis]") {
-  RedisCluster& cluster = shared_cluster();
-  redlock::Client client(cluster.uri());
-  const auto masters = cluster.masters();
-  const auto k = cluster.key_on(masters[0], "ask-");
-  const std::uint16_t slot = key_slot(k);
-  redlock::Lock lock(client, k, options());
-  REQUIRE(lock.try_lock());
-  const auto fence = lock.fence();
+  Held held("ask-");
+  auto& [cluster, client, masters, k, slot, lock, fence] = held;
   cluster.begin_migration(slot, masters[0], masters[1]);
   CHECK(lock.extend(20s));  // the keys are still on the migrating master: served there
   cluster.move_keys(slot, masters[0], masters[1]);
   CHECK(on_node(cluster, masters[1], k));
   CHECK(lock.extend(25s));  // ASK: ASKING + the extend on the importing master
   CHECK(pttl(cluster, masters[1], k) > 20'000);
-  redlock::Lock other(client, k, options());
+  redlock::Lock other(client, k, cluster_options());
   CHECK_FALSE(other.try_lock());
   lock.unlock();
   CHECK_FALSE(on_node(cluster, masters[1], k));
@@ -102,13 +105,13 @@ TEST_CASE("Cluster: CLUSTER FAILOVER keeps a hold; extend and release reach the 
   redlock::Client client(cluster.uri() + "?wait_replicas=1&wait_timeout=150");
   const auto masters = cluster.masters();
   const auto k = cluster.key_on(masters[0], "failover-");
-  redlock::Lock lock(client, k, options());
+  redlock::Lock lock(client, k, cluster_options());
   REQUIRE(lock.try_lock());  // acknowledged by the replica (WAIT 1)
   const std::size_t replica = cluster.replica_of(masters[0]);
   cluster.failover(replica);  // a manual failover: the replica catches up first
   CHECK(lock.extend(20s));    // MOVED from the demoted master
   CHECK(pttl(cluster, replica, k) > 10'000);
-  redlock::Lock other(client, k, options());
+  redlock::Lock other(client, k, cluster_options());
   CHECK_FALSE(other.try_lock());
   CHECK(lock.release());
   CHECK_FALSE(on_node(cluster, replica, k));
@@ -124,7 +127,7 @@ TEST_CASE(
   redlock::Client client(cluster.uri() + "?wait_replicas=1&wait_timeout=150");
   const auto masters = cluster.masters();
   const auto k = cluster.key_on(masters[0], "kill-");
-  redlock::Lock lock(client, k, options(30s));
+  redlock::Lock lock(client, k, cluster_options(30s));
   REQUIRE(lock.try_lock());
   const auto fence = lock.fence();
   const std::size_t replica = cluster.replica_of(masters[0]);
@@ -152,7 +155,7 @@ TEST_CASE(
   CHECK(cluster.node(replica).raw({"ROLE"}).elements().at(0).str() == "master");
   CHECK(pttl(cluster, replica, k) > 0);  // the hold survived, acknowledged by WAIT before
   redlock::Client plain(cluster.uri({replica}));
-  redlock::Lock other(plain, k, options());
+  redlock::Lock other(plain, k, cluster_options());
   CHECK_FALSE(other.try_lock());  // no double grant after the failover
   CHECK(lock.release());
   REQUIRE(other.try_lock());
@@ -179,7 +182,7 @@ TEST_CASE("wait_replicas: after NOSCRIPT the WAIT is sent again behind the EVAL"
   e.wait_timeout = 100ms;
   e.command_timeout = 1s;  // two WAITs may run: the one behind NOSCRIPT, and the one re-sent
   redlock::Client client(e);
-  redlock::Lock warm(client, key("noscript-warm"), options());
+  redlock::Lock warm(client, key("noscript-warm"), cluster_options());
   REQUIRE(warm.try_lock());  // a pooled connection, the scripts loaded
   warm.unlock();
   master.raw({"SCRIPT", "FLUSH"});
@@ -188,7 +191,7 @@ TEST_CASE("wait_replicas: after NOSCRIPT the WAIT is sent again behind the EVAL"
       master.raw_pipeline({{"SET", key("sync"), "1"}, {"WAIT", "1", "5000"}}, 6s).at(1).integer() ==
       1);
   replica.pause();
-  redlock::Lock lock(client, key("noscript"), options());
+  redlock::Lock lock(client, key("noscript"), cluster_options());
   CHECK_THROWS_AS(lock.try_lock(), redlock::ReplicationError);
   replica.resume();
   CHECK(master.raw({"EXISTS", key("noscript")}).integer() == 0);  // rolled back
@@ -203,12 +206,12 @@ TEST_CASE(
   const auto masters = cluster.masters();
   const auto k = cluster.key_on(masters[1], "under-load-");
   const std::uint16_t slot = key_slot(k);
-  redlock::LockOptions renewed = options(1s);
+  redlock::LockOptions renewed = cluster_options(1s);
   renewed.auto_renew = true;
   redlock::Lock holder(client, k, renewed);
   REQUIRE(holder.try_lock());
   const auto fence = holder.fence();
-  redlock::LockOptions patient = options();
+  redlock::LockOptions patient = cluster_options();
   patient.retry_delay = 10s;  // only the release message wakes it in time
   redlock::Lock waiter(redlock::Client(cluster.uri()), k, patient);
   std::atomic<bool> got{false};
@@ -250,7 +253,7 @@ TEST_CASE("Cluster: contention while the slots migrate back and forth: no overla
   for (int w = 0; w < 4; ++w) {
     workers.emplace_back([&, w] {
       redlock::Client client(cluster.uri());
-      redlock::LockOptions o = options(5s);
+      redlock::LockOptions o = cluster_options(5s);
       o.retry_delay = 5ms;
       redlock::Lock lock(client, keys[w % 2], o);
       while (!stop) {

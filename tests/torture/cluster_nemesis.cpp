@@ -12,18 +12,10 @@ constexpr std::int64_t kMs = 1'000'000;
 }  // namespace
 
 ClusterNemesis::ClusterNemesis(test::RedisCluster& cluster, std::uint64_t seed, std::FILE* log)
-    : cluster_(cluster), slot_(cluster.keyslot(kLockKey)), rng_(seed ^ 0xc1a57e7ULL), log_(log) {
+    : TopologyNemesis(seed, 0xc1a57e7ULL, log),
+      cluster_(cluster),
+      slot_(cluster.keyslot(kLockKey)) {
   next_inject_ = mono_ns() + uniform_ms(1000, 2000);
-}
-
-std::int64_t ClusterNemesis::uniform_ms(int lo, int hi) {
-  return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng_) * kMs;
-}
-
-void ClusterNemesis::note(const std::string& what) {
-  if (log_ == nullptr) return;
-  std::fprintf(log_, "%lld %s\n", static_cast<long long>(mono_ns()), what.c_str());
-  std::fflush(log_);
 }
 
 std::int64_t ClusterNemesis::step(std::int64_t now) {

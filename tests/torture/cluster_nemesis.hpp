@@ -12,42 +12,31 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <map>
-#include <random>
 #include <string>
-#include <vector>
 
 #include "nemesis.hpp"
 #include "support/redis_cluster.hpp"
 
 namespace redlock::torture {
 
-class ClusterNemesis : public Faults {
+class ClusterNemesis : public TopologyNemesis {
  public:
   // `cluster` must outlive the nemesis. `log` (may be null) gets one line per injection and heal.
   ClusterNemesis(test::RedisCluster& cluster, std::uint64_t seed, std::FILE* log);
   std::int64_t step(std::int64_t now) override;
   void heal_all() override;
-  const std::map<std::string, std::int64_t>& injected() const override { return injected_; }
-  const std::vector<std::string>& problems() const override { return problems_; }
 
  private:
   void inject(std::int64_t now);
   void heal(std::int64_t now);
   void migrate(std::size_t owner);
-  std::int64_t uniform_ms(int lo, int hi);
-  void note(const std::string& what);
 
   test::RedisCluster& cluster_;
-  std::uint16_t slot_;   // the lock key's
-  std::mt19937_64 rng_;  // reproducible with --seed
-  std::FILE* log_;
+  std::uint16_t slot_;  // the lock key's
   bool killed_{false};
   std::size_t node_{0};
   std::int64_t heal_at_{0};
   std::int64_t next_inject_{0};
-  std::map<std::string, std::int64_t> injected_;
-  std::vector<std::string> problems_;
 };
 
 }  // namespace redlock::torture
