@@ -102,11 +102,15 @@ void ClusterRouter::moved(std::uint16_t slot, const std::string& host, int port)
   stale_.store(true, std::memory_order_release);
 }
 
-// The seeds first, then every other node the map has named (a cluster whose seeds all left
-// can still be found through the masters it had).
+// The node that answered last, the seeds, then every other node the map has named (a cluster
+// whose seeds all left can still be found through the masters it had).
 std::vector<ClientImpl*> ClusterRouter::candidates() const {
-  std::vector<ClientImpl*> out = seeds_;
+  std::vector<ClientImpl*> out;
   std::lock_guard<std::mutex> guard(mutex_);
+  if (answered_ != nullptr) out.push_back(answered_);
+  for (ClientImpl* s : seeds_) {
+    if (s != answered_) out.push_back(s);
+  }
   for (ClientImpl* m : masters_) {
     if (std::find(out.begin(), out.end(), m) == out.end()) out.push_back(m);
   }
@@ -122,7 +126,7 @@ void ClusterRouter::refresh() {
   for (ClientImpl* candidate : candidates()) {
     std::vector<Range> ranges;
     if (!ask(*candidate, ranges, log)) continue;
-    adopt(ranges);
+    adopt(ranges, candidate);
     refreshes_.fetch_add(1, std::memory_order_acq_rel);
     return;
   }
@@ -168,8 +172,9 @@ bool ClusterRouter::ask(ClientImpl& node, std::vector<Range>& ranges, std::strin
   return true;
 }
 
-void ClusterRouter::adopt(const std::vector<Range>& ranges) {
+void ClusterRouter::adopt(const std::vector<Range>& ranges, ClientImpl* from) {
   std::lock_guard<std::mutex> guard(mutex_);
+  answered_ = from;
   owners_.assign(kClusterSlots, nullptr);
   masters_.clear();
   for (const Range& r : ranges) {

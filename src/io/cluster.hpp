@@ -73,7 +73,7 @@ class ClusterRouter {
   };
   void refresh();
   bool ask(ClientImpl& node, std::vector<Range>& ranges, std::string& log);
-  void adopt(const std::vector<Range>& ranges);
+  void adopt(const std::vector<Range>& ranges, ClientImpl* from);
   ClientImpl* node_locked(const std::string& host, int port);
   std::vector<ClientImpl*> candidates() const;
 
@@ -86,6 +86,7 @@ class ClusterRouter {
   std::map<std::string, std::shared_ptr<ClientImpl>> nodes_;  // by "host:port"; never shrinks
   std::vector<ClientImpl*> owners_;  // slot -> master (null: none known); empty: no map yet
   std::vector<ClientImpl*> masters_;
+  ClientImpl* answered_{nullptr};  // the node that gave the current map: asked first next time
 
   std::atomic<bool> stale_{false};
   std::atomic<std::uint64_t> refreshes_{0};
