@@ -102,7 +102,7 @@ TEST_CASE(
 TEST_CASE("Cluster: CLUSTER FAILOVER keeps a hold; extend and release reach the promoted master",
           "[cluster][redis]") {
   RedisCluster& cluster = shared_cluster();
-  redlock::Client client(cluster.uri() + "?wait_replicas=1&wait_timeout=150");
+  redlock::Client client(cluster.uri() + "?wait_replicas=1&wait_timeout=150&command_timeout=1000");
   const auto masters = cluster.masters();
   const auto k = cluster.key_on(masters[0], "failover-");
   redlock::Lock lock(client, k, cluster_options());
@@ -124,7 +124,7 @@ TEST_CASE(
     "replica",
     "[cluster][redis][slow]") {
   RedisCluster cluster;  // its own: this one loses a master
-  redlock::Client client(cluster.uri() + "?wait_replicas=1&wait_timeout=150");
+  redlock::Client client(cluster.uri() + "?wait_replicas=1&wait_timeout=150&command_timeout=1000");
   const auto masters = cluster.masters();
   const auto k = cluster.key_on(masters[0], "kill-");
   redlock::Lock lock(client, k, cluster_options(30s));
@@ -132,6 +132,8 @@ TEST_CASE(
   const auto fence = lock.fence();
   const std::size_t replica = cluster.replica_of(masters[0]);
   cluster.node(masters[0]).kill9();
+  // (command_timeout 1 s: every extend on a master without a replica waits wait_timeout for
+  // WAIT, twice after a NOSCRIPT, and the machine is busy.)
   // Until the replica is promoted (cluster-node-timeout 1 s, then an election) an extend fails
   // with a ConnectionError or TimeoutError (the lease is unaffected). The promoted replica has no
   // replica of its own, so then the extend reaches it and fails with ReplicationError: WAIT 1 can
@@ -139,17 +141,20 @@ TEST_CASE(
   const auto deadline = Clock::now() + 20s;
   bool reached = false;
   std::size_t failures = 0;
+  std::string last_error;
   while (!reached && Clock::now() < deadline) {
     try {
       lock.extend(30s);
       FAIL("an extend was confirmed without a replica");
     } catch (const redlock::ReplicationError&) {
       reached = true;
-    } catch (const redlock::Error&) {
+    } catch (const redlock::Error& e) {
       ++failures;
+      last_error = e.what();
       std::this_thread::sleep_for(100ms);
     }
   }
+  INFO("after " << failures << " failed extends, the last said: " << last_error);
   REQUIRE(reached);
   CHECK(failures > 0);
   CHECK(cluster.node(replica).raw({"ROLE"}).elements().at(0).str() == "master");
