@@ -102,11 +102,11 @@ TEST_CASE(
 TEST_CASE("Cluster: CLUSTER FAILOVER keeps a hold; extend and release reach the promoted master",
           "[cluster][redis]") {
   RedisCluster& cluster = shared_cluster();
-  redlock::Client client(cluster.uri() + "?wait_replicas=1&wait_timeout=150&command_timeout=1000");
+  redlock::Client client(cluster.uri() + "?wait_replicas=1&wait_timeout=500&command_timeout=2000");
   const auto masters = cluster.masters();
   const auto k = cluster.key_on(masters[0], "failover-");
   redlock::Lock lock(client, k, cluster_options());
-  REQUIRE(lock.try_lock());  // acknowledged by the replica (WAIT 1)
+  REQUIRE(lock.try_lock_for(10s));  // acknowledged by the replica (WAIT 1; retried if slow)
   const std::size_t replica = cluster.replica_of(masters[0]);
   cluster.failover(replica);  // a manual failover: the replica catches up first
   CHECK(lock.extend(20s));    // MOVED from the demoted master
@@ -124,11 +124,11 @@ TEST_CASE(
     "replica",
     "[cluster][redis][slow]") {
   RedisCluster cluster;  // its own: this one loses a master
-  redlock::Client client(cluster.uri() + "?wait_replicas=1&wait_timeout=150&command_timeout=1000");
+  redlock::Client client(cluster.uri() + "?wait_replicas=1&wait_timeout=500&command_timeout=2000");
   const auto masters = cluster.masters();
   const auto k = cluster.key_on(masters[0], "kill-");
   redlock::Lock lock(client, k, cluster_options(30s));
-  REQUIRE(lock.try_lock());
+  REQUIRE(lock.try_lock_for(10s));  // a replica slow to acknowledge is retried
   const auto fence = lock.fence();
   const std::size_t replica = cluster.replica_of(masters[0]);
   cluster.node(masters[0]).kill9();
