@@ -195,3 +195,35 @@ TEST_CASE("Cluster: a Semaphore's permits share its key's slot; keys that cannot
                   std::invalid_argument);
   CHECK_NOTHROW(redlock::Lock(client, key("a{tag}b}"), cluster_options()));
 }
+
+TEST_CASE("Cluster: a slot with no owner (the cluster is down for it) is a clear error, in time",
+          "[cluster][redis]") {
+  RedisCluster& cluster = shared_cluster();
+  const auto masters = cluster.masters();
+  const auto k = cluster.key_on(masters[2], "orphan-");
+  const std::string slot = std::to_string(key_slot(k));
+  redlock::Client client(cluster.uri());
+  redlock::LockOptions o = cluster_options();
+  o.max_unavailable = 1s;
+  redlock::Lock lock(client, k, o);
+  REQUIRE(lock.try_lock());  // the slot map is known
+  lock.unlock();
+  for (std::size_t i = 0; i < cluster.size(); ++i) {
+    cluster.node(i).raw({"CLUSTER", "DELSLOTS", slot});  // nobody serves it now
+  }
+  const auto start = Clock::now();
+  try {
+    lock.try_lock();
+    FAIL("granted on a slot nobody serves");
+  } catch (const redlock::ConnectionError& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK((what.find("down") != std::string::npos || what.find("owns slot") != std::string::npos));
+  }
+  CHECK_THROWS_AS(lock.lock(), redlock::Error);  // gives up after max_unavailable
+  CHECK(Clock::now() - start < 10s);
+  cluster.node(masters[2]).raw({"CLUSTER", "ADDSLOTS", slot});
+  cluster.await_ok();
+  CHECK(lock.try_lock());
+  lock.unlock();
+}
