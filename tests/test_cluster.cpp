@@ -26,7 +26,7 @@ using redlock::test::RedisCluster;
 using redlock::test::shared_cluster;
 using Clock = std::chrono::steady_clock;
 
-TEST_CASE("Cluster URIs: seeds, default port, address, round trip; no database",
+TEST_CASE("Cluster URIs: seeds, default port, address, round trip, no database",
           "[unit][cluster]") {
   const auto e =
       redlock::Endpoint::parse("redis-cluster://app:pw@10.0.0.1:7000,10.0.0.2?command_timeout=300");
@@ -138,7 +138,7 @@ TEST_CASE("Cluster: the watchdog renews holds on all three masters", "[cluster][
   }
 }
 
-TEST_CASE("Cluster: a seed that is down at start is skipped; all seeds down is a clear error",
+TEST_CASE("Cluster: a seed that is down at start is skipped, all seeds down is a clear error",
           "[cluster][redis]") {
   RedisCluster& cluster = shared_cluster();
   const auto masters = cluster.masters();
@@ -173,7 +173,7 @@ TEST_CASE("Cluster: a seed that is down at start is skipped; all seeds down is a
   cluster.await_ok();
 }
 
-TEST_CASE("Cluster: a Semaphore's permits share its key's slot; keys that cannot are refused",
+TEST_CASE("Cluster: a Semaphore's permits share its key's slot, keys that cannot are refused",
           "[cluster][redis]") {
   RedisCluster& cluster = shared_cluster();
   redlock::Client client(cluster.uri());

@@ -48,7 +48,7 @@ struct Held {
 
 }  // namespace
 
-TEST_CASE("Cluster: a held lock's slot moves to another master; extend and release follow MOVED",
+TEST_CASE("Cluster: a held lock's slot moves to another master, extend and release follow MOVED",
           "[cluster][redis]") {
   Held held("migrate-");
   auto& [cluster, client, masters, k, slot, lock, fence] = held;
@@ -99,7 +99,7 @@ TEST_CASE(
   cluster.migrate_slot(slot, masters[0]);
 }
 
-TEST_CASE("Cluster: CLUSTER FAILOVER keeps a hold; extend and release reach the promoted master",
+TEST_CASE("Cluster: CLUSTER FAILOVER keeps a hold, extend and release reach the promoted master",
           "[cluster][redis]") {
   RedisCluster& cluster = shared_cluster();
   redlock::Client client(cluster.uri() + "?wait_replicas=1&wait_timeout=500&command_timeout=2000");
@@ -120,7 +120,7 @@ TEST_CASE("Cluster: CLUSTER FAILOVER keeps a hold; extend and release reach the 
 }
 
 TEST_CASE(
-    "Cluster: kill -9 of a master; with wait_replicas the hold survives on the promoted "
+    "Cluster: kill -9 of a master, with wait_replicas the hold survives on the promoted "
     "replica",
     "[cluster][redis][slow]") {
   RedisCluster cluster;  // its own: this one loses a master
@@ -203,7 +203,7 @@ TEST_CASE("wait_replicas: after NOSCRIPT the WAIT is sent again behind the EVAL"
 }
 
 TEST_CASE(
-    "Cluster: a slot migrates under a renewed hold and a waiting waiter; the hold survives "
+    "Cluster: a slot migrates under a renewed hold and a waiting waiter, the hold survives "
     "and the waiter wakes on the new owner",
     "[cluster][redis]") {
   RedisCluster& cluster = shared_cluster();

@@ -150,7 +150,7 @@ TEST_CASE("Observer: acquire, contention, release and extend, with their figures
   CHECK(recorder->losses.empty());
 }
 
-TEST_CASE("Observer: a re-entrant acquire is not an event; a failed one says failed",
+TEST_CASE("Observer: a re-entrant acquire is not an event, a failed one says failed",
           "[redis][observer]") {
   RedisServer server;
   redlock::Client client(server.endpoint());

@@ -413,7 +413,7 @@ TEST_CASE("redlock-run waits for the holder, and two of them run one after the o
   CHECK_FALSE(held(server, k));
 }
 
-TEST_CASE("redlock-run: a lost lease (key deleted) sends SIGTERM to the command; exit 70",
+TEST_CASE("redlock-run: a lost lease (key deleted) sends SIGTERM to the command, exit 70",
           "[redis][cli]") {
   RedisServer server;
   TempDir dir;
@@ -450,7 +450,7 @@ TEST_CASE("redlock-run: after a lost lease, SIGKILL follows SIGTERM after --grac
   CHECK_THAT(err, Catch::Contains("SIGKILL"));
 }
 
-TEST_CASE("redlock-run: a paused server lets the lease expire; exit 70", "[redis][cli]") {
+TEST_CASE("redlock-run: a paused server lets the lease expire, exit 70", "[redis][cli]") {
   RedisServer server;
   TempDir dir;
   const auto k = key("run-paused");
@@ -825,7 +825,7 @@ TEST_CASE("redlock-run: the command gets REDLOCK_VALIDITY_MS and REDLOCK_TTL_MS"
   CHECK(validity <= 10'000);
 }
 
-TEST_CASE("redlock-run: servers from REDLOCK_REDIS and --redis-file; an inline password warns",
+TEST_CASE("redlock-run: servers from REDLOCK_REDIS and --redis-file, an inline password warns",
           "[redis][cli]") {
   RedisServer server;
   TempDir dir;

@@ -119,7 +119,7 @@ TEST_CASE("Semaphore rejects bad arguments, naming them", "[semaphore][unit]") {
   CHECK_FALSE(s.release());  // holds nothing: false, no server contacted
 }
 
-TEST_CASE("Semaphore grants at most limit permits; contention is false", "[redis][semaphore]") {
+TEST_CASE("Semaphore grants at most limit permits, contention is false", "[redis][semaphore]") {
   Setup setup("sem-basic");
   auto& [server, client, k] = setup;
   std::vector<std::unique_ptr<redlock::Semaphore>> sems;
@@ -290,7 +290,7 @@ TEST_CASE("A permit of a holder killed with SIGKILL frees its slot when its ttl 
   CHECK(sem.release());
 }
 
-TEST_CASE("Semaphore permit expires without renewal; its release is false and harmless",
+TEST_CASE("Semaphore permit expires without renewal, its release is false and harmless",
           "[redis][semaphore]") {
   Setup setup("sem-lost");
   auto& [server, client, k] = setup;
@@ -428,7 +428,7 @@ TEST_CASE("A waiter wakes when a permit is released, not at its retry delay",
   CHECK(when - released < 3s);
 }
 
-TEST_CASE("cancel_waits ends waits in progress and later ones; a held permit stays",
+TEST_CASE("cancel_waits ends waits in progress and later ones, a held permit stays",
           "[redis][semaphore]") {
   Setup setup("sem-cancel");
   auto& [server, client, k] = setup;
