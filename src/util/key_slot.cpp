@@ -4,18 +4,32 @@
 namespace redlock {
 namespace detail {
 
-std::uint16_t crc16_xmodem(std::string_view data) noexcept {
-  std::uint16_t crc = 0;
-  for (const char c : data) {
-    crc = static_cast<std::uint16_t>(
-        crc ^ (static_cast<std::uint16_t>(static_cast<unsigned char>(c)) << 8));
-    for (int bit = 0; bit < 8; ++bit) {
-      const bool top = (crc & 0x8000U) != 0;
-      crc = static_cast<std::uint16_t>(crc << 1);
-      if (top) crc = static_cast<std::uint16_t>(crc ^ 0x1021U);
+namespace {
+
+// The CRC of every byte value, so that a key costs one lookup per byte (it is computed for every
+// command sent to a cluster).
+struct Crc16Table {
+  std::uint16_t entry[256]{};
+  constexpr Crc16Table() {
+    for (unsigned byte = 0; byte < 256; ++byte) {
+      unsigned crc = byte << 8;
+      for (int bit = 0; bit < 8; ++bit)
+        crc = (crc & 0x8000U) != 0 ? (crc << 1) ^ 0x1021U : crc << 1;
+      entry[byte] = static_cast<std::uint16_t>(crc);
     }
   }
-  return crc;
+};
+constexpr Crc16Table kCrc16;
+
+}  // namespace
+
+std::uint16_t crc16_xmodem(std::string_view data) noexcept {
+  unsigned crc = 0;
+  for (const char c : data) {
+    crc =
+        ((crc << 8) ^ kCrc16.entry[((crc >> 8) ^ static_cast<unsigned char>(c)) & 0xFFU]) & 0xFFFFU;
+  }
+  return static_cast<std::uint16_t>(crc);
 }
 
 std::string_view hash_tag(std::string_view key) noexcept {
