@@ -58,6 +58,9 @@
 //  10. ZooKeeper (bench/zookeeper.cpp, when the component is built): zookeeper::Lock cycles
 //      against the C client's create+delete of an ephemeral sequential znode (goal >= 0.9x),
 //      next to a Redis Lock and a Redlock(5); hand-off p50 and fairness with 8 contenders.
+//   11. Redis Cluster (bench/cluster.cpp): the Lock cycle on a 3-master cluster against a
+//      standalone server (1 and 4 threads), client commands per cycle, the extend right after a
+//      held lock's slot migrated, and keys on 3 masters against 1.
 //
 // Nothing here asserts timing: a benchmark is not a test. The exit status is 1 only if a
 // measurement failed (an exception, a server that would not start, an uncontended attempt that
@@ -958,7 +961,7 @@ void usage(std::ostream& out) {
          "  --quick        short runs (smoke test): 0.25 s, 2 rounds, 1,000 leases\n"
          "  --section N    run section N only (1 uncontended, 2 redlock, 3 contended,\n"
          "                 4 watchdog, 5 degraded, 6 load, 7 tls, 8 sentinel, 9 backends,\n"
-         "                 10 zookeeper); repeatable\n"
+         "                 10 zookeeper, 11 cluster); repeatable\n"
          "  --seconds S    length of each timed measurement (default 1.0)\n"
          "  --rounds R     interleaved rounds in sections 1-2 (default 7)\n"
          "  --threads LIST client threads in sections 1, 2 and 5 (default 1,4)\n"
@@ -983,7 +986,7 @@ int parse(int argc, char** argv, Config& config) {
       config.quick = true;
     } else if (arg == "--section") {
       const int n = std::stoi(value());
-      if (n < 1 || n > 10) throw std::invalid_argument("--section must be 1..10");
+      if (n < 1 || n > 11) throw std::invalid_argument("--section must be 1..11");
       config.sections.push_back(n);
     } else if (arg == "--seconds") {
       seconds = std::stod(value());
@@ -1093,6 +1096,7 @@ int run(int argc, char** argv) {
 #if defined(REDLOCK_BENCH_ZOOKEEPER)
     {10, section_zookeeper},
 #endif
+    {11, section_cluster},
   };
   const std::string load_at_start = load_average();
   const std::int64_t start = now_ns();

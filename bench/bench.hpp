@@ -64,6 +64,7 @@ void section_sentinel(const Config& config, Report& report);
 void section_backends(const Config& config, Report& report);
 // Section 10 (zookeeper.cpp), when the ZooKeeper component is built.
 void section_zookeeper(const Config& config, Report& report);
+void section_cluster(const Config& config, Report& report);
 // Section 3 (contended.cpp).
 void section_contended(const Config& config, Report& report);
 // Section 6 (load.cpp).

@@ -11,8 +11,10 @@
 #include <redlock/redlock.hpp>
 
 #include "support/redis_server.hpp"
+#include "util/key_slot.hpp"  // helper_key: the names of a lock's helper keys
 
 using namespace std::chrono_literals;
+using redlock::detail::helper_key;
 using redlock::test::key;
 using redlock::test::RedisServer;
 using redlock::test::ServerOptions;
@@ -189,7 +191,7 @@ TEST_CASE("A wrong-type fence counter is reported, not misread", "[redis][bad-in
   RedisServer server;
   redlock::Client client(server.endpoint());
   const auto k = key("bad-fence");
-  server.raw({"HSET", k + ":fence", "f", "v"});
+  server.raw({"HSET", helper_key(k, ":fence"), "f", "v"});
   auto o = fast();
   o.fencing = true;
   redlock::Lock lock(client, k, o);

@@ -419,7 +419,7 @@ TEST_CASE("A burst of 200 threads on one Client opens no more than the pool's bo
   CHECK(peak <= 16);
 }
 
-TEST_CASE("Endpoint::max_connections bounds the pool; 0 is refused", "[redis][client][pool]") {
+TEST_CASE("Endpoint::max_connections bounds the pool, 0 is refused", "[redis][client][pool]") {
   RedisServer server;
   redlock::Endpoint ep = server.endpoint();
   ep.max_connections = 0;

@@ -23,8 +23,10 @@
 #include "support/clock.hpp"
 #include "support/fault_proxy.hpp"
 #include "support/redis_server.hpp"
+#include "util/key_slot.hpp"  // helper_key: the names of a lock's helper keys
 
 using namespace std::chrono_literals;
+using redlock::detail::helper_key;
 using redlock::test::key;
 using redlock::test::monotonic_us;
 using redlock::test::RedisServer;
@@ -42,7 +44,7 @@ redlock::LockOptions fair(std::chrono::milliseconds retry_delay = 10s,
 }
 
 long long queue_length(const RedisServer& server, const std::string& k) {
-  return server.raw({"LLEN", k + ":queue"}).integer();
+  return server.raw({"LLEN", helper_key(k, ":queue")}).integer();
 }
 
 // Waits (at most 5 s) until the server's queue for `k` has `n` entries.
@@ -154,8 +156,10 @@ TEST_CASE("Fair mode serves waiters in other processes in arrival order", "[redi
   // Five 20 ms holds handed over one after the other; the 10 s retry delay never came into it.
   CHECK(all_done - released < 2000000);
   // Nothing left behind: the queue and its info are gone, the lock is free.
-  CHECK(held.server.raw({"EXISTS", held.k, held.k + ":queue", held.k + ":queue:info"}).integer() ==
-        0);
+  CHECK(
+      held.server
+          .raw({"EXISTS", held.k, helper_key(held.k, ":queue"), helper_key(held.k, ":queue:info")})
+          .integer() == 0);
 }
 
 TEST_CASE("A hand-over reaches the waiter in another process without another command",
@@ -202,7 +206,7 @@ TEST_CASE("A hand-over goes to the waiter's process alone and names the waiter b
   REQUIRE(spy != nullptr);
   REQUIRE(spy->err == 0);
   redisSetTimeout(spy, tv);
-  const std::string pattern = held.k + ":released*";
+  const std::string pattern = helper_key(held.k, ":released") + "*";
   const char* argv[] = {"PSUBSCRIBE", pattern.c_str()};
   const std::size_t lens[] = {10, pattern.size()};
   void* raw = redisCommandArgv(spy, 2, argv, lens);
@@ -243,8 +247,8 @@ TEST_CASE("A hand-over goes to the waiter's process alone and names the waiter b
   INFO("payload " << payload);
   CHECK(payload.rfind("grant:", 0) == 0);
   // Published on the waiting process's own channel: other processes are not woken.
-  CHECK(channel.rfind(held.k + ":released:", 0) == 0);
-  CHECK(channel.size() == held.k.size() + 10 + 16);
+  CHECK(channel.rfind(helper_key(held.k, ":released:"), 0) == 0);
+  CHECK(channel.size() == helper_key(held.k, ":released:").size() + 16);
   CHECK(payload.find(token) == std::string::npos);  // the live holder's token stays secret
   CHECK(payload.substr(payload.size() - 40) == redlock::Script(token).sha1());
   // Somebody who heard the message cannot release the lock with what it said.
@@ -281,7 +285,8 @@ TEST_CASE("Fair mode skips a waiter that died in the queue", "[redis][fair][faul
   next.join();
   CHECK(got.load());
   CHECK(Clock::now() - released < 2s);
-  CHECK(held.server.raw({"EXISTS", held.k + ":queue", held.k + ":queue:info"}).integer() == 0);
+  CHECK(held.server.raw({"EXISTS", helper_key(held.k, ":queue"), helper_key(held.k, ":queue:info")})
+            .integer() == 0);
 }
 
 TEST_CASE("A fair waiter that times out leaves the queue", "[redis][fair]") {
@@ -291,7 +296,7 @@ TEST_CASE("A fair waiter that times out leaves the queue", "[redis][fair]") {
   CHECK_FALSE(waiter.try_lock_for(300ms));
   CHECK(Clock::now() - start >= 300ms);
   CHECK(queue_length(held.server, held.k) == 0);
-  CHECK(held.server.raw({"HLEN", held.k + ":queue:info"}).integer() == 0);
+  CHECK(held.server.raw({"HLEN", helper_key(held.k, ":queue:info")}).integer() == 0);
   // The lock is still the holder's, and its release finds nobody to hand over to.
   CHECK(held.holder.owns_lock());
   CHECK(held.holder.release());
@@ -343,7 +348,7 @@ TEST_CASE("Fair mode: fence tokens grow across hand-overs, also when the message
     waiter.join();
     CHECK(got.load());
     CHECK(second.load() > first);
-    CHECK(std::to_string(second.load()) == server.raw({"GET", k + ":fence"}).str());
+    CHECK(std::to_string(second.load()) == server.raw({"GET", helper_key(k, ":fence")}).str());
   }
 }
 
@@ -447,7 +452,8 @@ TEST_CASE("Fair mode hands over on keys with NUL and non-UTF-8 bytes", "[redis][
     CHECK(Clock::now() - released < 1500ms);
     // The holder's release and the waiter's own: the waiter never had to ask again.
     CHECK(command_calls(server, "evalsha") == 2);
-    CHECK(server.raw({"EXISTS", k, k + ":queue", k + ":queue:info"}).integer() == 0);
+    CHECK(server.raw({"EXISTS", k, helper_key(k, ":queue"), helper_key(k, ":queue:info")})
+              .integer() == 0);
   }
 }
 
@@ -502,7 +508,7 @@ TEST_CASE("A fair waiter cancelled from another thread leaves the queue", "[redi
   CHECK_FALSE(got.load());
   CHECK(Clock::now() - start < 2s);
   CHECK(queue_length(held.server, held.k) == 0);
-  CHECK(held.server.raw({"HLEN", held.k + ":queue:info"}).integer() == 0);
+  CHECK(held.server.raw({"HLEN", helper_key(held.k, ":queue:info")}).integer() == 0);
   // Nobody to hand over to: the release deletes the key.
   CHECK(held.holder.release());
   CHECK(held.server.raw({"EXISTS", held.k}).integer() == 0);
@@ -525,12 +531,12 @@ TEST_CASE("A fair wait keeps one place and one token for its whole wait", "[redi
     waiter.unlock();
   });
   REQUIRE(wait_for_queue(held.server, held.k, 1));
-  const std::string place = held.server.raw({"LINDEX", held.k + ":queue", "0"}).str();
+  const std::string place = held.server.raw({"LINDEX", helper_key(held.k, ":queue"), "0"}).str();
   REQUIRE(place.size() == 40);
   for (int i = 0; i < 40; ++i) {  // two seconds of refreshes
     std::this_thread::sleep_for(50ms);
     CHECK(queue_length(held.server, held.k) == 1);
-    CHECK(held.server.raw({"LINDEX", held.k + ":queue", "0"}).str() == place);
+    CHECK(held.server.raw({"LINDEX", helper_key(held.k, ":queue"), "0"}).str() == place);
   }
   held.holder.unlock();
   t.join();

@@ -137,7 +137,7 @@ TEST_CASE("Lock works with lock_guard, unique_lock, scoped_lock, condition_varia
   producer.join();
 }
 
-TEST_CASE("Lock is re-entrant for the owning thread; other threads cannot unlock it",
+TEST_CASE("Lock is re-entrant for the owning thread, other threads cannot unlock it",
           "[redis][lock]") {
   RedisServer server;
   redlock::Client client(server.endpoint());

@@ -15,8 +15,10 @@
 #include <redlock/redlock.hpp>
 
 #include "support/redis_server.hpp"
+#include "util/key_slot.hpp"  // helper_key: the names of a lock's helper keys
 
 using namespace std::chrono_literals;
+using redlock::detail::helper_key;
 using redlock::test::key;
 using redlock::test::RedisServer;
 
@@ -148,7 +150,7 @@ TEST_CASE("Observer: acquire, contention, release and extend, with their figures
   CHECK(recorder->losses.empty());
 }
 
-TEST_CASE("Observer: a re-entrant acquire is not an event; a failed one says failed",
+TEST_CASE("Observer: a re-entrant acquire is not an event, a failed one says failed",
           "[redis][observer]") {
   RedisServer server;
   redlock::Client client(server.endpoint());
@@ -225,7 +227,7 @@ TEST_CASE("Observer: a waiter woken by a release, and a fair hand-over", "[redis
     // otherwise it has subscribed, and its one attempt after that takes a round trip.
     const auto until = std::chrono::steady_clock::now() + 5s;
     while (std::chrono::steady_clock::now() < until) {
-      if (fair ? server.raw({"LLEN", k + ":queue"}).integer() == 1
+      if (fair ? server.raw({"LLEN", helper_key(k, ":queue")}).integer() == 1
                : !server.raw({"PUBSUB", "CHANNELS"}).elements().empty()) {
         break;
       }

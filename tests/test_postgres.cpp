@@ -129,7 +129,7 @@ TEST_CASE("postgres::Lock: mutual exclusion across processes (read-increment-wri
   CHECK(value == 30);
 }
 
-TEST_CASE("postgres::Lock: expiry takeover; the old holder's release and extend are refused",
+TEST_CASE("postgres::Lock: expiry takeover, and the old holder's release and extend are refused",
           "[postgres]") {
   REQUIRE_POSTGRES();
   PostgresServer server;

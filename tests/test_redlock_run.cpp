@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
 #include "support/sentinel_set.hpp"
 #ifdef REDLOCK_TESTS_WITH_POSTGRES
@@ -31,12 +32,14 @@
 
 #include "support/postgres_server.hpp"
 #endif
+#include "util/key_slot.hpp"  // helper_key: the names of a lock's helper keys
 
 #ifndef REDLOCK_RUN_PATH
 #error "REDLOCK_RUN_PATH must name the redlock-run binary (see tests/CMakeLists.txt)"
 #endif
 
 using namespace std::chrono_literals;
+using redlock::detail::helper_key;
 using redlock::test::key;
 using redlock::test::RedisServer;
 using redlock::test::ServerGroup;
@@ -407,13 +410,15 @@ TEST_CASE("redlock-run waits for the holder, and two of them run one after the o
       CHECK(a.wait() == 0);
       CHECK(b.wait() == 0);
       CHECK(exists(b_ok));
-      CHECK(server.raw({"EXISTS", k + ":queue", k + ":queue:info"}).integer() == 0);
+      CHECK(
+          server.raw({"EXISTS", helper_key(k, ":queue"), helper_key(k, ":queue:info")}).integer() ==
+          0);
     }
   }
   CHECK_FALSE(held(server, k));
 }
 
-TEST_CASE("redlock-run: a lost lease (key deleted) sends SIGTERM to the command; exit 70",
+TEST_CASE("redlock-run: a lost lease (key deleted) sends SIGTERM to the command, exit 70",
           "[redis][cli]") {
   RedisServer server;
   TempDir dir;
@@ -450,7 +455,7 @@ TEST_CASE("redlock-run: after a lost lease, SIGKILL follows SIGTERM after --grac
   CHECK_THAT(err, Catch::Contains("SIGKILL"));
 }
 
-TEST_CASE("redlock-run: a paused server lets the lease expire; exit 70", "[redis][cli]") {
+TEST_CASE("redlock-run: a paused server lets the lease expire, exit 70", "[redis][cli]") {
   RedisServer server;
   TempDir dir;
   const auto k = key("run-paused");
@@ -825,7 +830,7 @@ TEST_CASE("redlock-run: the command gets REDLOCK_VALIDITY_MS and REDLOCK_TTL_MS"
   CHECK(validity <= 10'000);
 }
 
-TEST_CASE("redlock-run: servers from REDLOCK_REDIS and --redis-file; an inline password warns",
+TEST_CASE("redlock-run: servers from REDLOCK_REDIS and --redis-file, an inline password warns",
           "[redis][cli]") {
   RedisServer server;
   TempDir dir;
@@ -978,7 +983,11 @@ TEST_CASE("redlock-run --fair serves five staggered waiters in arrival order",
                                  "echo " + std::to_string(i) + " >> " + order + "; sleep 0.1"}));
     // Arrival order is the order of the server's queue: the next starts once this one is in it
     // (a process that starts slowly on a busy machine must not be overtaken by the next).
-    REQUIRE(eventually([&] { return server.raw({"LLEN", k + ":queue"}).integer() == i; }, 10s));
+    REQUIRE(eventually(
+        [&] {
+          return server.raw({"LLEN", helper_key(k, ":queue")}).integer() == i;
+        },
+        10s));
   }
   REQUIRE(::close(::open(go.c_str(), O_WRONLY | O_CREAT, 0600)) == 0);
   CHECK(first.wait() == 0);
@@ -992,10 +1001,12 @@ TEST_CASE("redlock-run --fair: SIGTERM while waiting leaves the queue cleanly", 
   const auto k = key("run-fair-cancel");
   REQUIRE(server.raw({"SET", k, "someone-else", "PX", "20000"}).str() == "OK");
   Tool tool({"--redis", uri(server), "--key", k, "--fair", "--", "true"});
-  REQUIRE(eventually([&] { return server.raw({"EXISTS", k + ":queue"}).integer() == 1; }));
+  REQUIRE(eventually([&] {
+    return server.raw({"EXISTS", helper_key(k, ":queue")}).integer() == 1;
+  }));
   REQUIRE(::kill(tool.pid(), SIGTERM) == 0);
   CHECK(tool.wait(5s) == 128 + SIGTERM);
-  CHECK(server.raw({"EXISTS", k + ":queue"}).integer() == 0);
+  CHECK(server.raw({"EXISTS", helper_key(k, ":queue")}).integer() == 0);
   CHECK(server.raw({"GET", k}).str() == "someone-else");
 }
 
@@ -1052,7 +1063,7 @@ TEST_CASE("redlock-run --limit 2 lets at most two commands hold the key at once"
   for (auto& run : runs) CHECK(run->wait(20s) == 0);
   CHECK_FALSE(exists(over));
   CHECK_THAT(slurp(peak), Catch::Contains("2"));  // two did hold it at once
-  CHECK(server.raw({"GET", k + ":permit:fence"}).str() == "5");
+  CHECK(server.raw({"GET", helper_key(k, ":permit:fence")}).str() == "5");
 
   std::string err;
   CHECK(run({"--redis", uri(server), "--key", k, "--limit", "0", "--", "true"}, &err) == 64);
@@ -1197,3 +1208,27 @@ TEST_CASE("redlock-run --postgres: the Redis-only options are usage errors (64)"
   CHECK_THAT(err, Catch::Contains("PGPASSWORD") && !Catch::Contains("secret"));
 }
 #endif  // REDLOCK_TESTS_WITH_POSTGRES
+
+
+TEST_CASE("redlock-run on a Redis Cluster: --redis redis-cluster://, --status and --fencing",
+          "[cluster][cli]") {
+  redlock::test::RedisCluster cluster;
+  TempDir dir;
+  const auto masters = cluster.masters();
+  const auto k = cluster.key_on(masters[1], "run-cluster-");
+  const std::string uri = cluster.uri({masters[0]});  // one seed; the key is elsewhere
+  const std::string started = dir / "started";
+  {
+    Tool tool({"--redis", uri, "--key", k, "--fencing", "--", "sh", "-c",
+               "touch " + started + "; sleep 0.5"});
+    REQUIRE(eventually([&] { return exists(started); }));
+    CHECK(held(cluster.node(masters[1]), k));  // on the master that owns the key's slot
+    Tool status({"--redis", uri, "--key", k, "--status"});
+    CHECK(status.wait() == 0);                               // 0: held
+    CHECK_THAT(status.out(), Catch::Contains("held, ttl"));  // and the holder record was found
+    CHECK_THAT(status.out(), Catch::Contains("command=sh"));
+    CHECK(tool.wait() == 0);
+  }
+  CHECK(cluster.node(masters[1]).raw({"GET", helper_key(k, ":fence")}).str() == "1");
+  CHECK_FALSE(held(cluster.node(masters[1]), k));
+}

@@ -23,8 +23,10 @@
 #include <redlock/redlock.hpp>
 
 #include "support/redis_server.hpp"
+#include "util/key_slot.hpp"  // helper_key: the names of a lock's helper keys
 
 using namespace std::chrono_literals;
+using redlock::detail::helper_key;
 using redlock::test::key;
 using redlock::test::RedisServer;
 using Clock = std::chrono::steady_clock;
@@ -39,7 +41,7 @@ redlock::LockOptions fast(std::chrono::milliseconds ttl = 10s) {
 }
 
 std::string permit_key(const redlock::Semaphore& s, std::size_t slot) {
-  return s.key() + ":permit:" + std::to_string(slot);
+  return helper_key(s.key(), ":permit:") + std::to_string(slot);
 }
 
 std::string value_of(const RedisServer& server, const std::string& k) {
@@ -117,7 +119,7 @@ TEST_CASE("Semaphore rejects bad arguments, naming them", "[semaphore][unit]") {
   CHECK_FALSE(s.release());  // holds nothing: false, no server contacted
 }
 
-TEST_CASE("Semaphore grants at most limit permits; contention is false", "[redis][semaphore]") {
+TEST_CASE("Semaphore grants at most limit permits, contention is false", "[redis][semaphore]") {
   Setup setup("sem-basic");
   auto& [server, client, k] = setup;
   std::vector<std::unique_ptr<redlock::Semaphore>> sems;
@@ -146,7 +148,7 @@ TEST_CASE("Semaphore grants at most limit permits; contention is false", "[redis
   CHECK(waited < 2s);
   CHECK_FALSE(fourth.try_acquire_until(std::chrono::system_clock::now() + 50ms));
   CHECK_FALSE(fourth.try_acquire_for(-1s));
-  CHECK(server.raw({"EXISTS", k + ":permit:4"}).integer() == 0);
+  CHECK(server.raw({"EXISTS", helper_key(k, ":permit:4")}).integer() == 0);
   // A released slot is the one the next holder takes.
   const std::size_t freed = sems[1]->slot();
   CHECK(sems[1]->release());
@@ -238,7 +240,10 @@ TEST_CASE("Semaphore limit holds across Clients, threads and processes, and is r
   CHECK(std::stoll(value_of(server, k + ":total")) == workers * kRounds);
   CHECK(std::stoll(value_of(server, k + ":max")) == 3);  // never more, and reached
   CHECK(std::stoll(value_of(server, k + ":now")) == 0);
-  CHECK(server.raw({"EXISTS", k + ":permit:1", k + ":permit:2", k + ":permit:3"}).integer() == 0);
+  CHECK(server
+            .raw({"EXISTS", helper_key(k, ":permit:1"), helper_key(k, ":permit:2"),
+                  helper_key(k, ":permit:3")})
+            .integer() == 0);
 }
 
 TEST_CASE("A permit of a holder killed with SIGKILL frees its slot when its ttl runs out",
@@ -285,7 +290,7 @@ TEST_CASE("A permit of a holder killed with SIGKILL frees its slot when its ttl 
   CHECK(sem.release());
 }
 
-TEST_CASE("Semaphore permit expires without renewal; its release is false and harmless",
+TEST_CASE("Semaphore permit expires without renewal, its release is false and harmless",
           "[redis][semaphore]") {
   Setup setup("sem-lost");
   auto& [server, client, k] = setup;
@@ -345,12 +350,12 @@ TEST_CASE("Semaphore fences grow across all permits of a key", "[redis][semaphor
   CHECK(a.release());
   REQUIRE(a.try_acquire());
   CHECK(a.fence() > fb);
-  CHECK(std::stoull(value_of(server, k + ":permit:fence")) == a.fence());
+  CHECK(std::stoull(value_of(server, helper_key(k, ":permit:fence"))) == a.fence());
   // Without fencing: no counter involved.
   redlock::Semaphore plain(client, key("sem-nofence"), 2, fast());
   REQUIRE(plain.try_acquire());
   CHECK(plain.fence() == 0);
-  CHECK(server.raw({"EXISTS", key("sem-nofence") + ":permit:fence"}).integer() == 0);
+  CHECK(server.raw({"EXISTS", helper_key(key("sem-nofence"), ":permit:fence")}).integer() == 0);
 }
 
 TEST_CASE("Semaphore auto-renew keeps a permit past its ttl", "[redis][semaphore][watchdog]") {
@@ -423,7 +428,7 @@ TEST_CASE("A waiter wakes when a permit is released, not at its retry delay",
   CHECK(when - released < 3s);
 }
 
-TEST_CASE("cancel_waits ends waits in progress and later ones; a held permit stays",
+TEST_CASE("cancel_waits ends waits in progress and later ones, a held permit stays",
           "[redis][semaphore]") {
   Setup setup("sem-cancel");
   auto& [server, client, k] = setup;
@@ -454,7 +459,7 @@ TEST_CASE("cancel_waits ends waits in progress and later ones; a held permit sta
   CHECK_FALSE(waiter.try_acquire());
   CHECK_FALSE(waiter.try_acquire_for(100ms));
   CHECK_THROWS_AS(waiter.acquire(), redlock::Error);
-  CHECK(server.raw({"EXISTS", k + ":permit:1"}).integer() == 0);
+  CHECK(server.raw({"EXISTS", helper_key(k, ":permit:1")}).integer() == 0);
   // Cancelling the waits of an object that holds a permit leaves the permit alone.
   REQUIRE(holder.try_acquire());
   holder.cancel_waits();
@@ -474,10 +479,11 @@ TEST_CASE("Semaphore keys are binary-safe (NUL bytes)", "[redis][semaphore]") {
   REQUIRE(a.try_acquire());
   REQUIRE(b.try_acquire());
   CHECK_FALSE(c.try_acquire());
-  CHECK(server.raw({"EXISTS", k + ":permit:1", k + ":permit:2"}).integer() == 2);
+  CHECK(server.raw({"EXISTS", helper_key(k, ":permit:1"), helper_key(k, ":permit:2")}).integer() ==
+        2);
   // The prefix before the NUL is a different key: untouched.
   CHECK(server.raw({"EXISTS", key("sem-nul") + "a"}).integer() == 0);
-  CHECK(value_of(server, k + ":permit:fence") == "2");
+  CHECK(value_of(server, helper_key(k, ":permit:fence")) == "2");
   CHECK(a.release());
   CHECK(c.try_acquire());
   CHECK(c.slot() == 1);
@@ -487,7 +493,7 @@ TEST_CASE("A slot key holding another type is a ServerError, not contention",
           "[redis][semaphore]") {
   Setup setup("sem-wrongtype");
   auto& [server, client, k] = setup;
-  server.raw({"RPUSH", k + ":permit:2", "x"});
+  server.raw({"RPUSH", helper_key(k, ":permit:2"), "x"});
   redlock::Semaphore a(client, k, 2, fast());
   redlock::Semaphore b(client, k, 2, fast());
   CHECK_THROWS_AS(b.try_acquire(), redlock::ServerError);
@@ -533,10 +539,11 @@ TEST_CASE("A permit capped by max_renewals is given back and reported", "[redis]
   CHECK_FALSE(sem.owns_permit());
   // Released by the watchdog right after telling the holder, not left to expire.
   const auto told = Clock::now();
-  while (server.raw({"EXISTS", k + ":permit:1"}).integer() == 1 && Clock::now() - told < 1500ms) {
+  while (server.raw({"EXISTS", helper_key(k, ":permit:1")}).integer() == 1 &&
+         Clock::now() - told < 1500ms) {
     std::this_thread::sleep_for(10ms);
   }
-  CHECK(server.raw({"EXISTS", k + ":permit:1"}).integer() == 0);
+  CHECK(server.raw({"EXISTS", helper_key(k, ":permit:1")}).integer() == 0);
   redlock::Semaphore next(client, k, 1, fast());
   CHECK(next.try_acquire());
   CHECK_FALSE(sem.release());
@@ -554,7 +561,7 @@ TEST_CASE("A permit released by the watchdog at its cap wakes the semaphore's wa
   REQUIRE(spy != nullptr);
   REQUIRE(spy->err == 0);
   redisSetTimeout(spy, tv);
-  const std::string channel = k + ":permit:released";
+  const std::string channel = helper_key(k, ":permit:released");
   void* raw = redisCommand(spy, "SUBSCRIBE %b", channel.data(), channel.size());
   REQUIRE(raw != nullptr);
   freeReplyObject(raw);

@@ -11,8 +11,10 @@
 #include <redlock/redlock.hpp>
 
 #include "support/sentinel_set.hpp"
+#include "util/key_slot.hpp"  // helper_key: the names of a lock's helper keys
 
 using namespace std::chrono_literals;
+using redlock::detail::helper_key;
 using redlock::test::key;
 using redlock::test::SentinelSet;
 using redlock::test::SentinelSetOptions;
@@ -308,7 +310,11 @@ TEST_CASE("Sentinel: wake-on-release follows the master through a failover", "[s
   // ... and it subscribes again, on the new master (the waiter's only way to learn of the
   // release: its retry delay is 10 s).
   const auto numsub = [&] {
-    return set.data(promoted).raw({"PUBSUB", "NUMSUB", k + ":released"}).elements().at(1).integer();
+    return set.data(promoted)
+        .raw({"PUBSUB", "NUMSUB", helper_key(k, ":released")})
+        .elements()
+        .at(1)
+        .integer();
   };
   const auto deadline = Clock::now() + 15s;
   while (numsub() < 1 && Clock::now() < deadline) std::this_thread::sleep_for(20ms);

@@ -21,10 +21,12 @@
 #include "io/connection.hpp"  // ClientImpl::subscriber()
 #include "support/clock.hpp"
 #include "support/redis_server.hpp"
+#include "util/key_slot.hpp"     // helper_key: the names of a lock's helper keys
 #include "util/token.hpp"        // make_token
 #include "watch/subscriber.hpp"  // Subscriber stats: the channel map
 
 using namespace std::chrono_literals;
+using redlock::detail::helper_key;
 using redlock::test::key;
 using redlock::test::monotonic_us;
 using redlock::test::RedisServer;
@@ -132,10 +134,10 @@ TEST_CASE("No lost wake-up: 10,000 release/attempt interleavings", "[redis][wake
   CHECK(worst_us < 2000000);
   // The last waiter unsubscribed: no channel left behind.
   const auto end = Clock::now() + 2s;
-  while (subscribers(server, k + ":released") != 0 && Clock::now() < end) {
+  while (subscribers(server, helper_key(k, ":released")) != 0 && Clock::now() < end) {
     std::this_thread::sleep_for(10ms);
   }
-  CHECK(subscribers(server, k + ":released") == 0);
+  CHECK(subscribers(server, helper_key(k, ":released")) == 0);
 }
 
 TEST_CASE("Fair mode: no lost hand-over in 5,000 release/attempt interleavings",
@@ -149,7 +151,9 @@ TEST_CASE("Fair mode: no lost hand-over in 5,000 release/attempt interleavings",
   INFO("worst wait " << worst_us << " us");
   CHECK(worst_us < 2000000);  // a lost hand-over would wait for the 5-15 s timer
   // Nothing left behind: lock, queue and queue info are all gone.
-  CHECK(server.raw({"EXISTS", k, k + ":queue", k + ":queue:info"}).integer() == 0);
+  CHECK(
+      server.raw({"EXISTS", k, helper_key(k, ":queue"), helper_key(k, ":queue:info")}).integer() ==
+      0);
 }
 
 TEST_CASE("Waiters still acquire after their subscriber connection is killed",
@@ -170,10 +174,10 @@ TEST_CASE("Waiters still acquire after their subscriber connection is killed",
   });
   // Wait until the waiter's subscription is live, then kill it.
   const auto end = Clock::now() + 3s;
-  while (subscribers(server, k + ":released") < 1 && Clock::now() < end) {
+  while (subscribers(server, helper_key(k, ":released")) < 1 && Clock::now() < end) {
     std::this_thread::sleep_for(5ms);
   }
-  REQUIRE(subscribers(server, k + ":released") == 1);
+  REQUIRE(subscribers(server, helper_key(k, ":released")) == 1);
   server.raw({"CLIENT", "KILL", "TYPE", "pubsub"});
   std::this_thread::sleep_for(300ms);  // re-subscribed by now
   const long long released = monotonic_us();
@@ -237,7 +241,8 @@ TEST_CASE("wake_on_release = false polls with the jittered retry delay", "[redis
     lock.unlock();
   });
   std::this_thread::sleep_for(100ms);
-  CHECK(subscribers(server, k + ":released") == 0);  // no subscription without the option
+  CHECK(subscribers(server, helper_key(k, ":released")) ==
+        0);  // no subscription without the option
   holder.unlock();
   waiter.join();
   CHECK(done.load());
@@ -330,7 +335,7 @@ TEST_CASE("A lone thread after contention: its own lingering subscription is not
     REQUIRE(got.held);
     heard += engine->release(token, redlock::detail::Announce::waiters).listeners;
   }
-  CHECK(subscribers(server, k + ":released") == 1);  // still only our own subscription
+  CHECK(subscribers(server, helper_key(k, ":released")) == 1);  // still only our own subscription
   CHECK(heard == 0);
 }
 
@@ -447,13 +452,13 @@ TEST_CASE("Clients to one server share one subscriber connection and thread",
   }
   const auto end = Clock::now() + 10s;
   while (redlock::detail::Access::client(clients.back())->started_subscriber() == nullptr ||
-         subscribers(server, k + ":released") < 1) {
+         subscribers(server, helper_key(k, ":released")) < 1) {
     if (Clock::now() > end) break;
     std::this_thread::sleep_for(5ms);
   }
   std::this_thread::sleep_for(200ms);  // every waiter has watched by now (or soon will)
   CHECK(pubsub_connections(server) == 1);
-  CHECK(subscribers(server, k + ":released") == 1);
+  CHECK(subscribers(server, helper_key(k, ":released")) == 1);
   const auto* first = redlock::detail::Access::client(clients.front())->started_subscriber();
   for (const auto& c : clients) {
     const auto* s = redlock::detail::Access::client(c)->started_subscriber();
@@ -490,10 +495,10 @@ TEST_CASE("An idle subscriber closes its connection, and the next wait opens it 
       if (got) lock.unlock();
     });
     const auto end = Clock::now() + 5s;
-    while (subscribers(server, k + ":released") < 1 && Clock::now() < end) {
+    while (subscribers(server, helper_key(k, ":released")) < 1 && Clock::now() < end) {
       std::this_thread::sleep_for(5ms);
     }
-    REQUIRE(subscribers(server, k + ":released") == 1);
+    REQUIRE(subscribers(server, helper_key(k, ":released")) == 1);
     const auto released = Clock::now();
     holder.unlock();
     waiter.join();

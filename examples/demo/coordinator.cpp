@@ -33,8 +33,10 @@
 
 #include <redlock/redlock.hpp>  // Client, Endpoint, Redlock, errors
 
+#include "cluster_faults.hpp"  // ClusterFaults: slot migration, failover
 #include "demo.hpp"
 #include "sentinel_faults.hpp"             // SentinelFaults: failover, master killed
+#include "support/throwaway_cluster.hpp"   // ThrowawayCluster: --topology cluster
 #include "support/throwaway_sentinel.hpp"  // ThrowawaySentinel: --topology sentinel
 #include "support/throwaway_servers.hpp"   // ThrowawayServers: pause/kill/restart
 
@@ -595,10 +597,23 @@ int run_demo(const DemoConfig& config) {
   // Servers: five lock nodes and the counter's server, or the ones given.
   std::unique_ptr<example::ThrowawayServers> group;  // its destructor stops every server
   std::unique_ptr<example::ThrowawaySentinel> sentinel_set;
+  std::unique_ptr<example::ThrowawayCluster> cluster_set;
   std::vector<std::string> node_uris;
   std::string checker_uri;
   const bool sentinel = own_servers && config.topology == "sentinel";
-  if (sentinel) {
+  const bool cluster = own_servers && config.topology == "cluster";
+  if (cluster) {
+    std::printf(
+        "redlock-demo: starting a Redis Cluster (3 masters, 3 replicas) and a redis-server for "
+        "the counter...\n");
+    std::fflush(stdout);
+    cluster_set = std::make_unique<example::ThrowawayCluster>();
+    group = std::make_unique<example::ThrowawayServers>(1);
+    const std::string timeout = std::to_string(config.node_timeout.count());
+    node_uris.push_back(cluster_set->uri() + "?connect_timeout=" + timeout +
+                        "&command_timeout=" + timeout);
+    checker_uri = (*group)[0].endpoint().to_string();
+  } else if (sentinel) {
     std::printf(
         "redlock-demo: starting a Sentinel set (a master, 2 replicas, 3 sentinels) and a "
         "redis-server for the counter...\n");
@@ -651,7 +666,10 @@ int run_demo(const DemoConfig& config) {
   } else if (!config.faults) {
     faults_note = "none (--no-faults)";
   } else if (sentinel) {
-    faults_note = describe_sentinel_faults(config.duration);
+    faults_note = SentinelFaults(*sentinel_set, config.duration, run, nullptr).describe();
+  } else if (cluster) {
+    faults_note =
+        ClusterFaults(*cluster_set, prefix + "lock", config.duration, run, nullptr).describe();
   } else {
     plan = plan_faults(config.duration, config.ttl);
     if (!plan.any()) faults_note = "none: the run is too short to fit them";
@@ -717,11 +735,15 @@ int run_demo(const DemoConfig& config) {
     for (const auto& w : workers) send_line(w, "go");
     std::unique_ptr<FaultInjector> faults;
     if (plan.any()) faults = std::make_unique<FaultInjector>(*group, plan, endpoints, console, run);
-    std::unique_ptr<SentinelFaults> failovers;
+    std::unique_ptr<TopologyFaults> topology_faults;  // a Sentinel set's or a cluster's
+    const auto print = [&console](const std::string& line) { console.event(line); };
+    if (cluster && config.faults) {
+      topology_faults = std::make_unique<ClusterFaults>(*cluster_set, prefix + "lock",
+                                                        config.duration, run, print);
+    }
     if (sentinel && config.faults) {
-      failovers = std::make_unique<SentinelFaults>(
-          *sentinel_set, config.duration, run,
-          [&console](const std::string& line) { console.event(line); });
+      topology_faults =
+          std::make_unique<SentinelFaults>(*sentinel_set, config.duration, run, print);
     }
     Rate rate;
     std::int64_t next_progress = 0;
@@ -730,13 +752,13 @@ int run_demo(const DemoConfig& config) {
       const std::int64_t t = now - run.start_ns;
       if (g_interrupted.load() || t >= ns_of(config.duration) || inbox.open.load() == 0) break;
       if (faults) faults->step(t);
-      if (failovers) failovers->step(t);
+      if (topology_faults) topology_faults->step(t);
       // The progress line: every 200 ms on a terminal, every second otherwise.
       if (now >= next_progress) {
         const std::uint64_t count = inbox.count.load();
         std::pair<std::size_t, std::string> status{endpoints.size(), ""};
         if (faults) status = faults->status();
-        if (failovers) status.second = failovers->status();
+        if (topology_faults) status.second = topology_faults->status();
         if (monitor) status.first = monitor->up();
         char line[200];
         std::snprintf(line, sizeof line,
@@ -751,7 +773,7 @@ int run_demo(const DemoConfig& config) {
     }
     run.seconds = seconds(monotonic_ns() - run.start_ns);
     if (faults) faults->finish();
-    if (failovers) failovers->finish();
+    if (topology_faults) topology_faults->finish();
   }
   console.clear();
   run.interrupted = g_interrupted.load();
@@ -792,6 +814,7 @@ int run_demo(const DemoConfig& config) {
   run.nodes = probe.size();
   run.quorum = probe.quorum();
   if (sentinel) run.lock_kind = "a Lock through Sentinel (a master, 2 replicas, 3 sentinels),";
+  if (cluster) run.lock_kind = "a Lock on a Redis Cluster (3 masters, 3 replicas),";
   run.ttl = config.ttl;
   if (own_servers) run.node_timeout = config.node_timeout;
   run.fencing = config.fencing;

@@ -155,9 +155,10 @@ int main(int argc, char** argv) {
   app.add_option("--topology", config.topology,
                  "redlock: a Redlock over 5 independent servers; sentinel: a Lock through "
                  "Sentinel (a master, 2 replicas, 3 sentinels) with a live failover and the "
-                 "master killed")
-      ->type_name("redlock|sentinel")
-      ->check(CLI::IsMember({"redlock", "sentinel"}))
+                 "master killed; cluster: a Lock on a Redis Cluster (3 masters, 3 replicas) "
+                 "whose slot migrates, then fails over")
+      ->type_name("redlock|sentinel|cluster")
+      ->check(CLI::IsMember({"redlock", "sentinel", "cluster"}))
       ->capture_default_str();
   app.add_flag("--no-fencing", no_fencing,
                "Counter writes carry no fence token: only the lock protects the counter");
@@ -175,10 +176,10 @@ int main(int argc, char** argv) {
     if (!config.metrics.empty() && !std::filesystem::is_directory(config.metrics)) {
       throw UsageError("--metrics '" + config.metrics + "' is not a directory");
     }
-    if (config.topology == "sentinel" && (config.tls || !config.redis.empty())) {
-      throw UsageError(
-          "--topology sentinel starts its own servers, without TLS (drop --tls and "
-          "--redis; --redis takes a redis-sentinel:// URI too)");
+    if (config.topology != "redlock" && (config.tls || !config.redis.empty())) {
+      throw UsageError("--topology " + config.topology +
+                       " starts its own servers, without TLS (drop --tls and --redis; --redis "
+                       "takes a redis-sentinel:// or redis-cluster:// URI too)");
     }
     if (!config.checker.empty() && config.redis.empty()) {
       throw UsageError("--checker needs --redis (own servers have their own)");

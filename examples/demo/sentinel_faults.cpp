@@ -1,7 +1,6 @@
 // examples/demo/sentinel_faults.cpp: see sentinel_faults.hpp.
 #include "sentinel_faults.hpp"
 
-#include <cstdio>     // std::snprintf
 #include <exception>  // std::exception
 #include <utility>    // std::move
 
@@ -10,41 +9,20 @@ namespace demo {
 namespace {
 constexpr std::int64_t kNsPerMs = 1'000'000;
 constexpr std::int64_t kRestartAfter = 2'000 * kNsPerMs;
-
-std::string at_seconds(std::int64_t ns) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f s", static_cast<double>(ns) / 1e9);
-  return text;
-}
-
-// When the failover and the kill happen in a run of `duration`.
-std::int64_t failover_at(std::chrono::milliseconds duration) {
-  return static_cast<std::int64_t>(duration.count()) * kNsPerMs * 30 / 100;
-}
-std::int64_t kill_at(std::chrono::milliseconds duration) {
-  return static_cast<std::int64_t>(duration.count()) * kNsPerMs * 60 / 100;
-}
 }  // namespace
-
-std::string describe_sentinel_faults(std::chrono::milliseconds duration) {
-  return "SENTINEL FAILOVER at " + at_seconds(failover_at(duration)) +
-         "; kill -9 of the master at " + at_seconds(kill_at(duration)) + ", restarted (empty) " +
-         at_seconds(kRestartAfter) + " later";
-}
 
 SentinelFaults::SentinelFaults(example::ThrowawaySentinel& set, std::chrono::milliseconds duration,
                                RunRecord& run, std::function<void(const std::string&)> print)
-    : set_(set),
-      run_(run),
-      print_(std::move(print)),
-      failover_at_(failover_at(duration)),
-      kill_at_(kill_at(duration)),
-      restart_at_(kill_at_ + kRestartAfter) {}
+    : TopologyFaults(run, std::move(print)), set_(set) {
+  const std::int64_t d = static_cast<std::int64_t>(duration.count()) * kNsPerMs;
+  failover_at_ = d * 30 / 100;
+  kill_at_ = d * 60 / 100;
+  restart_at_ = kill_at_ + kRestartAfter;
+}
 
-void SentinelFaults::event(const std::string& what) {
-  const std::int64_t at = monotonic_ns() - run_.start_ns;
-  run_.faults.push_back(FaultEvent{static_cast<double>(at) / 1e9, what});
-  print_("  t=" + at_seconds(at) + "  " + what);
+std::string SentinelFaults::describe() const {
+  return "SENTINEL FAILOVER at " + at_seconds(failover_at_) + "; kill -9 of the master at " +
+         at_seconds(kill_at_) + ", restarted (empty) " + at_seconds(kRestartAfter) + " later";
 }
 
 void SentinelFaults::close_window(std::int64_t since, const char* label) {

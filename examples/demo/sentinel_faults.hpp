@@ -12,28 +12,24 @@
 
 #include "demo.hpp"
 #include "support/throwaway_sentinel.hpp"
+#include "topology_faults.hpp"
 
 namespace demo {
 
-class SentinelFaults {
+class SentinelFaults final : public TopologyFaults {
  public:
   // `print` shows one event line; the events and fault windows go into `run`.
   SentinelFaults(example::ThrowawaySentinel& set, std::chrono::milliseconds duration,
                  RunRecord& run, std::function<void(const std::string&)> print);
-  // Takes every step due at `t` (nanoseconds since the start of the run). Never throws.
-  void step(std::int64_t t);
-  // Ends a fault the run stopped in. Never throws.
-  void finish();
-  // For the progress line: " (failover)", " (master killed)" or "".
-  std::string status() const;
+  void step(std::int64_t t) override;
+  void finish() override;
+  std::string status() const override;
+  std::string describe() const override;
 
  private:
-  void event(const std::string& what);
   void close_window(std::int64_t since, const char* label);
 
   example::ThrowawaySentinel& set_;
-  RunRecord& run_;
-  std::function<void(const std::string&)> print_;
   std::int64_t failover_at_;
   std::int64_t kill_at_;
   std::int64_t restart_at_;
@@ -44,9 +40,6 @@ class SentinelFaults {
   bool failover_done_{false};
   bool restarted_{false};
 };
-
-// The plan SentinelFaults follows for a run of `duration`, for the banner.
-std::string describe_sentinel_faults(std::chrono::milliseconds duration);
 
 }  // namespace demo
 

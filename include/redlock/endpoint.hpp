@@ -15,6 +15,8 @@
 //   unix://[user[:password]@]/path/to/socket[?db=N&...]
 //   `redis-sentinel://[user[:password]@]host[:port][,host2[:port2]...][/db][?param=value&...]#service`
 //   rediss-sentinel://...                                               (Sentinel, TLS everywhere)
+//   redis-cluster://[user[:password]@]host[:port][,host2[:port2]...][?param=value&...]
+//   rediss-cluster://...                                                (Redis Cluster, TLS)
 // host may be a name, an IPv4 address or a bracketed IPv6 address ([::1]). user, password and
 // parameter values are percent-decoded. Query parameters (every scheme): db, connect_timeout,
 // command_timeout (the timeouts in whole milliseconds, e.g. ?command_timeout=500). rediss://
@@ -27,6 +29,9 @@
 // master. user and password are the master's; sentinel_username= and sentinel_password= log in
 // to the sentinels. rediss-sentinel:// uses TLS (and its parameters) to the sentinels and to the
 // master alike.
+// The Cluster forms name seed nodes (default port 6379) of a Redis Cluster: the lock routes each
+// key to the master that owns its slot (see ClusterOptions). user, password, TLS and the
+// timeouts apply to every node; there is no database but 0.
 #ifndef REDLOCK_ENDPOINT_HPP
 #define REDLOCK_ENDPOINT_HPP
 
@@ -89,6 +94,21 @@ struct SentinelOptions {
   std::vector<Endpoint> sentinels;
 };
 
+// Where to find a Redis Cluster (redis-cluster:// and rediss-cluster://). Plain data. With
+// `seeds` set, the Endpoint's host, port and unix_socket are not used: the slot map comes from
+// CLUSTER SLOTS, asked of the seeds in turn (then of the masters it names), and every command
+// goes to the master that owns its key's slot, with one pool of connections per master. A MOVED
+// reply refreshes the map (one refresh for a burst) and the command is sent again to the new
+// owner; ASK sends it (after ASKING) to the importing node without changing the map; TRYAGAIN is
+// retried after a short back-off. A cluster that is down (CLUSTERDOWN), a slot without an owner
+// and seeds that all fail are errors (ConnectionError, ServerError), never an endless retry.
+// Lock commands never go to a replica.
+struct ClusterOptions {
+  // Seed nodes: only each one's host and port are used; credentials, TLS, timeouts, reply caps
+  // and wait_replicas come from the Endpoint that holds them. Empty: not a cluster.
+  std::vector<Endpoint> seeds;
+};
+
 struct Endpoint {
   // Host name or IP address. Ignored when unix_socket is set.
   std::string host{"127.0.0.1"};
@@ -126,6 +146,8 @@ struct Endpoint {
   ReplyLimits reply_limits;
   // Through Redis Sentinel when sentinel.service is set (see SentinelOptions).
   SentinelOptions sentinel;
+  // Through Redis Cluster when cluster.seeds is set (see ClusterOptions). Not with sentinel.
+  ClusterOptions cluster;
   // Replica safety (wait_replicas=, wait_timeout=): > 0 pipelines `WAIT wait_replicas
   // wait_timeout` behind every acquire and extend on this server, in the same round trip. A
   // grant or extend that fewer replicas acknowledged in time is rolled back (an extend counts
@@ -135,22 +157,22 @@ struct Endpoint {
   int wait_replicas{0};
   std::chrono::milliseconds wait_timeout{100};
 
-  // Parses a redis://, rediss://, unix://, redis-sentinel:// or rediss-sentinel:// URI (format
-  // above).
+  // Parses a redis://, rediss://, unix://, redis-sentinel://, rediss-sentinel://,
+  // redis-cluster:// or rediss-cluster:// URI (format above).
   // Returns the endpoint; fields the URI does not mention keep their defaults.
   // Throws std::invalid_argument naming the bad part (scheme, host, port, db, parameter, ...);
   // for rediss:// in a library built without TLS, the message names REDLOCK_WITH_TLS.
   // Thread-safe (pure function).
   static Endpoint parse(std::string_view uri);
 
-  // "host:port" (IPv6 hosts in brackets), "unix:/path", or "sentinel:<service>" through
-  // Sentinel. Never includes credentials.
+  // "host:port" (IPv6 hosts in brackets), "unix:/path", "sentinel:<service>" through
+  // Sentinel, or "cluster:<seed>,<seed>..." for a cluster. Never includes credentials.
   // Used in every message about this endpoint. Thread-safe (const).
   std::string address() const;
 
   // The endpoint as a URI (rediss:// with its TLS parameters when tls.enabled, the Sentinel form
-  // through Sentinel), with the passwords replaced by "***"; parse() of it gives back every other
-  // field (reply_limits have no URI form). Thread-safe.
+  // through Sentinel, the Cluster form for a cluster), with the passwords replaced by "***";
+  // parse() of it gives back every other field (reply_limits have no URI form). Thread-safe.
   std::string to_string() const;
 };
 

@@ -1,13 +1,14 @@
 // redlock/semaphore.hpp: Semaphore, at most `limit` concurrent holders of a key on one Redis
 // instance, each with its own lease, fence and renewal.
 //
-// Design: a permit is an ordinary lease on one of `limit` slot keys, `<key>:permit:1` ..
-// `<key>:permit:<limit>`. One script takes the first free slot (SET PX ttl) and returns its
+// Design (helper names as in the README's Keys: `<key>:permit:...` when the key has a hash tag): a
+// permit is an ordinary lease on one of `limit` slot keys, `{<key>}:permit:1` ..
+// `{<key>}:permit:<limit>`. One script takes the first free slot (SET PX ttl) and returns its
 // number, so the server's own key expiry (server time) ends a crashed holder's permit, and
 // everything after the grant is the machinery a Lock uses: the compare-and-pexpire extend, the
 // Watchdog renewing the slot key, compare-and-delete release, fencing, LeaseToken. The counter
-// `<key>:permit:fence` gives fence tokens that grow across all permits of the key; releases are
-// announced on `<key>:permit:released`, where waiters listen. (A sorted set of leases scored by
+// `{<key>}:permit:fence` gives fence tokens that grow across all permits of the key; releases are
+// announced on `{<key>}:permit:released`, where waiters listen. (A sorted set of leases scored by
 // server time would need a second kind of lease for the watchdog to renew.) These names are
 // reserved. Every user of a key must pass the same limit: a process with a larger one also
 // takes the higher slots. Each attempt names every slot key, so limit * key size is bounded.
@@ -136,7 +137,7 @@ class Semaphore {
   // taken over, or a renewal missing its deadline). Never throws. Thread-safe.
   LeaseToken lease() const noexcept;
 
-  // Which slot the current permit occupies, 1..limit() (its key is `<key>:permit:<slot>`); 0 if
+  // Which slot the current permit occupies, 1..limit() (its key is `{<key>}:permit:<slot>`); 0 if
   // none. Never throws. Thread-safe.
   std::size_t slot() const noexcept;
 

@@ -37,8 +37,27 @@ void validate_sentinels(const Endpoint& ep) {
   }
 }
 
+// A cluster: seeds that are plain host:port, and no Sentinel or database besides.
+void validate_seeds(const Endpoint& ep) {
+  if (!ep.sentinel.service.empty() || ep.database != 0) {
+    throw std::invalid_argument(
+        "redlock: endpoint.cluster.seeds: a cluster has no Sentinel service and no database but "
+        "0");
+  }
+  for (const Endpoint& seed : ep.cluster.seeds) {
+    if (!seed.cluster.seeds.empty() || !seed.sentinel.service.empty() ||
+        !seed.unix_socket.empty()) {
+      throw std::invalid_argument(
+          "redlock: endpoint.cluster.seeds: each seed is a host and port (no unix socket)");
+    }
+    validate(seed);
+  }
+}
+
 void validate(const Endpoint& ep) {
-  if (!ep.sentinel.service.empty()) {
+  if (!ep.cluster.seeds.empty()) {
+    validate_seeds(ep);
+  } else if (!ep.sentinel.service.empty()) {
     validate_sentinels(ep);
   } else if (ep.unix_socket.empty()) {
     if (ep.host.empty()) {

@@ -8,6 +8,7 @@
 #include <string>       // std::string, std::to_string
 #include <string_view>  // std::string_view
 #include <utility>      // std::move
+#include <vector>       // std::vector
 
 #include "api/endpoint_text.hpp"
 
@@ -44,10 +45,12 @@ Scheme parse_scheme(std::string_view uri, std::string_view scheme) {
   if (detail::iequals(scheme, "redis")) return Scheme::redis;
   if (detail::iequals(scheme, "unix")) return Scheme::unix_socket;
   if (detail::iequals(scheme, "redis-sentinel")) return Scheme::sentinel;
+  if (detail::iequals(scheme, "redis-cluster")) return Scheme::cluster;
   const bool sentinel = detail::iequals(scheme, "rediss-sentinel");
-  if (sentinel || detail::iequals(scheme, "rediss")) {
+  const bool cluster = detail::iequals(scheme, "rediss-cluster");
+  if (sentinel || cluster || detail::iequals(scheme, "rediss")) {
 #if defined(REDLOCK_WITH_TLS)
-    return sentinel ? Scheme::sentinel_tls : Scheme::rediss;
+    return sentinel ? Scheme::sentinel_tls : cluster ? Scheme::cluster_tls : Scheme::rediss;
 #else
     uri_fail(uri, std::string(scheme) +
                       ":// (TLS) needs a library built with -DREDLOCK_WITH_TLS=ON (this one was "
@@ -55,8 +58,8 @@ Scheme parse_scheme(std::string_view uri, std::string_view scheme) {
 #endif
   }
   uri_fail(uri, "unsupported scheme '" + std::string(scheme) +
-                    "' (expected redis://, rediss://, unix://, redis-sentinel:// or "
-                    "rediss-sentinel://)");
+                    "' (expected redis://, rediss://, unix://, redis-sentinel://, "
+                    "rediss-sentinel://, redis-cluster:// or rediss-cluster://)");
 }
 
 struct Split {
@@ -152,15 +155,16 @@ void parse_authority(std::string_view uri, std::string_view authority, Endpoint&
   if (has_port) parse_port(uri, port_text, endpoint);
 }
 
-// host[:port][,host[:port]...] of a Sentinel URI: one Endpoint per sentinel (port 26379 unless
-// given).
-void parse_sentinels(std::string_view uri, std::string_view authorities, Endpoint& endpoint) {
+// host[:port][,host[:port]...] of a Sentinel or Cluster URI: one Endpoint per host (port
+// `default_port` unless given), appended to `out`.
+void parse_hosts(std::string_view uri, std::string_view authorities, int default_port,
+                 std::vector<Endpoint>& out) {
   for (;;) {
     const std::size_t comma = authorities.find(',');
-    Endpoint sentinel;
-    sentinel.port = kSentinelPort;
-    parse_authority(uri, authorities.substr(0, comma), sentinel);
-    endpoint.sentinel.sentinels.push_back(std::move(sentinel));
+    Endpoint node;
+    node.port = default_port;
+    parse_authority(uri, authorities.substr(0, comma), node);
+    out.push_back(std::move(node));
     if (comma == std::string_view::npos) return;
     authorities.remove_prefix(comma + 1);
   }
@@ -173,7 +177,9 @@ bool parse_location(std::string_view uri, std::string_view location, Scheme sche
   const std::size_t slash = location.find('/');
   const std::string_view authority = location.substr(0, slash);
   if (detail::through_sentinel(scheme)) {
-    parse_sentinels(uri, authority, endpoint);
+    parse_hosts(uri, authority, kSentinelPort, endpoint.sentinel.sentinels);
+  } else if (detail::through_cluster(scheme)) {
+    parse_hosts(uri, authority, endpoint.port, endpoint.cluster.seeds);
   } else {
     parse_authority(uri, authority, endpoint);
   }
@@ -252,11 +258,22 @@ Endpoint Endpoint::parse(std::string_view whole) {
     detail::parse_query(whole, split.rest.substr(question + 1), scheme, db_in_path, endpoint);
   }
   if (detail::through_sentinel(scheme)) share_settings(endpoint);
+  if (detail::through_cluster(scheme) && endpoint.database != 0) {
+    uri_fail(whole, "a Redis Cluster has only database 0 (no db in the path or query)");
+  }
   return endpoint;
 }
 
 std::string Endpoint::address() const {
   if (!sentinel.service.empty()) return "sentinel:" + sentinel.service;
+  if (!cluster.seeds.empty()) {
+    std::string out = "cluster:";
+    for (const Endpoint& seed : cluster.seeds) {
+      if (&seed != cluster.seeds.data()) out += ',';
+      out += seed.address();
+    }
+    return out;
+  }
   if (!unix_socket.empty()) return "unix:" + unix_socket;
   std::string out;
   if (host.find(':') != std::string::npos) {
@@ -273,7 +290,9 @@ std::string Endpoint::address() const {
 
 std::string Endpoint::to_string() const {
   const bool sentinels = !sentinel.service.empty();
+  const bool seeds = !cluster.seeds.empty();
   std::string out = sentinels ? (tls.enabled ? "rediss-sentinel://" : "redis-sentinel://")
+                    : seeds   ? (tls.enabled ? "rediss-cluster://" : "redis-cluster://")
                     : !unix_socket.empty() ? "unix://"
                     : tls.enabled          ? "rediss://"
                                            : "redis://";
@@ -286,9 +305,10 @@ std::string Endpoint::to_string() const {
     out += unix_socket;
     return out + detail::format_query(*this, detail::DbIn::query);
   }
-  if (sentinels) {
-    for (const Endpoint& node : sentinel.sentinels) {
-      if (&node != sentinel.sentinels.data()) out += ',';
+  if (sentinels || seeds) {
+    const auto& nodes = sentinels ? sentinel.sentinels : cluster.seeds;
+    for (const Endpoint& node : nodes) {
+      if (&node != nodes.data()) out += ',';
       out += node.address();
     }
   } else {

@@ -13,10 +13,22 @@ namespace redlock {
 namespace detail {
 
 // Which scheme a URI used: query parameters differ (TLS ones need rediss://).
-enum class Scheme : unsigned char { redis, rediss, unix_socket, sentinel, sentinel_tls };
+enum class Scheme : unsigned char {
+  redis,
+  rediss,
+  unix_socket,
+  sentinel,
+  sentinel_tls,
+  cluster,
+  cluster_tls
+};
 
 inline bool uses_tls(Scheme scheme) {
-  return scheme == Scheme::rediss || scheme == Scheme::sentinel_tls;
+  return scheme == Scheme::rediss || scheme == Scheme::sentinel_tls ||
+         scheme == Scheme::cluster_tls;
+}
+inline bool through_cluster(Scheme scheme) {
+  return scheme == Scheme::cluster || scheme == Scheme::cluster_tls;
 }
 inline bool through_sentinel(Scheme scheme) {
   return scheme == Scheme::sentinel || scheme == Scheme::sentinel_tls;

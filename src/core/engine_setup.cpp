@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/engine.hpp"
+#include "util/key_slot.hpp"
 
 namespace redlock {
 namespace detail {
@@ -103,12 +104,19 @@ LeaseEngine::LeaseEngine(std::vector<std::shared_ptr<ClientImpl>> nodes, std::st
       fair_(options.fair) {
   check_nodes(nodes_, options);
   validate_lock_options(key, options);
+  for (const auto& node : nodes_) {
+    if (node->router() != nullptr && !helpers_share_slot(key)) {
+      throw std::invalid_argument(
+          "redlock: key has no hash tag but contains '}': on a cluster its helper keys could not "
+          "share its slot; give the key a hash tag ({...})");
+    }
+  }
   keys_.key = std::move(key);
-  keys_.fence = keys_.key + ":fence";
-  keys_.channel = channel.empty() ? keys_.key + ":released" : std::move(channel);
+  keys_.fence = helper_key(keys_.key, ":fence");
+  keys_.channel = channel.empty() ? helper_key(keys_.key, ":released") : std::move(channel);
   keys_.grant_channel = keys_.channel + ":" + nodes_[0]->waiter_id();
-  keys_.queue = keys_.key + ":queue";
-  keys_.queue_info = keys_.key + ":queue:info";
+  keys_.queue = helper_key(keys_.key, ":queue");
+  keys_.queue_info = helper_key(keys_.key, ":queue:info");
   ttl_ms_ = std::to_string(ttl_.count());
   // A waiter refreshes its place at least every 1.5 * retry_delay (the longest jittered wait).
   queue_alive_ =

@@ -3,6 +3,7 @@
 #include "core/permits.hpp"
 
 #include <mutex>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -12,6 +13,7 @@
 #include "core/engine.hpp"
 #include "io/connection.hpp"
 #include "protocol/permits.hpp"
+#include "util/key_slot.hpp"
 #include "util/log_internal.hpp"
 #include "watch/release_watch.hpp"
 
@@ -29,6 +31,11 @@ class RedisPermits final : public PermitBackend {
         ttl_ms_(std::to_string(options.ttl.count())),
         leases_(limit) {
     permit(1);  // validates the options as a Lock's engine does
+    if (node_->router() != nullptr && !helpers_share_slot(key_)) {
+      throw std::invalid_argument(
+          "redlock: key has no hash tag but contains '}': on a cluster its permit keys could not "
+          "share its slot; give the key a hash tag ({...})");
+    }
   }
 
   const std::string& key() const noexcept override { return key_; }

@@ -11,6 +11,7 @@
 
 #include <redlock/errors.hpp>
 
+#include "io/cluster.hpp"
 #include "io/pending.hpp"
 #include "io/pool.hpp"
 #include "util/log_internal.hpp"
@@ -123,18 +124,39 @@ void check_master(Pending& p) {
   }
 }
 
+bool named(const CommandView& c, std::string_view name) {
+  return c.script == nullptr && c.argc > 0 && std::string_view(c.argv[0], c.lens[0]) == name;
+}
+
+// What a NOSCRIPT fallback sends again: the scripts that got NOSCRIPT; the ASKING in front of
+// one (it applies to the next command only: the EVAL would get MOVED without it); and a WAIT
+// behind them (it counted the replicas before the write).
+std::vector<std::size_t> noscript_redo(const NodeBatch& b) {
+  std::vector<std::size_t> redo;
+  for (std::size_t i = 0; i < b.commands.size(); ++i) {
+    if (b.commands[i].script == nullptr || !is_noscript(b.replies[i].get())) continue;
+    if (i > 0 && named(b.commands[i - 1], "ASKING")) redo.push_back(i - 1);
+    redo.push_back(i);
+  }
+  if (redo.empty()) return redo;
+  for (std::size_t i = redo.front() + 1; i < b.commands.size(); ++i) {
+    if (named(b.commands[i], "WAIT")) redo.push_back(i);
+  }
+  std::sort(redo.begin(), redo.end());
+  redo.erase(std::unique(redo.begin(), redo.end()), redo.end());
+  return redo;
+}
+
 // EVAL fallback for NOSCRIPT replies, one node at a time (rare: after SCRIPT FLUSH or restart).
 void retry_noscript(Pending& p) {
   if (p.done) return;
-  std::vector<std::size_t> redo;
-  for (std::size_t i = 0; i < p.batch->commands.size(); ++i) {
-    if (p.batch->commands[i].script != nullptr && is_noscript(p.batch->replies[i].get())) {
-      redo.push_back(i);
-    }
-  }
+  const std::vector<std::size_t> redo = noscript_redo(*p.batch);
   if (redo.empty()) return;
   log_message(LogLevel::debug, "redlock: NOSCRIPT, re-sending with EVAL");
-  for (std::size_t i : redo) append(*p.connection, p.batch->commands[i], Dialect::as_eval);
+  for (std::size_t i : redo) {
+    const CommandView& c = p.batch->commands[i];
+    append(*p.connection, c, c.script != nullptr ? Dialect::as_eval : Dialect::as_given);
+  }
   p.replies.clear();
   p.expected = redo.size();
   p.trailing = false;  // alone in this loop: awaited until its own deadline
@@ -227,6 +249,17 @@ void execute_once(NodeBatch* batches, std::size_t count, bool* stale, const Earl
 }  // namespace
 
 void execute(NodeBatch* batches, std::size_t count, const EarlyFinish* early, SkipPolicy policy) {
+  for (std::size_t i = 0; i < count; ++i) {
+    if (batches[i].node->router() != nullptr) {
+      execute_routed(batches, count, early, policy);
+      return;
+    }
+  }
+  execute_direct(batches, count, early, policy);
+}
+
+void execute_direct(NodeBatch* batches, std::size_t count, const EarlyFinish* early,
+                    SkipPolicy policy) {
   PerNode<bool> stale(count, false);
   execute_once(batches, count, stale.data(), early, policy);
   if (std::find(stale.begin(), stale.end(), true) == stale.end()) return;

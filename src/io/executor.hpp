@@ -89,6 +89,10 @@ enum class SkipPolicy : unsigned char { every_node, skip_backed_off };
 // std::bad_alloc only. Thread-safe (batches are the caller's).
 void execute(NodeBatch* batches, std::size_t count, const EarlyFinish* early = nullptr,
              SkipPolicy policy = SkipPolicy::every_node);
+// execute() without the routing of cluster batches (io/cluster_route.cpp): every batch's node is
+// the server it talks to.
+void execute_direct(NodeBatch* batches, std::size_t count, const EarlyFinish* early,
+                    SkipPolicy policy);
 
 }  // namespace detail
 }  // namespace redlock

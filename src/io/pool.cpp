@@ -11,6 +11,7 @@
 
 #include <redlock/errors.hpp>
 
+#include "io/cluster.hpp"
 #include "io/sentinel.hpp"
 #include "io/tls.hpp"
 #include "util/log_internal.hpp"
@@ -73,6 +74,7 @@ ClientImpl::ClientImpl(Endpoint endpoint)
     wait_ = CommandView{3, wait_argv_, wait_lens_};
   }
   if (!endpoint_.sentinel.service.empty()) locator_ = shared_locator(endpoint_);
+  if (!endpoint_.cluster.seeds.empty()) router_ = shared_router(endpoint_);
 }
 
 ClientImpl::~ClientImpl() { clear_idle(); }  // their slots refer to slots_
@@ -198,6 +200,12 @@ bool ClientImpl::fresh(Connection& connection) const noexcept {
 }
 
 Dial ClientImpl::dial() const {
+  if (router_) {  // a connection of the cluster's own (the subscriber's): to some master
+    const ClientImpl* const master = router_->any_master();
+    Dial dial = master->dial();
+    dial.target = std::make_shared<const Endpoint>(master->endpoint());
+    return dial;
+  }
   if (!locator_) return start_dial(endpoint_, address_);
   MasterLocator::Answer master = locator_->master();
   Dial dial = start_dial(*master.endpoint, address_ + " at " + master.endpoint->address());
@@ -263,6 +271,7 @@ void ClientImpl::observe(NodeHealth health, std::string_view why) const noexcept
 
 void ClientImpl::note_health(bool reachable, std::string_view why) noexcept {
   if (!reachable && locator_) locator_->stale(why);  // the master may have moved: ask again
+  if (!reachable && router_) router_->stale();       // a failover may have moved slots
   if (reachable) {
     if (down_.exchange(false, std::memory_order_relaxed)) {
       logf(LogLevel::info, "redlock: {} answers again", address_);
@@ -331,6 +340,7 @@ std::string settings_key(const Endpoint& e) {
                   t.ca_file.size(), t.ca_file, t.ca_dir.size(), t.ca_dir, t.cert_file.size(),
                   t.cert_file, t.key_file.size(), t.key_file, t.server_name.size(), t.server_name,
                   t.verify, e.reply_limits.max_bulk_bytes, e.reply_limits.max_elements);
+  for (const Endpoint& s : e.cluster.seeds) key += "|cluster:" + s.address();
   if (e.sentinel.service.empty()) return key;
   key += fmt::format("|sentinel:{}:{}", e.sentinel.service.size(), e.sentinel.service);
   for (const Endpoint& s : e.sentinel.sentinels) key += "|{" + settings_key(s) + "}";

@@ -32,6 +32,7 @@ namespace detail {
 
 class Subscriber;
 class MasterLocator;
+class ClusterRouter;
 
 // Endpoints equal in everything that decides which server a connection reaches and how (host,
 // port or socket, credentials, timeouts, TLS, reply caps, and through Sentinel the sentinels and
@@ -96,6 +97,10 @@ class ClientImpl {
   // is no longer a master (READONLY, LOADING, MASTERDOWN); if so, the master is looked up again
   // and pooled connections are dropped. Always false for other endpoints. Never throws.
   bool master_moved(std::string_view error) noexcept;
+
+  // Through Redis Cluster (Endpoint::cluster.seeds set): the router that sends each command to
+  // its slot's master (see io/cluster.hpp); null for other endpoints.
+  ClusterRouter* router() const noexcept { return router_.get(); }
 
   // `WAIT wait_replicas wait_timeout` for this endpoint (Endpoint::wait_replicas), to pipeline
   // behind a write; null when the endpoint asks for no replica acknowledgement.
@@ -173,6 +178,7 @@ class ClientImpl {
   std::shared_ptr<Subscriber> subscriber_;  // shared with Clients of the same endpoint
   std::atomic<Subscriber*> started_subscriber_{nullptr};
   std::shared_ptr<MasterLocator> locator_;  // through Sentinel only
+  std::shared_ptr<ClusterRouter> router_;   // through Cluster only
 };
 
 }  // namespace detail

@@ -1,6 +1,10 @@
 // src/protocol/permits.cpp: a Semaphore's scripts, commands and reply (see permits.hpp).
 #include "protocol/permits.hpp"
 
+#include <string>
+
+#include "util/key_slot.hpp"
+
 namespace redlock {
 namespace detail {
 namespace {
@@ -53,9 +57,11 @@ const Script& take_script() {
 }  // namespace
 
 PermitKeys::PermitKeys(const std::string& key, std::size_t limit)
-    : fence(key + ":permit:fence"), channel(key + ":permit:released") {
+    : fence(helper_key(key, ":permit:fence")), channel(helper_key(key, ":permit:released")) {
   slots.reserve(limit);
-  for (std::size_t i = 1; i <= limit; ++i) slots.push_back(key + ":permit:" + std::to_string(i));
+  for (std::size_t i = 1; i <= limit; ++i) {
+    slots.push_back(helper_key(key, ":permit:" + std::to_string(i)));
+  }
 }
 
 VarCommand& VarCommand::arg(std::string_view value) {

@@ -604,9 +604,11 @@ bool restricted_user_mode() {
 
 std::vector<std::string> minimal_acl_rules() {
   // Exactly the README's "Minimal Redis ACL", for keys and channels under the test prefix.
-  return {"on", std::string(">") + kRestrictedPassword, "~rltest:*", "&rltest:*", "+set", "+get",
-          "+del", "+pexpire", "+pttl", "+incr", "+type", "+eval", "+evalsha", "+publish",
-          "+subscribe", "+unsubscribe", "+ping",
+  // Helper keys and channels are named {<key>}:... (in the key's cluster slot): hence the
+  // patterns with a leading '{'.
+  return {"on", std::string(">") + kRestrictedPassword, "~rltest:*", "~{rltest:*", "&rltest:*",
+          "&{rltest:*", "+set", "+get", "+del", "+pexpire", "+pttl", "+incr", "+type", "+eval",
+          "+evalsha", "+publish", "+subscribe", "+unsubscribe", "+ping",
           // fair mode's queue scripts
           "+time", "+lindex", "+lpop", "+lrem", "+rpush", "+hget", "+hset", "+hdel", "+exists"};
 }

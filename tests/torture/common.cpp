@@ -54,6 +54,8 @@ const char* to_string(Mode mode) noexcept {
       return "lock";
     case Mode::sentinel:
       return "sentinel";
+    case Mode::cluster:
+      return "cluster";
     case Mode::postgres:
       return "postgres";
     case Mode::postgres_session:
@@ -85,6 +87,7 @@ std::optional<Mode> parse_mode(std::string_view text) {
   if (text == "postgres") return Mode::postgres;
   if (text == "postgres-session") return Mode::postgres_session;
   if (text == "zookeeper") return Mode::zookeeper;
+  if (text == "cluster") return Mode::cluster;
   return std::nullopt;
 }
 

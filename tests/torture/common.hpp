@@ -34,10 +34,11 @@ std::string format_duration(std::chrono::nanoseconds d);
 
 // redlock: Redlock over 5 nodes; lock: a Lock on node 0; sentinel: a Lock through Sentinel on
 // a master with 2 replicas and 3 sentinels (no proxies: the faults are failovers, kills, pauses);
-// postgres / postgres_session: a postgres::Lock (lease or session mode) on one PostgreSQL server
-// (the faults are pauses, kill -9 and restart, terminated backends); zookeeper: a
-// zookeeper::Lock on one ZooKeeper server.
-enum class Mode { redlock, lock, sentinel, postgres, postgres_session, zookeeper };
+// cluster: a Lock on a Redis Cluster (slot migrations, failovers, kills); postgres /
+// postgres_session: a postgres::Lock (lease or session mode) on one PostgreSQL server (the faults
+// are pauses, kill -9 and restart, terminated backends); zookeeper: a zookeeper::Lock on one
+// ZooKeeper server.
+enum class Mode { redlock, lock, sentinel, cluster, postgres, postgres_session, zookeeper };
 // Outside the fault model: what the run deliberately breaks (see torture.md).
 enum class Unsafe { none, clock, restart };
 

@@ -22,6 +22,7 @@
 #include <vector>      // std::vector
 
 #include "checker.hpp"
+#include "cluster_nemesis.hpp"
 #include "hold_log.hpp"
 #include "nemesis.hpp"
 #include "sentinel_nemesis.hpp"
@@ -288,6 +289,13 @@ int run_controller(const Options& o) {
         "zookeeper: one server (tick 200 ms), session timeout 2 s; the faults are SIGSTOP of "
         "the server (0.3-3.5 s) and kill -9 + restart");
   }
+  if (o.mode == Mode::cluster) {
+    info.exclusion_enforced = false;
+    info.notes.emplace_back(
+        "cluster: 3 masters, 3 replicas; wait_replicas=" + std::to_string(o.wait_replicas) +
+        "; a failover after kill -9 may lose a grant the replica never received, so overlaps "
+        "are reported, not failed: fencing must hold");
+  }
   if (o.mode == Mode::sentinel) {
     info.exclusion_enforced = false;
     info.notes.emplace_back(
@@ -340,6 +348,7 @@ int run_controller(const Options& o) {
     std::unique_ptr<test::PostgresServer> pg;
 #endif
     std::unique_ptr<test::ZooKeeperServer> zookeeper;
+    std::unique_ptr<test::RedisCluster> cluster;
     try {
       const ScopedTmpdir tmpdir(data_dir);
       store = std::make_unique<test::RedisServer>(test::ServerOptions{});
@@ -352,6 +361,7 @@ int run_controller(const Options& o) {
       if (postgres) pg = std::make_unique<test::PostgresServer>();
 #endif
       if (o.mode == Mode::zookeeper) zookeeper = std::make_unique<test::ZooKeeperServer>();
+      if (o.mode == Mode::cluster) cluster = std::make_unique<test::RedisCluster>();
       for (int i = 0; i < nodes_count; ++i) {
         test::ServerOptions so;
         so.persistence = o.unsafe != Unsafe::restart;
@@ -398,6 +408,10 @@ int run_controller(const Options& o) {
       base.postgres_uri = pg->uri() + (o.mode == Mode::postgres_session ? "?mode=session" : "");
 #endif
     if (zookeeper) base.zookeeper_uri = zookeeper->uri("/torture?session_timeout=2000");
+    if (cluster) {
+      base.sentinel_uri = cluster->uri();
+      base.wait_replicas = o.wait_replicas;
+    }
     std::vector<std::string> log_paths;
     try {
       for (int p = 0; p < o.processes; ++p) {
@@ -425,6 +439,8 @@ int run_controller(const Options& o) {
 #endif
     } else if (zookeeper) {
       faults = std::make_unique<ZooKeeperNemesis>(*zookeeper, seed, nemesis_log);
+    } else if (cluster) {
+      faults = std::make_unique<ClusterNemesis>(*cluster, seed, nemesis_log);
     } else {
       faults = std::make_unique<Nemesis>(nodes, o.unsafe, seed, nemesis_log);
     }

@@ -32,11 +32,14 @@ counter while a nemesis breaks a minority of the nodes; then checks the hold log
 validity windows, no lost update, fences applied in order, every hold ended with a record.
 
 options:
-  --mode redlock|lock|sentinel|postgres|postgres-session|zookeeper
+  --mode redlock|lock|sentinel|cluster|postgres|postgres-session|zookeeper
                           Redlock over the 5 nodes, a single Lock on node 0, or a Lock through
                           Sentinel (1 master, 2 replicas, 3 sentinels; the faults are
                           SENTINEL FAILOVER, kill -9 of the master, a paused replica; overlaps
                           are reported, fencing must hold) (default redlock)
+                          cluster: a Lock on a Redis Cluster (3 masters, 3 replicas; the
+                          faults are the lock's slot migrated, CLUSTER FAILOVER and kill -9
+                          of its master; likewise reported)
                           postgres|postgres-session: a postgres::Lock (lease or session
                           mode) on one PostgreSQL 15; the faults are SIGSTOP of the server,
                           kill -9 and restart, pg_terminate_backend of every client
@@ -44,7 +47,8 @@ options:
                           zookeeper: a zookeeper::Lock on one ZooKeeper server (SIGSTOP past
                           the session timeout, kill -9 + restart)
                           (the last three when built with their component)
-  --wait-replicas N       sentinel mode: Endpoint::wait_replicas of every worker (default 0)
+  --wait-replicas N       sentinel and cluster modes: Endpoint::wait_replicas of every worker
+                          (default 0)
   --duration D            how long workers take the lock: 500ms, 30s, 2m (default 60s)
   --processes K           worker processes (default 3)
   --threads T             threads per worker (default 4)
@@ -139,8 +143,8 @@ int main(int argc, char** argv) {
       const auto m = redlock::torture::parse_mode(v);
       if (!m) {
         return usage_error(
-            "--mode must be redlock, lock, sentinel, postgres, postgres-session or zookeeper, "
-            "not '" +
+            "--mode must be redlock, lock, sentinel, cluster, postgres, postgres-session or "
+            "zookeeper, not '" +
             v + "'");
       }
 #ifndef REDLOCK_TORTURE_ZOOKEEPER
@@ -191,8 +195,12 @@ int main(int argc, char** argv) {
       return usage_error("unknown option '" + a + "'");
     }
   }
-  if (o.wait_replicas != 0 && o.mode != redlock::torture::Mode::sentinel) {
-    return usage_error("--wait-replicas needs --mode sentinel");
+  if (o.wait_replicas > 1 && o.mode == redlock::torture::Mode::cluster) {
+    return usage_error("--wait-replicas is 0 or 1 in cluster mode (a replica per master)");
+  }
+  if (o.wait_replicas != 0 && o.mode != redlock::torture::Mode::sentinel &&
+      o.mode != redlock::torture::Mode::cluster) {
+    return usage_error("--wait-replicas needs --mode sentinel or cluster");
   }
   if (o.mode != redlock::torture::Mode::redlock && o.unsafe != redlock::torture::Unsafe::none) {
     return usage_error("--unsafe needs --mode redlock (it breaks a majority of five nodes)");

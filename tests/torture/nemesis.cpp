@@ -231,4 +231,14 @@ void Nemesis::heal_all() {
   }
 }
 
+std::int64_t TopologyNemesis::uniform_ms(int lo, int hi) {
+  return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng_) * 1'000'000;
+}
+
+void TopologyNemesis::note(const std::string& what) {
+  if (log_ == nullptr) return;
+  std::fprintf(log_, "%lld %s\n", static_cast<long long>(mono_ns()), what.c_str());
+  std::fflush(log_);
+}
+
 }  // namespace redlock::torture

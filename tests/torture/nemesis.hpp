@@ -61,6 +61,30 @@ class Faults {
   virtual const std::vector<std::string>& problems() const = 0;
 };
 
+// What the nemeses of a topology (SentinelNemesis, ClusterNemesis) share: their randomness, the
+// log, and the counts and problems they report.
+class TopologyNemesis : public Faults {
+ public:
+  const std::map<std::string, std::int64_t>& injected() const override { return injected_; }
+  const std::vector<std::string>& problems() const override { return problems_; }
+
+ protected:
+  // `salt` keeps each nemesis's choices apart for one --seed. `log` may be null.
+  TopologyNemesis(std::uint64_t seed, std::uint64_t salt, std::FILE* log)
+      : rng_(seed ^ salt), log_(log) {}
+  // A whole number of milliseconds in [lo, hi], as nanoseconds.
+  std::int64_t uniform_ms(int lo, int hi);
+  // One line in the nemesis log.
+  void note(const std::string& what);
+
+  std::mt19937_64 rng_;  // reproducible with --seed
+  std::map<std::string, std::int64_t> injected_;
+  std::vector<std::string> problems_;
+
+ private:
+  std::FILE* log_;
+};
+
 class Nemesis : public Faults {
  public:
   // `nodes` must outlive the nemesis. `log` (may be null) gets one line per injection and heal.

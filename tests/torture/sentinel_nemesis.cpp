@@ -12,18 +12,8 @@ constexpr std::int64_t kMs = 1'000'000;
 }  // namespace
 
 SentinelNemesis::SentinelNemesis(test::SentinelSet& set, std::uint64_t seed, std::FILE* log)
-    : set_(set), rng_(seed ^ 0x5e171e1ULL), log_(log) {
+    : TopologyNemesis(seed, 0x5e171e1ULL, log), set_(set) {
   next_inject_ = mono_ns() + uniform_ms(1000, 2000);
-}
-
-std::int64_t SentinelNemesis::uniform_ms(int lo, int hi) {
-  return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng_) * kMs;
-}
-
-void SentinelNemesis::note(const std::string& what) {
-  if (log_ == nullptr) return;
-  std::fprintf(log_, "%lld %s\n", static_cast<long long>(mono_ns()), what.c_str());
-  std::fflush(log_);
 }
 
 std::int64_t SentinelNemesis::step(std::int64_t now) {

@@ -11,41 +11,30 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <map>
-#include <random>
 #include <string>
-#include <vector>
 
 #include "nemesis.hpp"
 #include "support/sentinel_set.hpp"
 
 namespace redlock::torture {
 
-class SentinelNemesis : public Faults {
+class SentinelNemesis : public TopologyNemesis {
  public:
   // `set` must outlive the nemesis. `log` (may be null) gets one line per injection and heal.
   SentinelNemesis(test::SentinelSet& set, std::uint64_t seed, std::FILE* log);
   std::int64_t step(std::int64_t now) override;
   void heal_all() override;
-  const std::map<std::string, std::int64_t>& injected() const override { return injected_; }
-  const std::vector<std::string>& problems() const override { return problems_; }
 
  private:
   enum class Kind { none, kill_master, pause_replica };
   void inject(std::int64_t now);
   void heal(std::int64_t now);
-  std::int64_t uniform_ms(int lo, int hi);
-  void note(const std::string& what);
 
   test::SentinelSet& set_;
-  std::mt19937_64 rng_;  // reproducible with --seed
-  std::FILE* log_;
   Kind active_{Kind::none};
   std::size_t node_{0};
   std::int64_t heal_at_{0};
   std::int64_t next_inject_{0};
-  std::map<std::string, std::int64_t> injected_;
-  std::vector<std::string> problems_;
 };
 
 }  // namespace redlock::torture

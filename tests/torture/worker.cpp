@@ -490,8 +490,8 @@ int run_worker(const WorkerConfig& config) {
   std::vector<int> ports = config.node_ports;
   if (config.mode == Mode::lock) ports.resize(1);
   std::vector<Client> clients;
-  if (config.mode == Mode::sentinel) {
-    Endpoint e = Endpoint::parse(config.sentinel_uri);
+  if (config.mode == Mode::sentinel || config.mode == Mode::cluster) {
+    Endpoint e = Endpoint::parse(config.sentinel_uri);  // redis-sentinel:// or redis-cluster://
     e.wait_replicas = config.wait_replicas;
     e.wait_timeout = milliseconds(100);
     clients.emplace_back(e);

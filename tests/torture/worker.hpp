@@ -49,7 +49,8 @@ struct WorkerConfig {
   int retry_delay_ms{20};       // LockOptions::retry_delay
   int wake_on_release{2};       // LockOptions::wake_on_release: 1 all, 0 none, 2 even threads
   bool fair{false};             // LockOptions::fair
-  std::string sentinel_uri;     // sentinel mode: the redis-sentinel:// URI (node_ports unused)
+  std::string sentinel_uri;     // sentinel (cluster) mode: the redis-sentinel:// (redis-cluster://)
+                                // URI (node_ports unused)
   int wait_replicas{0};         // sentinel mode: Endpoint::wait_replicas
   std::string postgres_uri;     // postgres modes: the database (node_ports unused)
   std::string zookeeper_uri;    // zookeeper mode: the zookeeper:// URI (node_ports unused)

@@ -228,7 +228,9 @@ Servers (one is a plain lock; several form a Redlock, held when N/2+1 of them gr
                         &cert=FILE&key=FILE, &sni=NAME, &insecure=1),
                         unix:///path/to/sock, or through Sentinel
                         redis-sentinel://[:password@]s1[:port],s2[,...][?sentinel_password=
-                        PW]#SERVICE (rediss-sentinel:// for TLS); any of them takes
+                        PW]#SERVICE (rediss-sentinel:// for TLS), or a Redis Cluster
+                        redis-cluster://[user[:password]@]h1[:port],h2[,...]
+                        (rediss-cluster:// for TLS); any of them takes
                         ?wait_replicas=N&wait_timeout=ms. Repeat for a Redlock.
   --redis-file PATH     Read server URIs from PATH, one a line (# after a space starts a
                         comment).
@@ -249,8 +251,8 @@ Servers (one is a plain lock; several form a Redlock, held when N/2+1 of them gr
                         --status.
 Lock:
   --key KEY             Name of the lock (the Redis key); the command gets REDLOCK_KEY.
-                        Also used: KEY:fence (--fencing), KEY:holder (host, pid and command
-                        of the holder, for --status) and, with --fair, KEY:queue*.
+                        Also used: {KEY}:fence (--fencing), KEY:holder (host, pid and command
+                        of the holder, for --status) and, with --fair, {KEY}:queue*.
   --ttl DURATION        Lease on the server (default 30s, at least 100ms), renewed about
                         every ttl/3. If this host dies, the lock frees itself within a ttl.
   -w, --wait DURATION   Give up after this long if the lock is held elsewhere (exit 75).
@@ -261,12 +263,12 @@ Lock:
                         them, for several) before exit 69 (default 10s; 0: at once).
   -E, --conflict-exit-code N
                         Exit N (0-255) instead of 75 when the lock is held elsewhere.
-  --fencing             Issue a fencing token (a counter in KEY:fence that grows with every
+  --fencing             Issue a fencing token (a counter in {KEY}:fence that grows with every
                         hold); the command gets it as REDLOCK_FENCE.
   --fair                First come, first served among waiters (one server only).
   --limit N             A semaphore: at most N commands hold KEY at once, each with its own
                         lease, fence and renewal (one server only; not with --fair).
-                        Uses KEY:permit:1..N, KEY:permit:fence and KEY:permit:released.
+                        Uses {KEY}:permit:1..N, {KEY}:permit:fence and {KEY}:permit:released.
 Command:
   --grace DURATION      After a lost lease or a forwarded stop signal, how long the command's
                         process group has between SIGTERM (or the signal) and SIGKILL
