@@ -182,11 +182,7 @@ void section_backends(const Config& config, Report& report) {
   Json j = Json::object();
   const char* names[] = {"postgres_floor", "postgres_lock", "redis_lock"};
   for (int i = 0; i < 3; ++i) {
-    Json row = Json::object();
-    row.set("cycles_per_s", t[i].cycles_per_s);
-    row.set("p50_us", t[i].p50_ns / 1e3);
-    row.set("cpu_us_per_cycle", t[i].cpu_ns / 1e3);
-    j.set(names[i], std::move(row));
+    j.set(names[i], timed_json(t[i]));
   }
   j.set("postgres_vs_floor", rate);
   j.set("goal_met", met);

@@ -314,6 +314,14 @@ std::vector<Timed> interleaved(int rounds, double seconds,
   return out;
 }
 
+Json timed_json(const Timed& t) {
+  Json row = Json::object();
+  row.set("cycles_per_s", t.cycles_per_s);
+  row.set("p50_us", t.p50_ns / 1e3);
+  row.set("cpu_us_per_cycle", t.cpu_ns / 1e3);
+  return row;
+}
+
 }  // namespace bench
 
 // ---- Allocation counter ----------------------------------------------------------------------

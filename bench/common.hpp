@@ -123,6 +123,9 @@ class Json {
   std::vector<Json> items_;        // array elements or object member values
 };
 
+// One Timed as a JSON object: cycles_per_s, p50_us, cpu_us_per_cycle.
+Json timed_json(const Timed& t);
+
 // Left-aligned first column, right-aligned others, columns as wide as their widest cell.
 class Table {
  public:

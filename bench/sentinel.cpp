@@ -63,11 +63,7 @@ Json report_cycles(const Config& config, redlock::test::SentinelSet& set) {
   Json j = Json::object();
   const char* names[] = {"direct", "sentinel", "sentinel_wait_replicas_1"};
   for (int i = 0; i < 3; ++i) {
-    Json row = Json::object();
-    row.set("cycles_per_s", t[i].cycles_per_s);
-    row.set("p50_us", t[i].p50_ns / 1e3);
-    row.set("cpu_us_per_cycle", t[i].cpu_ns / 1e3);
-    j.set(names[i], std::move(row));
+    j.set(names[i], timed_json(t[i]));
   }
   j.set("sentinel_vs_direct", rate);
   j.set("goal_met", met);

@@ -101,11 +101,7 @@ Json report_uncontended(const Config& config, const redlock::test::ZooKeeperServ
     if (i == 1) versus = times(rate) + (met ? " (goal >=0.9x met)" : " (goal >=0.9x MISSED)");
     table.row(
         {names[i], num(t[i].cycles_per_s), num(t[i].p50_ns / 1e3), num(t[i].cpu_ns / 1e3), versus});
-    Json row = Json::object();
-    row.set("cycles_per_s", t[i].cycles_per_s);
-    row.set("p50_us", t[i].p50_ns / 1e3);
-    row.set("cpu_us_per_cycle", t[i].cpu_ns / 1e3);
-    j.set(keys[i], std::move(row));
+    j.set(keys[i], timed_json(t[i]));
   }
   table.print(std::cout);
   j.set("zookeeper_vs_floor", rate);
