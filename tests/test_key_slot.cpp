@@ -38,7 +38,7 @@ TEST_CASE("helper keys keep a key's own tag, or wrap the key as one", "[unit][cl
   CHECK(helper_key("a{}b", ":queue") == "{a{}b}:queue");
   const std::string keys[] = {
       "orders", "orders{42}:lock",         "{x}", "a{b", "rltest:123:abc:lock",
-      "a{b{",  std::string("bin\0ary", 7)};
+      "a{b{",   std::string("bin\0ary", 7)};
   for (const std::string& key : keys) {
     INFO(key);
     REQUIRE(helpers_share_slot(key));

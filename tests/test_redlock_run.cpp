@@ -1209,7 +1209,6 @@ TEST_CASE("redlock-run --postgres: the Redis-only options are usage errors (64)"
 }
 #endif  // REDLOCK_TESTS_WITH_POSTGRES
 
-
 TEST_CASE("redlock-run on a Redis Cluster: --redis redis-cluster://, --status and --fencing",
           "[cluster][cli]") {
   redlock::test::RedisCluster cluster;

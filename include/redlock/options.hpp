@@ -61,8 +61,8 @@ struct LockOptions {
   // instead of only sleeping retry_delay. Costs one subscriber connection per Client.
   bool wake_on_release{true};
   // First come, first served across processes (Lock only; a Redlock throws
-  // std::invalid_argument). Waiters queue on the server (`{<key>}:queue`, `{<key>}:queue:info`) and a
-  // release hands the lock straight to the longest-waiting live waiter, which learns it from the
+  // std::invalid_argument). Waiters queue on the server (`{<key>}:queue`, `{<key>}:queue:info`) and
+  // a release hands the lock straight to the longest-waiting live waiter, which learns it from the
   // release channel without another round trip. A waiter that stops refreshing its place for
   // max(5 * retry_delay, 250 ms) (a crashed process) is skipped; one that dies inside that window
   // may be handed the lock and hold it, unused, for one ttl. Every client of a key should use
