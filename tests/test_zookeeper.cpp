@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
@@ -22,6 +23,7 @@
 #include <redlock/lock.hpp>
 #include <redlock/zookeeper.hpp>
 
+#include "api/access.hpp"
 #include "backends/zookeeper/zk_names.hpp"
 #include "backends/zookeeper/zk_session.hpp"
 #include "support/fault_proxy.hpp"
@@ -367,6 +369,54 @@ TEST_CASE("zookeeper: a server stopped past the session timeout: the holder is t
   const auto reason = static_cast<redlock::LostReason>(lost_reason.load());
   REQUIRE(
       (reason == redlock::LostReason::expired || reason == redlock::LostReason::session_expired));
+}
+
+TEST_CASE("zookeeper: a session expiry is reported at once, not at the next confirmation",
+          "[zookeeper]") {
+  REQUIRE_ZOOKEEPER();
+  ZooKeeperServer& server = shared_server();
+  // A 30 s session: the watchdog confirms the hold every 10 s. Another client takes the session
+  // over (its id and password) and closes it, as an operator's tool would: the server ends the
+  // session, and our client hears "expired" when it reconnects.
+  redlock::zookeeper::Session session(uri_of(server, fresh_chroot(), 30000));
+  std::mutex mutex;
+  std::condition_variable told;
+  bool lost = false;
+  auto reason = redlock::LostReason::refused;
+  redlock::LockOptions options;
+  options.on_lost = [&](const redlock::LostEvent& e) {
+    std::lock_guard<std::mutex> guard(mutex);
+    lost = true;
+    reason = e.reason;
+    told.notify_all();
+  };
+  redlock::zookeeper::Lock lock(session, "x", options);
+  REQUIRE(lock.try_lock());
+  const auto first_confirmation = Clock::now() + 10s;
+  const auto conn = redlock::detail::Access::impl(session)->conn();
+  const clientid_t id = *zoo_client_id(conn->handle());
+  const std::string hosts = "127.0.0.1:" + std::to_string(server.port());
+  zhandle_t* twin = zookeeper_init(hosts.c_str(), nullptr, 30000, &id, nullptr, 0);
+  REQUIRE(twin != nullptr);
+  const auto connected_by = Clock::now() + 5s;
+  while (zoo_state(twin) != ZOO_CONNECTED_STATE && Clock::now() < connected_by) {
+    std::this_thread::sleep_for(5ms);
+  }
+  REQUIRE(zoo_state(twin) == ZOO_CONNECTED_STATE);
+  zookeeper_close(twin);  // closes the session on the server
+  std::unique_lock<std::mutex> guard(mutex);
+  // Before the first confirmation: only the expiry event can have told it.
+  told.wait_until(guard, first_confirmation - 1s, [&] { return lost; });
+  REQUIRE(lost);
+  CHECK(static_cast<int>(reason) == static_cast<int>(redlock::LostReason::session_expired));
+  guard.unlock();
+  CHECK_FALSE(lock.owns_lock());
+  CHECK(lock.lease().lost());
+  lock.unlock();  // no throw: the znode went with the session
+  // The Session carries on with a new ZooKeeper session.
+  redlock::zookeeper::Lock again(session, "x");
+  REQUIRE(again.try_lock_for(10s));
+  again.unlock();
 }
 
 TEST_CASE("zookeeper: a server restart keeps the data, and fences keep growing", "[zookeeper]") {

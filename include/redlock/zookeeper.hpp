@@ -31,6 +31,7 @@
 namespace redlock {
 namespace detail {
 class ZkSession;
+struct Access;
 }  // namespace detail
 
 namespace zookeeper {
@@ -60,6 +61,7 @@ class Session {
 
  private:
   friend class Lock;
+  friend struct detail::Access;
   std::shared_ptr<detail::ZkSession> impl_;
 };
 

@@ -21,6 +21,12 @@ struct Access {
   }
   // The renewal machinery behind `watchdog`.
   static WatchdogImpl& watchdog(Watchdog& watchdog) noexcept { return *watchdog.impl_; }
+  // The state behind a handle of an optional component (e.g. a zookeeper::Session's
+  // ZkSession), which this header cannot name.
+  template <class Handle>
+  static const auto& impl(const Handle& handle) noexcept {
+    return handle.impl_;
+  }
   // A token observing `hold` (null: a token of no hold).
   static LeaseToken lease(std::shared_ptr<HoldState> hold) noexcept {
     return LeaseToken(std::move(hold));

@@ -73,7 +73,7 @@ RenewalVerdict judge_renewal(const RenewalOutcome& outcome) noexcept {
   } else if (refusals_lose_quorum(outcome.nodes, outcome.refused)) {
     // Enough nodes said "not yours" that no quorum can confirm: lost for good.
     verdict.what = Renewal::lost;
-    verdict.reason = refusal_reason(outcome.nodes);
+    verdict.reason = outcome.nodes > 1 ? refusal_reason(outcome.nodes) : outcome.refusal;
   } else if (outcome.lapsed) {
     verdict.what = Renewal::lost;
     verdict.reason = lapse_reason(outcome.nodes);

@@ -93,7 +93,10 @@ struct RenewalVerdict {
 struct RenewalOutcome {
   std::size_t nodes{0};
   std::size_t confirmed{0};
-  std::size_t refused{0};    // nodes that said "not ours"
+  std::size_t refused{0};  // nodes that said "not ours"
+  // Why a single store said "not ours" (its ExtendResult's reason: refused, or session_expired
+  // when its session ended); a Redlock's refusals mean no_quorum.
+  LostReason refusal{LostReason::refused};
   bool held_in_time{false};  // a quorum confirmed before the hold's validity ran out
   bool lapsed{false};        // the hold's validity has run out meanwhile
 };

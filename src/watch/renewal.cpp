@@ -113,6 +113,7 @@ void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::tim
     outcome.nodes = item.backend->size();
     outcome.confirmed = item.result.confirmed;
     outcome.refused = item.refused;
+    outcome.refusal = item.result.reason;
     outcome.held_in_time = item.result.held && done < hold.valid_until();
     // The hold's validity after this is capped by any extend(ttl) that overlapped it.
     hold.end_renewal(outcome.held_in_time);

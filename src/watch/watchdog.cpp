@@ -148,6 +148,29 @@ void WatchdogImpl::reschedule(const HoldState& hold) {
   wake_.notify_one();
 }
 
+void WatchdogImpl::hurry(const void* group) noexcept {
+  const auto now = SteadyClock::now();
+  bool any = false;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    for (std::size_t slot = 0; slot < entries_.size(); ++slot) {
+      Entry* entry = entries_[slot].get();
+      if (entry == nullptr || entry->backend->batch_group() != group) continue;
+      any = true;
+      if (entry->in_batch) {
+        entry->hurry = now;
+      } else if (now < entry->due) {
+        try {
+          queue_.push(Due{now, slot});
+          entry->due = now;
+        } catch (...) {  // no memory: renewed when planned
+        }
+      }
+    }
+  }
+  if (any) wake_.notify_one();
+}
+
 void WatchdogImpl::post(std::function<void()> task) {
   {
     std::lock_guard<std::mutex> guard(callback_mutex_);

@@ -49,6 +49,11 @@ class WatchdogImpl : public std::enable_shared_from_this<WatchdogImpl> {
   // An explicit extend changed `hold`'s validity: its next renewal is due within a third of
   // what is left (sooner than planned if the extend was short). No-op if it is not watched.
   void reschedule(const HoldState& hold);
+  // The store behind batch group `group` says its leases may be gone (a ZooKeeper session
+  // expired): every lease of that group is renewed now, so a loss is reported at once rather
+  // than at its next planned renewal. Never throws; any thread, but not under a lock the
+  // renewal thread may wait for.
+  void hurry(const void* group) noexcept;
   // Stops watching `hold` (its hold ended) and frees its entry. No-op if it is not watched.
   void forget(const HoldState* hold) noexcept;
   // Runs on_lost for a hold found lost outside the watchdog (e.g. by extend()), on the callback

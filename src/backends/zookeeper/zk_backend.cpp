@@ -89,12 +89,17 @@ class ZkLeaseBackend final : public LeaseBackend {
     return start + std::chrono::nanoseconds(lease) - drift_of(lease, drift_);
   }
 
-  const void* batch_group() const noexcept override { return this; }
+  // One group per session: its expiry hurries the renewal of every hold on it (note_expired).
+  const void* batch_group() const noexcept override { return session_.get(); }
 
   std::size_t extend_many(RenewItem* items, std::size_t count) override {
     for (std::size_t i = 0; i < count; ++i) {
       items[i].result = items[i].backend->extend(*items[i].token, items[i].backend->ttl());
-      items[i].refused = !items[i].result.held && !items[i].result.failure ? 1 : 0;
+      // Not a refusal: a confirmation that came too late (the validity ran out meanwhile).
+      items[i].refused = !items[i].result.held && !items[i].result.failure &&
+                                 items[i].result.reason != LostReason::expired
+                             ? 1
+                             : 0;
     }
     return count;
   }
@@ -373,6 +378,7 @@ std::shared_ptr<detail::LockCore> make_core(const std::shared_ptr<detail::ZkSess
   options.ttl = session->uri().session_timeout;
   options.auto_renew = true;  // the hold is confirmed every session_timeout/3
   if (!options.watchdog) options.watchdog = session->watchdog();
+  session->track(options.watchdog);
   options.fair = true;  // the lock layer keeps one znode per waiter for its whole wait
   detail::validate_lock_options(name, options);
   auto backend = std::make_shared<detail::ZkLeaseBackend>(session, std::move(name), options);

@@ -1,14 +1,17 @@
 // src/backends/zookeeper/zk_session.cpp: the session, its handle and the plain zoo_* calls.
 #include "backends/zookeeper/zk_session.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
 
 #include <redlock/errors.hpp>
 
+#include "api/access.hpp"
 #include "backends/zookeeper/zk_names.hpp"
 #include "util/log_internal.hpp"
+#include "watch/watchdog_impl.hpp"
 
 namespace redlock {
 namespace detail {
@@ -57,6 +60,7 @@ void ZkConn::on_state(zhandle_t* zh, int state) noexcept {
     connected_.store(false, std::memory_order_release);
     if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
       expired_.store(true, std::memory_order_release);
+      session_.note_expired();
     }
   }
 }
@@ -142,6 +146,29 @@ std::shared_ptr<Watchdog> ZkSession::watchdog() {
   std::lock_guard<std::mutex> guard(mutex_);
   if (!watchdog_) watchdog_ = std::make_shared<Watchdog>();
   return watchdog_;
+}
+
+void ZkSession::track(const std::shared_ptr<Watchdog>& watchdog) {
+  std::lock_guard<std::mutex> guard(tracked_mutex_);
+  tracked_.erase(std::remove_if(tracked_.begin(), tracked_.end(),
+                                [](const std::weak_ptr<Watchdog>& w) { return w.expired(); }),
+                 tracked_.end());
+  for (const auto& known : tracked_) {
+    if (known.lock() == watchdog) return;
+  }
+  tracked_.push_back(watchdog);
+}
+
+void ZkSession::note_expired() noexcept {
+  std::vector<std::shared_ptr<Watchdog>> watchdogs;
+  try {
+    std::lock_guard<std::mutex> guard(tracked_mutex_);
+    for (const auto& weak : tracked_) {
+      if (auto watchdog = weak.lock()) watchdogs.push_back(std::move(watchdog));
+    }
+  } catch (...) {  // no memory: each hold learns it at its next confirmation
+  }
+  for (const auto& watchdog : watchdogs) Access::watchdog(*watchdog).hurry(this);
 }
 
 bool ZkSession::current(const ZkConn& conn) const {

@@ -91,6 +91,13 @@ class ZkSession {
   // The watchdog of this session's Locks that name none (created on first use): a confirmation
   // waiting on an unresponsive server then delays no other store's renewals. Thread-safe.
   std::shared_ptr<Watchdog> watchdog();
+  // Remembers (weakly) a watchdog that renews this session's holds, so that an expiry reaches
+  // it at once. Thread-safe; throws std::bad_alloc.
+  void track(const std::shared_ptr<Watchdog>& watchdog);
+  // The watcher's side: the session expired (or its authentication failed). Every tracked
+  // watchdog renews this session's holds (batch group: this session) now, and each finds its
+  // hold lost (LostReason::session_expired) and says so. Never throws; never blocks on I/O.
+  void note_expired() noexcept;
 
   // Events seen by the watcher (node watches fired, state changes), for waiters.
   std::uint64_t events() const;
@@ -114,6 +121,9 @@ class ZkSession {
  private:
   const ZkUri uri_;
   std::atomic<long long> timeout_ms_{uri_.session_timeout.count()};
+
+  std::mutex tracked_mutex_;                      // declared before conn_: outlives every handle
+  std::vector<std::weak_ptr<Watchdog>> tracked_;  // guarded by tracked_mutex_
 
   mutable std::mutex events_mutex_;  // declared before conn_: outlives every handle
   std::condition_variable events_cv_;
