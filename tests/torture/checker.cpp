@@ -135,9 +135,38 @@ void check_store(const LogContents& logs, const StoreState& store, Report& r) {
   r.shadow_lost = std::max<std::int64_t>(0, r.reached_write - r.write_errors - r.shadow);
 }
 
+// Ends the open holds of processes killed on purpose at the moment they were dead for sure: a
+// dead process acts no more. A fenced write it sent before dying may have been applied without
+// its "write" line: the store's list says so (its fence is there).
+LogContents with_kills(const LogContents& logs, const StoreState& store, const RunInfo& info) {
+  LogContents out = logs;
+  if (info.killed.empty()) return out;
+  std::multiset<std::uint64_t> applied;
+  for (const auto& entry : store.applied) applied.insert(entry.first);
+  for (const Hold& h : logs.holds) {
+    if (h.write == WriteResult::applied) {
+      const auto it = applied.find(h.fence);
+      if (it != applied.end()) applied.erase(it);
+    }
+  }
+  for (Hold& h : out.holds) {
+    const auto killed = info.killed.find(h.process);
+    if (killed == info.killed.end() || !h.has_acq || h.end != EndKind::none) continue;
+    h.end = EndKind::killed;
+    h.t_rel = h.t_rel_end = killed->second;
+    const auto it = applied.find(h.fence);
+    if (h.write == WriteResult::none && it != applied.end()) {
+      h.write = WriteResult::applied;
+      applied.erase(it);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
-Report check(const LogContents& logs, const StoreState& store, const RunInfo& info) {
+Report check(const LogContents& given, const StoreState& store, const RunInfo& info) {
+  const LogContents logs = with_kills(given, store, info);
   Report r;
   r.info = info;
   r.malformed_lines = logs.malformed_lines + logs.duplicate_records;
@@ -163,6 +192,9 @@ Report check(const LogContents& logs, const StoreState& store, const RunInfo& in
         break;
       case EndKind::none:
         ++r.missing_end;
+        break;
+      case EndKind::killed:
+        ++r.killed_holds;
         break;
     }
     switch (h.write) {
@@ -212,6 +244,7 @@ Report check(const LogContents& logs, const StoreState& store, const RunInfo& in
   check_store(logs, store, r);
 
   for (int p = 0; p < info.processes; ++p) {
+    if (info.killed.count(p) != 0) continue;  // killed on purpose: no stats line
     auto it = logs.stats.find(p);
     if (it == logs.stats.end() || !it->second.present) {
       ++r.missing_stats;
@@ -322,6 +355,9 @@ void print_report(const Report& r, std::FILE* out) {
   check_row("(2) accounting errors", r.accounting_errors, true);
   check_row("(3) fence order violations", r.fence_order_violations, true);
   check_row("(4) holds without end record", r.missing_end + r.orphan_records, true);
+  if (!i.killed.empty()) {
+    row("    holders killed mid-hold", r.killed_holds);
+  }
   check_row("    workers without stats", r.missing_stats, true);
   check_row("    malformed log records", r.malformed_lines, true);
   check_row("fence inversions in hold order", r.fence_inversions, model);
@@ -381,7 +417,8 @@ std::string to_json(const Report& r) {
   num("holds", r.holds);
   j += ",\"holds_by_end\":{\"released\":" + std::to_string(r.released) +
        ",\"lost\":" + std::to_string(r.lost) + ",\"error\":" + std::to_string(r.release_errors) +
-       ",\"none\":" + std::to_string(r.missing_end) + "}";
+       ",\"none\":" + std::to_string(r.missing_end) +
+       ",\"killed\":" + std::to_string(r.killed_holds) + "}";
   num("empty_windows", r.empty_windows);
   num("attempts", r.attempts);
   num("contended", r.contended);

@@ -55,7 +55,10 @@ struct RunInfo {
   bool exclusion_enforced{true};
   std::map<std::string, std::int64_t> faults;  // injected, by kind
   std::vector<std::string> worker_failures;    // "worker 1: exit code 3", ...
-  std::vector<std::string> notes;              // anything else worth printing
+  // Worker processes the controller killed (-9) on purpose (--kill-clients), and when each was
+  // dead for sure (CLOCK_MONOTONIC ns): their open holds end then; no stats line is expected.
+  std::map<int, std::int64_t> killed;
+  std::vector<std::string> notes;  // anything else worth printing
 };
 
 // Two holds whose windows overlap (or whose fences are out of order).
@@ -110,6 +113,7 @@ struct Report {
   std::vector<std::string> accounting_notes;
   std::int64_t fence_order_violations{0};  // (3)
   std::int64_t missing_end{0};             // (4) acq without end
+  std::int64_t killed_holds{0};            // holds whose process was killed mid-hold
   std::int64_t orphan_records{0};          // (4) write/end without acq
   std::int64_t missing_stats{0};           // (4) workers without a stats line
   std::int64_t malformed_lines{0};
@@ -121,7 +125,8 @@ struct Report {
   std::vector<std::string> failures;  // why it did not pass
 };
 
-// Runs every check. info.processes says whose stats to expect (workers 0 .. processes-1).
+// Runs every check. info.processes says whose stats to expect (workers 0 .. processes-1, but
+// those in info.killed).
 Report check(const LogContents& logs, const StoreState& store, const RunInfo& info);
 
 // The report as a table for people, and as one JSON line for machines.

@@ -14,6 +14,7 @@
 #include <cstring>     // std::strerror, std::strsignal
 #include <exception>   // std::exception
 #include <filesystem>  // std::filesystem
+#include <map>         // std::map
 #include <memory>      // std::unique_ptr
 #include <optional>    // std::optional
 #include <random>      // std::random_device
@@ -138,6 +139,51 @@ void stop_workers(std::vector<Worker>& workers) {
     w.done = true;
     w.status = status;
   }
+}
+
+// --kill-clients: every 3-6 s, until 3 s before the end, one running worker is killed (-9) and
+// reaped, and a new worker with the next index takes its place. Its open hold, if any, ends when
+// it was dead for sure (after waitpid): what a crashed client leaves behind (a lease, an
+// ephemeral znode, a row) must not let anyone in early, and must not block everyone for good.
+struct ClientKills {
+  std::mt19937_64 rng;
+  std::int64_t next{0};
+  std::int64_t stop{0};
+  std::map<int, std::int64_t> killed;  // worker index -> dead by (CLOCK_MONOTONIC ns)
+};
+
+// Returns when to be called next.
+std::int64_t kill_a_client(ClientKills& k, std::vector<Worker>& workers, const WorkerConfig& base,
+                           const std::string& exe, const std::string& run_dir,
+                           std::vector<std::string>& log_paths, std::FILE* log, std::int64_t now) {
+  if (now < k.next || now >= k.stop) return k.next > now ? k.next : k.stop;
+  k.next = now + static_cast<std::int64_t>(3000 + k.rng() % 3001) * kMs;
+  std::vector<std::size_t> running;
+  for (std::size_t i = 0; i < workers.size(); ++i) {
+    if (!workers[i].done) running.push_back(i);
+  }
+  if (running.empty()) return k.next;
+  Worker& victim = workers[running[k.rng() % running.size()]];
+  ::kill(victim.pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(victim.pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  victim.done = true;
+  victim.status = status;
+  const int victim_index = victim.index;
+  const std::int64_t dead = mono_ns();
+  k.killed[victim_index] = dead;
+  WorkerConfig c = base;
+  c.index = static_cast<int>(workers.size());
+  c.log_path = run_dir + "/worker-" + std::to_string(c.index) + ".log";
+  log_paths.push_back(c.log_path);
+  workers.push_back(Worker{c.index, spawn_worker(exe, c)});  // `victim` is stale from here
+  if (log != nullptr) {
+    std::fprintf(log, "%lld kill_worker worker=%d replaced_by=%d\n", static_cast<long long>(dead),
+                 victim_index, c.index);
+    std::fflush(log);
+  }
+  return k.next;
 }
 
 std::string describe_exit(int status) {
@@ -445,6 +491,8 @@ int run_controller(const Options& o) {
       faults = std::make_unique<Nemesis>(nodes, o.unsafe, seed, nemesis_log);
     }
     Faults& nemesis = *faults;
+    ClientKills kills{
+        std::mt19937_64(seed ^ 0x6b696c6cULL), start + 2000 * kMs, until - 3000 * kMs, {}};
     const std::int64_t give_up =
         until + (base.acquire_bound_ms + 2LL * o.ttl_ms) * kMs + 20'000 * kMs;
     bool hung = false;
@@ -455,7 +503,16 @@ int run_controller(const Options& o) {
         kill_workers(workers, SIGKILL);
         continue;
       }
-      const std::int64_t next = nemesis.step(now);
+      std::int64_t next = nemesis.step(now);
+      if (o.kill_clients) {
+        try {
+          next = std::min(
+              next, kill_a_client(kills, workers, base, exe, run_dir, log_paths, nemesis_log, now));
+        } catch (const std::exception& e) {  // no replacement: the run goes on with fewer
+          info.notes.emplace_back(std::string("kill_worker: ") + e.what());
+          kills.stop = now;
+        }
+      }
       const std::int64_t wait =
           std::min<std::int64_t>(std::max<std::int64_t>(next - mono_ns(), 0), 20 * kMs);
       std::this_thread::sleep_for(std::chrono::nanoseconds(wait));
@@ -477,8 +534,14 @@ int run_controller(const Options& o) {
       }
     }
     info.faults = nemesis.injected();
+    if (!kills.killed.empty()) {
+      info.faults["kill_worker"] = static_cast<std::int64_t>(kills.killed.size());
+    }
+    info.killed = kills.killed;
+    info.processes = static_cast<int>(workers.size());
     for (const std::string& p : nemesis.problems()) info.notes.push_back("nemesis: " + p);
     for (const Worker& w : workers) {
+      if (kills.killed.count(w.index) != 0) continue;  // killed on purpose
       if (!WIFEXITED(w.status) || WEXITSTATUS(w.status) != 0) {
         info.worker_failures.push_back("worker " + std::to_string(w.index) + ": " +
                                        describe_exit(w.status) + (hung ? " (hung, killed)" : ""));

@@ -36,9 +36,10 @@ struct Options {
   int long_hold_percent{-1};
   bool auto_renew{false};
   int retry_delay_ms{20};
-  int wake_on_release{2};  // 1 every thread, 0 none, 2 even-numbered threads (see worker.hpp)
-  bool fair{false};        // LockOptions::fair (lock mode only)
-  int wait_replicas{0};    // sentinel mode: Endpoint::wait_replicas of every worker
+  int wake_on_release{2};    // 1 every thread, 0 none, 2 even-numbered threads (see worker.hpp)
+  bool fair{false};          // LockOptions::fair (lock mode only)
+  bool kill_clients{false};  // kill -9 a worker every 3-6 s and start a new one in its place
+  int wait_replicas{0};      // sentinel mode: Endpoint::wait_replicas of every worker
   // Where the servers keep their directories (AOF). Empty: /dev/shm if writable, else $TMPDIR.
   // A kill -9 never loses the page cache, so an AOF with appendfsync always on tmpfs keeps every
   // acknowledged grant across kill -9 + restart exactly as a disk does, without the disk's

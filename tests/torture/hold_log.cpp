@@ -42,6 +42,8 @@ const char* to_string(EndKind k) noexcept {
       return "released";
     case EndKind::lost:
       return "lost";
+    case EndKind::killed:
+      return "killed";
     case EndKind::error:
       return "error";
   }

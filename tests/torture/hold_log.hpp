@@ -32,8 +32,9 @@ namespace redlock::torture {
 // How the fenced write of a hold went.
 enum class WriteResult { none, applied, rejected, write_error, read_error };
 // How a hold ended: released = release() returned true; lost = release() returned false (the
-// library told the holder its lease was gone); error = release() threw.
-enum class EndKind { none, released, lost, error };
+// library told the holder its lease was gone); error = release() threw; killed = the holder's
+// process was killed (-9) by the controller mid-hold (t_rel = when it was dead for sure).
+enum class EndKind { none, released, lost, error, killed };
 
 const char* to_string(WriteResult r) noexcept;
 const char* to_string(EndKind k) noexcept;

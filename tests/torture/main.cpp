@@ -64,6 +64,9 @@ options:
                           even-numbered ones; the others only poll every retry delay)
   --fair                  LockOptions::fair for every thread (--mode lock or postgres)
   --auto-renew            hold with LockOptions::auto_renew (long holds then last up to 2 ttl)
+  --kill-clients          kill -9 a worker process every 3-6 s and start a new one in its place
+                          (its open hold ends at its death; it must not let anyone in early,
+                          nor block the lock for good)
   --data-dir DIR          where the servers keep their AOF (default /dev/shm if writable:
                           kill -9 keeps the page cache, so tmpfs is as durable as a disk here)
   --keep                  keep the run directory (always kept when the run fails)
@@ -123,6 +126,8 @@ int main(int argc, char** argv) {
       o.auto_renew = true;
     } else if (a == "--fair") {
       o.fair = true;
+    } else if (a == "--kill-clients") {
+      o.kill_clients = true;
     } else if (a == "--wake") {
       if (!value(v) || (v != "all" && v != "none" && v != "half")) {
         return usage_error("--wake needs all, none or half");

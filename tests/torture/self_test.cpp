@@ -143,6 +143,26 @@ void checker_cases() {
     expect(!r.pass && r.missing_end == 1, "a hold without an end record fails");
   }
   {
+    // A worker killed on purpose at 400 ms mid-hold (no end, no stats): its window ends at the
+    // kill, and its write applied without a log line is its own.
+    Case c = make_case({hold(0, 0, 1, 1, 0, 990, 10), hold(1, 0, 1, 2, 20, 990, 30),
+                        hold(0, 0, 2, 3, 40, 990, 50)});
+    c.logs.holds[2].end = EndKind::none;
+    c.logs.holds[2].write = WriteResult::none;  // applied in the store, its line never written
+    c.logs.stats.erase(0);
+    c.info.killed[0] = 400 * kMs;
+    c.logs.holds.push_back(hold(1, 0, 2, 4, 500, 990, 510));
+    c.store.applied.emplace_back(4, 4);
+    c.store.counter = c.store.shadow = 4;
+    const Report r = run(c);
+    expect(r.pass && r.killed_holds == 1 && r.violations == 0,
+           "a killed holder's hold ends at its death; its unlogged write is accounted");
+    // The next holder inside the killed one's life is still a violation.
+    c.logs.holds[3] = hold(1, 0, 2, 4, 300, 990, 310);
+    const Report v = run(c);
+    expect(!v.pass && v.violations == 1, "a hold granted before the killed holder died fails");
+  }
+  {
     Case c = make_case({hold(0, 0, 1, 1, 0, 990, 10)});
     c.logs.stats.erase(1);
     const Report r = run(c);
