@@ -75,12 +75,15 @@ void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::tim
   std::vector<RenewItem> items;
   renewing.reserve(slots.size());  // one allocation each, not one per doubling
   items.reserve(slots.size());
-  for (std::size_t slot : slots) {
-    Entry* entry;
-    {
-      std::lock_guard<std::mutex> guard(mutex_);
-      entry = entries_[slot].get();
-    }
+  std::vector<Entry*>& entries = batch_entries_;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    entries.clear();
+    for (std::size_t slot : slots) entries.push_back(entries_[slot].get());
+  }
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    const std::size_t slot = slots[i];
+    Entry* entry = entries[i];
     if (!begin(*entry, now)) {
       entry->done = true;
       continue;
@@ -100,11 +103,7 @@ void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::tim
     }
   } unwind{renewing};
   const auto started = SteadyClock::now();
-  if (!items.empty()) {
-    const std::size_t round_trips = extend_grouped(items);
-    std::lock_guard<std::mutex> guard(mutex_);
-    round_trips_ += round_trips;
-  }
+  if (!items.empty()) batch_.round_trips += extend_grouped(items);
   const auto done = SteadyClock::now();
   for (std::size_t k = 0; k < renewing.size(); ++k) {
     HoldState& hold = *renewing[k].entry->hold;
@@ -141,19 +140,13 @@ void WatchdogImpl::conclude(const Renewing& renewing, const RenewalOutcome& outc
     event.lateness = std::max(SteadyClock::duration::zero(), started - entry.due);
     observer->on_extend(event);
   }
-  if (outcome.refused > 0) {
-    std::lock_guard<std::mutex> guard(mutex_);
-    refused_ += outcome.refused;
-  }
+  batch_.refused += outcome.refused;
   logf(LogLevel::debug, "redlock: renewal of {} confirmed by {} of {} nodes", entry.backend->key(),
        outcome.confirmed, outcome.nodes);
   const RenewalVerdict verdict = judge_renewal(outcome);
   switch (verdict.what) {
     case Renewal::renewed: {
-      {
-        std::lock_guard<std::mutex> guard(mutex_);
-        ++renewals_;
-      }
+      ++batch_.renewals;
       // Never later than halfway to the hold's validity (shorter than planned after a short
       // extend(ttl) overlapped this renewal).
       const auto valid_until = entry.hold->valid_until();
@@ -171,12 +164,15 @@ void WatchdogImpl::conclude(const Renewing& renewing, const RenewalOutcome& outc
                            entry.hold->valid_until());
       break;
   }
-  std::lock_guard<std::mutex> guard(mutex_);
-  queue_.push(Due{entry.due, renewing.slot});
+  // Queued again by close_batch(), under the one lock the batch takes at its end.
 }
 
 void WatchdogImpl::close_batch(const std::vector<std::size_t>& slots,
                                std::vector<std::unique_ptr<Entry>>& dead) {
+  renewals_ += batch_.renewals;
+  refused_ += batch_.refused;
+  round_trips_ += batch_.round_trips;
+  batch_ = BatchCounts{};
   for (std::size_t slot : slots) {
     Entry& entry = *entries_[slot];
     entry.in_batch = false;
@@ -184,11 +180,10 @@ void WatchdogImpl::close_batch(const std::vector<std::size_t>& slots,
       dead.push_back(free_slot(slot));
       continue;
     }
-    if (entry.hurry < entry.due) {  // an extend(ttl) during the batch moved the renewal up
-      entry.due = entry.hurry;
-      queue_.push(Due{entry.due, slot});
-    }
+    // An extend(ttl) or hurry() during the batch may have moved the renewal up.
+    entry.due = std::min(entry.due, entry.hurry);
     entry.hurry = SteadyClock::time_point::max();
+    queue_.push(Due{entry.due, slot});
   }
 }
 

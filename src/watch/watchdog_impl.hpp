@@ -128,6 +128,16 @@ class WatchdogImpl : public std::enable_shared_from_this<WatchdogImpl> {
   bool callback_stop_{false};
   std::thread callbacker_;
 
+  // The renewal thread's own: a batch's entries and counts, folded into the stats below by
+  // close_batch() under the one lock it takes (not one lock per renewal).
+  struct BatchCounts {
+    std::uint64_t renewals{0};
+    std::uint64_t refused{0};
+    std::uint64_t round_trips{0};
+  };
+  BatchCounts batch_;
+  std::vector<Entry*> batch_entries_;
+
   // Stats (guarded by mutex_).
   std::uint64_t renewals_{0};
   std::uint64_t refused_{0};
