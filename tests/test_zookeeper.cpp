@@ -466,11 +466,16 @@ TEST_CASE("zookeeper: a waiter whose create reply is lost finds its znode by tok
   proxy.drop_next_request();  // the waiter's create (and its listing) run; no reply comes back
   std::atomic<bool> got{false};
   std::atomic<std::size_t> queued_while_held{0};
+  std::atomic<bool> threw{false};
   std::thread waiting([&] {
-    if (!waiter.try_lock_for(20s)) return;
-    got = true;
-    queued_while_held = queue_length(direct, chroot + "/w");
-    waiter.unlock();
+    try {
+      if (!waiter.try_lock_for(20s)) return;
+      got = true;
+      queued_while_held = queue_length(direct, chroot + "/w");
+      waiter.unlock();
+    } catch (const std::exception&) {  // reported below, on the test's thread
+      threw = true;
+    }
   });
   const auto until = Clock::now() + 10s;
   while (queue_length(direct, chroot + "/w") < 2 && Clock::now() < until) {
@@ -481,6 +486,7 @@ TEST_CASE("zookeeper: a waiter whose create reply is lost finds its znode by tok
   holder.unlock();
   waiting.join();
   CHECK(queued == 2);  // the holder's znode and the waiter's one, found again
+  REQUIRE_FALSE(threw);
   REQUIRE(got);
   REQUIRE(queued_while_held == 1);
   REQUIRE(queue_length(direct, chroot + "/w") == 0);
