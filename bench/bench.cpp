@@ -56,8 +56,9 @@
 //      a raw libpq floor running the library's statements, the Redis Lock beside it, and the
 //      hand-off p50 and per-worker share with 8 contenders on each.
 //  10. ZooKeeper (bench/zookeeper.cpp, when the component is built): zookeeper::Lock cycles
-//      against the C client's create+delete of an ephemeral sequential znode (goal >= 0.9x),
-//      next to a Redis Lock and a Redlock(5); hand-off p50 and fairness with 8 contenders.
+//      against the C client's create+delete of an ephemeral sequential znode, with the client
+//      settings the library uses (goal >= 0.9x); the same with the client's default settings,
+//      a Redis Lock and a Redlock(5) beside it; hand-off p50 and fairness with 8 contenders.
 //   11. Redis Cluster (bench/cluster.cpp): the Lock cycle on a 3-master cluster against a
 //      standalone server (1 and 4 threads), client commands per cycle, the extend right after a
 //      held lock's slot migrated, and keys on 3 masters against 1.

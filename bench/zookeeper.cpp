@@ -2,8 +2,10 @@
 // five redis-servers, all on 127.0.0.1:
 //   a. uncontended try_lock()+unlock() cycles, one thread: zookeeper::Lock against a raw floor
 //      (the C client creating and deleting an ephemeral sequential znode synchronously: the
-//      fewest round trips a lock over ZooKeeper can make), next to a Redis Lock and a
-//      Redlock(5); interleaved rounds, median shown. Goal: >= 0.9x the floor.
+//      fewest round trips a lock over ZooKeeper can make, with the client settings the library
+//      uses), next to the same floor with the client's default settings (it resolves its host
+//      list at every poll), a Redis Lock and a Redlock(5); interleaved rounds, median shown.
+//      Goal: >= 0.9x the floor.
 //   b. 8 contenders on one lock (each its own session or Lock object), hold 0: hand-off p50
 //      (from a holder's unlock() call to the next acquisition by another worker) and fairness
 //      (acquisitions per worker, min/max), for ZooKeeper, a Redis Lock and a fair Redis Lock.
@@ -24,6 +26,7 @@
 #include <redlock/redlock.hpp>
 #include <redlock/zookeeper.hpp>
 
+#include "backends/zookeeper/zk_session.hpp"  // kZkResolveDelayMs, the library's setting
 #include "bench.hpp"
 #include "common.hpp"
 #include "support/redis_server.hpp"
@@ -35,10 +38,12 @@ namespace {
 constexpr int kSessionMs = 4000;
 constexpr int kContenders = 8;
 
-// The floor: one synchronous C client handle, create + delete per cycle.
+// The floor: one synchronous C client handle, create + delete per cycle. `resolve_delay_ms` is
+// passed to zoo_set_servers_resolution_delay (0: the client's default, resolve at every poll).
 class RawZooKeeper {
  public:
-  RawZooKeeper(const redlock::test::ZooKeeperServer& server, std::string parent)
+  RawZooKeeper(const redlock::test::ZooKeeperServer& server, std::string parent,
+               int resolve_delay_ms)
       : parent_(std::move(parent)) {
     zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
     const std::string hosts = "127.0.0.1:" + std::to_string(server.port());
@@ -46,6 +51,7 @@ class RawZooKeeper {
     zh_ = zookeeper_init2(hosts.c_str(), nullptr, kSessionMs, nullptr, nullptr, 0,
                           [](const char*) {});
     if (zh_ == nullptr) throw std::runtime_error("section 10: zookeeper_init failed");
+    zoo_set_servers_resolution_delay(zh_, resolve_delay_ms);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (zoo_state(zh_) != ZOO_CONNECTED_STATE) {
       if (std::chrono::steady_clock::now() > deadline) {
@@ -78,7 +84,8 @@ class RawZooKeeper {
 
 Json report_uncontended(const Config& config, const redlock::test::ZooKeeperServer& zk,
                         redlock::test::ServerGroup& redis) {
-  RawZooKeeper raw(zk, "/bench-raw");
+  RawZooKeeper raw(zk, "/bench-raw", redlock::detail::kZkResolveDelayMs);
+  RawZooKeeper raw_default(zk, "/bench-raw-default", 0);
   redlock::zookeeper::Session session(zk.uri("/bench?session_timeout=4000"));
   redlock::zookeeper::Lock zk_lock(session, "s10");
   std::vector<redlock::Client> clients;
@@ -90,23 +97,27 @@ Json report_uncontended(const Config& config, const redlock::test::ZooKeeperServ
   redlock::Redlock quorum(clients, key + ":redlock");
   const std::vector<Timed> t = interleaved(
       config.rounds, config.seconds,
-      {[&raw] { return raw.cycle(); }, cycle_of(zk_lock), cycle_of(lock), cycle_of(quorum)});
+      {[&raw] { return raw.cycle(); }, cycle_of(zk_lock),
+       [&raw_default] { return raw_default.cycle(); }, cycle_of(lock), cycle_of(quorum)});
   const double rate = ratio(t[1].cycles_per_s, t[0].cycles_per_s);
   const bool met = rate >= 0.9;
   Table table({"try_lock+unlock, 1 thread", "cycles/s", "p50 us", "cpu us/cyc", "vs floor"});
-  const char* names[] = {"floor: C client create+delete", "zookeeper::Lock", "Redis Lock",
-                         "Redlock(5)"};
+  const char* names[] = {"floor: C client create+delete", "zookeeper::Lock",
+                         "C client, default settings", "Redis Lock", "Redlock(5)"};
   Json j = Json::object();
-  const char* keys[] = {"zookeeper_floor", "zookeeper", "redis_lock", "redlock_5"};
-  for (int i = 0; i < 4; ++i) {
+  const char* keys[] = {"zookeeper_floor", "zookeeper", "zookeeper_floor_default_client",
+                        "redis_lock", "redlock_5"};
+  for (int i = 0; i < 5; ++i) {
     std::string versus = i == 0 ? "1.00x" : "";
     if (i == 1) versus = times(rate) + (met ? " (goal >=0.9x met)" : " (goal >=0.9x MISSED)");
+    if (i == 2) versus = times(ratio(t[2].cycles_per_s, t[0].cycles_per_s));
     table.row(
         {names[i], num(t[i].cycles_per_s), num(t[i].p50_ns / 1e3), num(t[i].cpu_ns / 1e3), versus});
     j.set(keys[i], timed_json(t[i]));
   }
   table.print(std::cout);
   j.set("zookeeper_vs_floor", rate);
+  j.set("zookeeper_vs_default_client", ratio(t[1].cycles_per_s, t[2].cycles_per_s));
   j.set("goal_met", met);
   return j;
 }

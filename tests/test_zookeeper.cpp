@@ -464,6 +464,84 @@ TEST_CASE("zookeeper: a connection lost during create leaves no znode that block
   REQUIRE(queue_length(uri_of(server, chroot, 4000), chroot + "/y") == 0);
 }
 
+// The acquire's one round trip: the listing pipelined behind the create is answered after it,
+// so it always holds the new znode (the server runs one session's requests in order).
+TEST_CASE("zookeeper: the listing pipelined behind an acquire's create holds the new znode",
+          "[zookeeper]") {
+  REQUIRE_ZOOKEEPER();
+  auto& server = shared_server();
+  const std::string chroot = fresh_chroot();
+  redlock::detail::ZkSession session(uri_of(server, chroot, 4000));
+  const auto conn = session.conn();
+  const std::string parent = chroot + "/pipelined";
+  redlock::detail::zk_ensure_path(*conn, parent);
+  constexpr int kCreates = 40;
+  for (int i = 0; i < kCreates; ++i) {
+    std::string token =
+        std::to_string(1'000'000 + i);  // distinct prefixes, none a prefix of another
+    token.resize(40, 'f');
+    std::string created;
+    std::int64_t czxid = 0;
+    std::vector<std::string> children;
+    const int rc = redlock::detail::zk_create_and_list(
+        *conn, parent + "/" + redlock::detail::zk_node_prefix(token), ZOO_EPHEMERAL_SEQUENTIAL,
+        &created, &czxid, parent, &children);
+    REQUIRE(rc == ZOK);
+    REQUIRE(czxid > 0);
+    const auto queue = redlock::detail::zk_queue_of(children);
+    REQUIRE(queue.size() == static_cast<std::size_t>(i + 1));  // every earlier znode, and ours
+    const auto at = redlock::detail::zk_find_token(queue, token);
+    REQUIRE(at == static_cast<std::size_t>(i));  // ours, last in sequence order
+    REQUIRE(parent + "/" + queue[at] == created);
+  }
+}
+
+// Protected mode on a waiter's path (lock, try_lock_for): the create reaches the server, its
+// reply (and the listing's) is lost with the connection; the retry on the same session finds the
+// znode by its token and waits with it, rather than queueing a second one behind the first.
+TEST_CASE("zookeeper: a waiter whose create reply is lost finds its znode by token",
+          "[zookeeper]") {
+  REQUIRE_ZOOKEEPER();
+  auto& server = shared_server();
+  const std::string chroot = fresh_chroot();
+  const std::string direct = uri_of(server, chroot, 4000);
+  redlock::test::FaultProxy proxy("127.0.0.1", server.port());
+  redlock::zookeeper::Session s1("zookeeper://127.0.0.1:" + std::to_string(proxy.port()) + chroot +
+                                 "?session_timeout=4000");
+  redlock::zookeeper::Session s2(direct);
+  redlock::zookeeper::Lock warm(s1, "w"), waiter(s1, "w"), holder(s2, "w");
+  REQUIRE(warm.try_lock());  // s1 is connected, and the lock's znode exists
+  warm.unlock();
+  REQUIRE(holder.try_lock());
+  proxy.drop_next_request();  // the waiter's create (and its listing) run; no reply comes back
+  std::atomic<bool> got{false};
+  std::atomic<std::size_t> queued_while_held{0};
+  std::atomic<bool> threw{false};
+  std::thread waiting([&] {
+    try {
+      if (!waiter.try_lock_for(20s)) return;
+      got = true;
+      queued_while_held = queue_length(direct, chroot + "/w");
+      waiter.unlock();
+    } catch (const std::exception&) {  // reported below, on the test's thread
+      threw = true;
+    }
+  });
+  const auto until = Clock::now() + 10s;
+  while (queue_length(direct, chroot + "/w") < 2 && Clock::now() < until) {
+    std::this_thread::sleep_for(20ms);
+  }
+  std::this_thread::sleep_for(1s);  // the waiter reconnects and looks again meanwhile
+  const std::size_t queued = queue_length(direct, chroot + "/w");
+  holder.unlock();
+  waiting.join();
+  CHECK(queued == 2);  // the holder's znode and the waiter's one, found again
+  REQUIRE_FALSE(threw);
+  REQUIRE(got);
+  REQUIRE(queued_while_held == 1);
+  REQUIRE(queue_length(direct, chroot + "/w") == 0);
+}
+
 #ifdef REDLOCK_RUN_PATH
 TEST_CASE("zookeeper: redlock-run --zookeeper runs the command with REDLOCK_FENCE", "[zookeeper]") {
   REQUIRE_ZOOKEEPER();

@@ -1,5 +1,6 @@
 // src/backends/zookeeper/zk_calls.cpp: the plain zoo_* calls (each one round trip, made on a
 // caller's thread), the pipelined create-and-list of an acquire, and the error mapping.
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 
@@ -12,22 +13,34 @@ namespace redlock {
 namespace detail {
 namespace {
 
-// The two replies of zk_create_and_list, filled on the client's completion thread. The caller
-// waits for every completion it queued (the client always runs one: with the reply, or with
-// ZCONNECTIONLOSS / ZCLOSING), so this can live on the caller's stack.
+// The two replies of zk_create_and_list, filled on the client's completion thread. Owned by the
+// caller and by each completion it queued (the client always runs one: with the reply, or with
+// ZCONNECTIONLOSS / ZCLOSING): the last of the three to let go frees it. A completion can then
+// wake the caller after unlocking the mutex (a caller woken while it is still held would at once
+// sleep again on the mutex: two more futex calls and a context switch per acquire).
 struct CreateAndList {
   std::mutex mutex;
   std::condition_variable cv;
-  int pending{0};
+  int pending{0};              // completions not yet run; guarded by mutex
+  std::atomic<int> owners{1};  // the caller, plus one per completion queued
   int create_rc{ZCONNECTIONLOSS};
   std::string created;
   std::int64_t czxid{0};
   int list_rc{ZCONNECTIONLOSS};
   std::vector<std::string> children;
 
+  void release() noexcept {
+    if (owners.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+  // A completion's last word: the caller wakes once, for both replies.
   void done() {
-    std::lock_guard<std::mutex> guard(mutex);
-    if (--pending == 0) cv.notify_all();  // the caller wakes once, for both replies
+    bool last = false;
+    {
+      std::lock_guard<std::mutex> guard(mutex);
+      last = --pending == 0;
+    }
+    if (last) cv.notify_all();
+    release();
   }
 };
 
@@ -160,31 +173,39 @@ int zk_exists_until(ZkConn& conn, const std::string& path, SteadyClock::time_poi
 int zk_create_and_list(ZkConn& conn, const std::string& path, int mode, std::string* created_path,
                        std::int64_t* czxid, const std::string& parent,
                        std::vector<std::string>* children) {
-  CreateAndList call;
-  call.pending = 2;  // set before either request exists
+  auto* call = new CreateAndList;
+  call->pending = 2;  // set before either request exists
+  call->owners.store(3, std::memory_order_relaxed);
   const int rc = zoo_acreate2(conn.handle(), path.c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, mode,
-                              created, &call);
-  if (rc != ZOK) throw_zk_error(rc, conn.describe("create", path));  // nothing was queued
+                              created, call);
+  if (rc != ZOK) {  // nothing was queued
+    delete call;
+    throw_zk_error(rc, conn.describe("create", path));
+  }
   // Queued behind the create on the same connection: the server answers it after the create.
-  const int queued = zoo_aget_children(conn.handle(), parent.c_str(), 0, listed, &call);
-  std::unique_lock<std::mutex> lock(call.mutex);
-  if (queued != ZOK) {
-    --call.pending;
-    call.list_rc = queued;
+  const int queued = zoo_aget_children(conn.handle(), parent.c_str(), 0, listed, call);
+  std::unique_lock<std::mutex> lock(call->mutex);
+  if (queued != ZOK) {  // no completion will run for it
+    --call->pending;
+    call->list_rc = queued;
+    call->owners.fetch_sub(1, std::memory_order_relaxed);  // the create's completion still owns it
   }
-  call.cv.wait(lock, [&] { return call.pending == 0; });
-  if (call.create_rc != ZOK && call.create_rc != ZNONODE) {
-    throw_zk_error(call.create_rc, conn.describe("create", path));
+  call->cv.wait(lock, [&] { return call->pending == 0; });
+  const int create_rc = call->create_rc;
+  const int list_rc = call->list_rc;
+  if (create_rc == ZOK) {
+    created_path->swap(call->created);
+    *czxid = call->czxid;
+    children->clear();  // if the list failed, the caller lists again
+    if (list_rc == ZOK) children->swap(call->children);
   }
-  if (call.create_rc == ZNONODE) return ZNONODE;
-  *created_path = call.created;
-  *czxid = call.czxid;
-  if (call.list_rc != ZOK) {
-    children->clear();  // the caller lists again
-  } else {
-    children->swap(call.children);
+  lock.unlock();
+  call->release();
+  if (create_rc != ZOK && create_rc != ZNONODE) {
+    throw_zk_error(create_rc, conn.describe("create", path));
   }
-  return call.list_rc == ZOK ? ZOK : ZNOTHING;
+  if (create_rc == ZNONODE) return ZNONODE;
+  return list_rc == ZOK ? ZOK : ZNOTHING;
 }
 
 void zk_ensure_path(ZkConn& conn, const std::string& path) {

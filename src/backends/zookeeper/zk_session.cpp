@@ -45,6 +45,7 @@ ZkConn::ZkConn(ZkSession& session, const ZkUri& uri) : session_(session) {
     throw ConnectionError("redlock: zookeeper " + uri.hosts +
                           ": cannot start a client: " + std::strerror(errno));
   }
+  zoo_set_servers_resolution_delay(zh_, kZkResolveDelayMs);  // ZOK for any delay >= -1
 }
 
 ZkConn::~ZkConn() {

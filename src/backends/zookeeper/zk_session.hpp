@@ -39,6 +39,13 @@ ZkUri parse_zk_uri(std::string_view uri);
 
 class ZkSession;
 
+// The C client resolves its host list by default (getaddrinfo with a netlink query, and a read of
+// /dev/urandom to shuffle the list) each time its I/O thread polls the socket: several times per
+// request, a fifth of its CPU on an uncontended lock. Each handle resolves at most once in this
+// window (milliseconds) while connected, and always when it connects again, so a changed address
+// is still seen. The benchmark's raw floor uses it too.
+constexpr int kZkResolveDelayMs = 1000;
+
 // One client handle: one session. Closed (zookeeper_close) when the last reference goes, which
 // is never on the client's own threads.
 class ZkConn {
