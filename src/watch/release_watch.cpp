@@ -67,18 +67,14 @@ class SubscriptionWatch final : public SlotWatch {
   }
   bool behind_others() const noexcept override {
     if (watched_.empty()) return false;
-    for (const Watched& w : watched_) {
-      if (!w.subscriber->waiting_before(channels_.release, &slot_)) return false;
+    for (const Subscriber* s : watched_) {
+      if (!s->waiting_before(channels_.release, &slot_)) return false;
     }
     return true;
   }
 
  private:
   static constexpr std::chrono::milliseconds kRelocatePace{250};
-  struct Watched {
-    ClientImpl* node;
-    Subscriber* subscriber;
-  };
 
   // Registration goes to all nodes first, then the confirmations are awaited together.
   void subscribe_all(SteadyClock::time_point caller_deadline) {
@@ -87,19 +83,19 @@ class SubscriptionWatch final : public SlotWatch {
     for (ClientImpl* node : nodes_) {
       Subscriber* const subscriber = subscribe(*node);
       if (subscriber == nullptr) continue;
-      watched_.push_back(Watched{node, subscriber});
+      watched_.push_back(subscriber);
       limit = std::max(limit, node->endpoint().connect_timeout + node->endpoint().command_timeout);
     }
     const auto deadline = std::min(SteadyClock::now() + limit, caller_deadline);
     // The attempt that follows must come after the subscriptions are live (no lost wake-up); a
     // node that does not confirm in time leaves this waiter to its timer there.
-    for (const Watched& w : watched_) {
-      each_channel([&](const std::string& c) { w.subscriber->confirmed(c, deadline); });
+    for (Subscriber* s : watched_) {
+      each_channel([&](const std::string& c) { s->confirmed(c, deadline); });
     }
   }
   void unsubscribe_all() noexcept {
-    for (const Watched& w : watched_) {
-      each_channel([&](const std::string& c) { w.subscriber->unwatch(c, &slot_); });
+    for (Subscriber* s : watched_) {
+      each_channel([&](const std::string& c) { s->unwatch(c, &slot_); });
     }
     watched_.clear();
   }
@@ -128,7 +124,7 @@ class SubscriptionWatch final : public SlotWatch {
 
   const WatchChannels channels_;
   std::vector<ClientImpl*> nodes_;
-  std::vector<Watched> watched_;
+  std::vector<Subscriber*> watched_;  // the subscribers the slot is registered with now
   SteadyClock::time_point next_relocation_{};
 };
 
