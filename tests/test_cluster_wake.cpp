@@ -177,3 +177,24 @@ TEST_CASE(
   CHECK(waiter.woke_at - released < 5s);
   CHECK(classic_subscribers(cluster, channel) == 0);
 }
+
+TEST_CASE(
+    "Cluster: a waiter whose master is demoted by CLUSTER FAILOVER resubscribes on the "
+    "promoted replica and wakes",
+    "[cluster][redis]") {
+  RedisCluster& cluster = shared_cluster();
+  redlock::Client client(cluster.uri());
+  const auto masters = cluster.masters();
+  const auto k = cluster.key_on(masters[2], "sdemote-");
+  const std::string channel = helper_key(k, ":released");
+  const std::size_t replica = cluster.replica_of(masters[2]);
+  redlock::Lock holder(client, k, Waiter::options());
+  REQUIRE(holder.try_lock());
+  Waiter waiter(cluster.uri(), k);
+  REQUIRE(await_shard_subscribers(cluster, masters[2], channel, 1));
+  cluster.failover(replica);  // a manual failover: the replica catches up first
+  // The demoted master no longer serves the slot's channels; the waiter subscribed again.
+  CHECK(await_shard_subscribers(cluster, replica, channel, 1));
+  CHECK(shard_subscribers(cluster, masters[2], channel) == 0);
+  release_and_check_wake(holder, waiter);
+}
