@@ -56,7 +56,8 @@ bool await_shard_subscribers(const RedisCluster& cluster, std::size_t node,
 // A waiter that would wake by its timer only after 30 s (the holder's ttl and its retry_delay):
 // if it gets the lock within a few seconds of the release, a release message woke it.
 struct Waiter {
-  Waiter(const std::string& uri, const std::string& k) : lock(redlock::Client(uri), k, options()) {
+  Waiter(const std::string& uri, const std::string& k, const redlock::LockOptions& o)
+      : lock(redlock::Client(uri), k, o) {
     thread = std::thread([this] {
       try {
         got = lock.try_lock_for(25s);
@@ -71,9 +72,10 @@ struct Waiter {
   ~Waiter() {
     if (thread.joinable()) thread.join();
   }
-  static redlock::LockOptions options() {
+  static redlock::LockOptions options(bool fair = false) {
     redlock::LockOptions o = cluster_options(30s);
     o.retry_delay = 30s;
+    o.fair = fair;
     return o;
   }
   redlock::Lock lock;
@@ -97,6 +99,26 @@ void release_and_check_wake(redlock::Lock& holder, Waiter& waiter) {
   CHECK(waiter.fence == fence + 1);
 }
 
+// A lock held for 30 s on a key that `master` owns, and a Waiter on it (another Client) whose
+// sharded subscription is live on that master.
+struct Waiting {
+  Waiting(RedisCluster& cluster, std::size_t master, const std::string& base, bool fair = false)
+      : k(cluster.key_on(master, base)),
+        channel(helper_key(k, ":released")),
+        client(cluster.uri()),
+        holder(client, k, Waiter::options(fair)) {
+    REQUIRE(holder.try_lock());
+    waiter = std::make_unique<Waiter>(cluster.uri(), k, Waiter::options(fair));
+    REQUIRE(await_shard_subscribers(cluster, master, channel, 1));
+  }
+  void release_and_check_wake() { ::release_and_check_wake(holder, *waiter); }
+  const std::string k;
+  const std::string channel;
+  redlock::Client client;
+  redlock::Lock holder;
+  std::unique_ptr<Waiter> waiter;
+};
+
 }  // namespace
 
 TEST_CASE(
@@ -104,21 +126,13 @@ TEST_CASE(
     "master, fair or not",
     "[cluster][redis]") {
   RedisCluster& cluster = shared_cluster();
-  redlock::Client client(cluster.uri());
   for (std::size_t m : cluster.masters()) {
     for (const bool fair : {false, true}) {
-      const auto k = cluster.key_on(m, fair ? "sfair-" : "swake-");
-      const std::string channel = helper_key(k, ":released");
-      INFO(k);
-      redlock::LockOptions o = Waiter::options();
-      o.fair = fair;
-      redlock::Lock holder(client, k, o);
-      REQUIRE(holder.try_lock());
-      Waiter waiter(cluster.uri(), k);
+      Waiting w(cluster, m, fair ? "sfair-" : "swake-", fair);
+      INFO(w.k);
       // The waiter's subscription is a sharded one on the owner, and no classic one anywhere.
-      CHECK(await_shard_subscribers(cluster, m, channel, 1));
-      CHECK(classic_subscribers(cluster, channel) == 0);
-      release_and_check_wake(holder, waiter);
+      CHECK(classic_subscribers(cluster, w.channel) == 0);
+      w.release_and_check_wake();
     }
   }
 }
@@ -126,20 +140,14 @@ TEST_CASE(
 TEST_CASE("Cluster: a waiter whose slot migrates to another master resubscribes there and wakes",
           "[cluster][redis]") {
   RedisCluster& cluster = shared_cluster();
-  redlock::Client client(cluster.uri());
   const auto masters = cluster.masters();
-  const auto k = cluster.key_on(masters[0], "smigrate-");
-  const std::string channel = helper_key(k, ":released");
-  const std::uint16_t slot = key_slot(k);
-  redlock::Lock holder(client, k, Waiter::options());
-  REQUIRE(holder.try_lock());
-  Waiter waiter(cluster.uri(), k);
-  REQUIRE(await_shard_subscribers(cluster, masters[0], channel, 1));
+  Waiting w(cluster, masters[0], "smigrate-");
+  const std::uint16_t slot = key_slot(w.k);
   cluster.migrate_slot(slot, masters[1]);
   // The old owner dropped the subscription (sunsubscribe); the waiter made it on the new one.
-  CHECK(await_shard_subscribers(cluster, masters[1], channel, 1));
-  CHECK(shard_subscribers(cluster, masters[0], channel) == 0);
-  release_and_check_wake(holder, waiter);
+  CHECK(await_shard_subscribers(cluster, masters[1], w.channel, 1));
+  CHECK(shard_subscribers(cluster, masters[0], w.channel) == 0);
+  w.release_and_check_wake();
   cluster.migrate_slot(slot, masters[0]);
 }
 
@@ -149,33 +157,22 @@ TEST_CASE(
     "[cluster][redis][slow]") {
   RedisCluster cluster;  // its own: this one loses a master
   const auto masters = cluster.masters();
-  const auto k = cluster.key_on(masters[0], "skill-");
-  const std::string channel = helper_key(k, ":released");
   const std::size_t replica = cluster.replica_of(masters[0]);
-  // The same Client settings as the waiter's: one slot map, which the waiter's resubscription
-  // refreshes, so the release finds the promoted replica.
-  redlock::Client holder_client(cluster.uri());
-  redlock::Lock holder(holder_client, k, Waiter::options());
-  REQUIRE(holder.try_lock());
+  // The holder's Client has the waiter's settings: one slot map, which the waiter's
+  // resubscription refreshes, so the release finds the promoted replica.
+  Waiting w(cluster, masters[0], "skill-");
   // The hold reaches the replica before the kill, so it survives the failover.
   const auto synced = Clock::now() + 10s;
-  while (cluster.node(replica).raw_pipeline({{"READONLY"}, {"EXISTS", k}}).at(1).integer() != 1) {
+  while (cluster.node(replica).raw_pipeline({{"READONLY"}, {"EXISTS", w.k}}).at(1).integer() != 1) {
     REQUIRE(Clock::now() < synced);
     std::this_thread::sleep_for(20ms);
   }
-  Waiter waiter(cluster.uri(), k);
-  REQUIRE(await_shard_subscribers(cluster, masters[0], channel, 1));
   cluster.node(masters[0]).kill9();
   // Promotion takes the node timeout (1 s) and an election; then the waiter subscribes there.
-  REQUIRE(await_shard_subscribers(cluster, replica, channel, 1, 20s));
+  REQUIRE(await_shard_subscribers(cluster, replica, w.channel, 1, 20s));
   // The holder's token is released on the new master (the key came over with the replication).
-  const auto released = Clock::now();
-  REQUIRE(holder.release());
-  waiter.thread.join();
-  INFO(waiter.error);
-  REQUIRE(waiter.got.load());
-  CHECK(waiter.woke_at - released < 5s);
-  CHECK(classic_subscribers(cluster, channel) == 0);
+  w.release_and_check_wake();
+  CHECK(classic_subscribers(cluster, w.channel) == 0);
 }
 
 TEST_CASE(
@@ -183,18 +180,12 @@ TEST_CASE(
     "promoted replica and wakes",
     "[cluster][redis]") {
   RedisCluster& cluster = shared_cluster();
-  redlock::Client client(cluster.uri());
   const auto masters = cluster.masters();
-  const auto k = cluster.key_on(masters[2], "sdemote-");
-  const std::string channel = helper_key(k, ":released");
   const std::size_t replica = cluster.replica_of(masters[2]);
-  redlock::Lock holder(client, k, Waiter::options());
-  REQUIRE(holder.try_lock());
-  Waiter waiter(cluster.uri(), k);
-  REQUIRE(await_shard_subscribers(cluster, masters[2], channel, 1));
+  Waiting w(cluster, masters[2], "sdemote-");
   cluster.failover(replica);  // a manual failover: the replica catches up first
   // The demoted master no longer serves the slot's channels; the waiter subscribed again.
-  CHECK(await_shard_subscribers(cluster, replica, channel, 1));
-  CHECK(shard_subscribers(cluster, masters[2], channel) == 0);
-  release_and_check_wake(holder, waiter);
+  CHECK(await_shard_subscribers(cluster, replica, w.channel, 1));
+  CHECK(shard_subscribers(cluster, masters[2], w.channel) == 0);
+  w.release_and_check_wake();
 }
