@@ -434,7 +434,7 @@ class RawWaiter {
   void unlock() {
     released_ = token_;
     raw_command(command_.get(),
-                {"EVALSHA", release_script_sha(), "1", lock_key_, token_, channel_});
+                {"EVALSHA", release_script_sha(), "1", lock_key_, token_, channel_, "0"});
   }
 
  private:

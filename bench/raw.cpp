@@ -17,11 +17,20 @@
 
 namespace bench {
 
-// Verbatim from src/engine.cpp (kReleaseLua, kExtendLua). bench.cpp checks with SCRIPT EXISTS,
-// before the floor loads anything, that the library made the server cache these very bodies.
-const char kReleaseLua[] = R"(if redis.call('get', KEYS[1]) == ARGV[1] then
+// Verbatim from src/protocol/scripts.cpp (kReleaseLua with its publish function, kExtendLua).
+// bench.cpp checks with SCRIPT EXISTS, before the floor loads anything, that the library made the
+// server cache these very bodies. The floor sends what the library sends to a standalone server:
+// ARGV[3] "0" (classic PUBLISH).
+const char kReleaseLua[] = R"(local function publish(channel, message)
+  if ARGV[3] == '1' then
+    local heard = redis.pcall('spublish', channel, message)
+    if type(heard) == 'number' then return heard end
+  end
+  return redis.call('publish', channel, message)
+end
+if redis.call('get', KEYS[1]) == ARGV[1] then
   redis.call('del', KEYS[1])
-  return 1 + redis.call('publish', ARGV[2], ARGV[1])
+  return 1 + publish(ARGV[2], ARGV[1])
 end
 return 0)";
 
@@ -141,9 +150,10 @@ bool RawLock::acquire() {
 
 bool RawLock::release() {
   const std::string& sha = release_script_sha();
-  const char* argv[] = {"EVALSHA", sha.data(), "1", key_.data(), token_.data(), channel_.data()};
-  const std::size_t lens[] = {7, sha.size(), 1, key_.size(), token_.size(), channel_.size()};
-  RawReply r = command_argv(c_, 6, argv, lens);
+  const char* argv[] = {"EVALSHA",     sha.data(),      "1", key_.data(),
+                        token_.data(), channel_.data(), "0"};
+  const std::size_t lens[] = {7, sha.size(), 1, key_.size(), token_.size(), channel_.size(), 1};
+  RawReply r = command_argv(c_, 7, argv, lens);
   check_not_error(r.get(), "EVALSHA release");
   return r->type == REDIS_REPLY_INTEGER && r->integer >= 1;  // 1 + listeners
 }
@@ -204,9 +214,10 @@ bool RawQuorum::acquire() {
 
 void RawQuorum::release() {
   const std::string& sha = release_script_sha();
-  const char* argv[] = {"EVALSHA", sha.data(), "1", key_.data(), token_.data(), channel_.data()};
-  const std::size_t lens[] = {7, sha.size(), 1, key_.size(), token_.size(), channel_.size()};
-  fan_out(argv, lens, 6, false);
+  const char* argv[] = {"EVALSHA",     sha.data(),      "1", key_.data(),
+                        token_.data(), channel_.data(), "0"};
+  const std::size_t lens[] = {7, sha.size(), 1, key_.size(), token_.size(), channel_.size(), 1};
+  fan_out(argv, lens, 7, false);
 }
 
 // ---- INFO, PING ------------------------------------------------------------------------------

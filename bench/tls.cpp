@@ -137,9 +137,11 @@ class RawTlsQuorum {
     for (RawTls* n : nodes_) n->append(7, set, set_lens);
     for (RawTls* n : nodes_) granted += n->read()->type == REDIS_REPLY_NIL ? 1 : 0;
     const std::string& sha = release_script_sha();
-    const char* rel[] = {"EVALSHA", sha.data(), "1", key_.data(), token_.data(), channel_.data()};
-    const std::size_t rel_lens[] = {7, sha.size(), 1, key_.size(), token_.size(), channel_.size()};
-    for (RawTls* n : nodes_) n->append(6, rel, rel_lens);
+    const char* rel[] = {"EVALSHA",     sha.data(),      "1", key_.data(),
+                         token_.data(), channel_.data(), "0"};
+    const std::size_t rel_lens[] = {7, sha.size(), 1, key_.size(), token_.size(), channel_.size(),
+                                    1};
+    for (RawTls* n : nodes_) n->append(7, rel, rel_lens);
     for (RawTls* n : nodes_) n->read();
     return granted >= nodes_.size() / 2 + 1;
   }

@@ -47,7 +47,7 @@ struct LeaseEngine::Round {
   PerNode<AcquireDialect> dialects;  // what each node was sent
   KeyCommand pttl;
   KeyCommand get;
-  ReleaseCommand undo;
+  ReleaseCommand undo[2];  // by PubSub: how the node announces (fair mode's undo may hand over)
   Tally tally;
   PerNode<Answer> answers;
   PerNode<std::uint64_t> fences;
@@ -65,8 +65,10 @@ void LeaseEngine::build(Round& a) const {
   build_key_command(a.get, "GET", keys_.key);
   // EVAL, not EVALSHA: nobody reads this reply, so a NOSCRIPT could not be retried. In fair mode
   // the undo also leaves the queue and hands a late grant on to the next waiter.
-  build_release(a.undo, keys_, a.token, fair_ ? ReleaseScript::fair_release : ReleaseScript::undo,
-                Send::eval);
+  for (const PubSub pubsub : {PubSub::classic, PubSub::sharded}) {
+    build_release(a.undo[static_cast<int>(pubsub)], keys_, a.token,
+                  fair_ ? ReleaseScript::fair_release : ReleaseScript::undo, Send::eval, pubsub);
+  }
   const FairAttempt fair{ttl_ms_, a.request.queue == Queue::join ? "1" : "0", queue_alive_ms_,
                          a.seq_text, fencing_ ? "1" : "0"};
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
@@ -87,7 +89,7 @@ void LeaseEngine::build(Round& a) const {
     // Endpoint::wait_replicas: the replicas' acknowledgement, in the same round trip.
     if (const CommandView* wait = nodes_[i]->replica_wait()) b.commands.push_back(*wait);
     // A node too slow to answer in time does not count; undo whatever it does later, in order.
-    b.on_timeout.push_back(a.undo.view());
+    b.on_timeout.push_back(a.undo[static_cast<int>(nodes_[i]->pubsub())].view());
   }
 }
 
@@ -318,12 +320,16 @@ ReleaseResult LeaseEngine::release(const std::string& token, Announce announce) 
 
 ReleaseResult LeaseEngine::release_on(const std::string& token, const bool* only,
                                       Announce announce) {
-  ReleaseCommand command;  // fair mode always runs fair_release: leaving the queue hands on
-  build_release(command, keys_, token,
-                fair_                           ? ReleaseScript::fair_release
-                : announce == Announce::waiters ? ReleaseScript::release
-                                                : ReleaseScript::undo,
-                Send::evalsha);
+  // Fair mode always runs fair_release: leaving the queue hands on. One command for each way a
+  // node announces (PUBLISH, or SPUBLISH on a cluster), the same script.
+  ReleaseCommand commands[2];
+  for (const PubSub pubsub : {PubSub::classic, PubSub::sharded}) {
+    build_release(commands[static_cast<int>(pubsub)], keys_, token,
+                  fair_                           ? ReleaseScript::fair_release
+                  : announce == Announce::waiters ? ReleaseScript::release
+                                                  : ReleaseScript::undo,
+                  Send::evalsha, pubsub);
+  }
   PerNode<NodeBatch> batches;
   batches.reserve(nodes_.size());
   PerNode<std::size_t> index;
@@ -331,7 +337,7 @@ ReleaseResult LeaseEngine::release_on(const std::string& token, const bool* only
     if (only != nullptr && !only[i]) continue;
     batches.emplace_back();
     batches.back().node = nodes_[i].get();
-    batches.back().commands.push_back(command.view());
+    batches.back().commands.push_back(commands[static_cast<int>(nodes_[i]->pubsub())].view());
     index.push_back(i);
   }
   const std::size_t n = batches.size();

@@ -104,7 +104,7 @@ TakeReply RedisPermits::take(const std::string& token) {
   build_take_permit(command, keys_, token, ttl_ms_, options_.fencing ? "1" : "0");
   // A server too slow to answer may still run it: the rollback follows on the same connection.
   VarCommand rollback;
-  build_undo_permit(rollback, keys_, token);
+  build_undo_permit(rollback, keys_, token, node_->pubsub());
   NodeBatch batch;
   batch.node = node_.get();
   batch.commands.push_back(command.view());
@@ -130,7 +130,7 @@ TakeReply RedisPermits::take(const std::string& token) {
 void RedisPermits::undo(const std::string& token) noexcept {
   try {
     VarCommand rollback;
-    build_undo_permit(rollback, keys_, token);
+    build_undo_permit(rollback, keys_, token, node_->pubsub());
     NodeBatch batch;
     batch.node = node_.get();
     batch.commands.push_back(rollback.view());

@@ -57,7 +57,7 @@ ClientImpl* ClusterRouter::node_locked(const std::string& host, int port) {
     Endpoint e = template_;
     e.host = host;
     e.port = port;
-    pool = std::make_shared<ClientImpl>(std::move(e));
+    pool = std::make_shared<ClientImpl>(std::move(e), PubSub::sharded);  // SSUBSCRIBE, SPUBLISH
   }
   return pool.get();
 }
@@ -77,6 +77,11 @@ ClientImpl* ClusterRouter::owner(std::uint16_t slot) {
       "redlock: no master of the cluster {} owns slot {} (a cluster being resharded, or one "
       "that lost a master and its replicas)",
       address_, slot));
+}
+
+ClientImpl* ClusterRouter::known_owner(std::uint16_t slot) const noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return owners_.empty() ? nullptr : owners_[slot];
 }
 
 ClientImpl* ClusterRouter::any_master() {

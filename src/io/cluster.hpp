@@ -48,7 +48,10 @@ class ClusterRouter {
   // marked stale. Throws ConnectionError (no seed or known node answered CLUSTER SLOTS, or no
   // master owns the slot); the message names what was tried.
   ClientImpl* owner(std::uint16_t slot);
-  // Some master (for commands without a key, and the subscriber). Throws as owner().
+  // The owner of `slot` as the map names it now, without a refresh: null when there is no map
+  // or no owner. Never throws.
+  ClientImpl* known_owner(std::uint16_t slot) const noexcept;
+  // Some master (for commands without a key). Throws as owner().
   ClientImpl* any_master();
   // The pool for host:port (a MOVED or ASK target), created on first use. Never throws but
   // std::bad_alloc. Pools live as long as the router (the pointers above stay valid).

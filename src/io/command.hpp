@@ -18,6 +18,12 @@ namespace detail {
 // library's own idempotent scripts, SET NX with `NodeBatch::retried`); never for a user's.
 enum class Resend : unsigned char { never, allowed };
 
+// How a node announces releases and how its waiters hear them: classic pub/sub (PUBLISH,
+// SUBSCRIBE: a standalone server, Sentinel's master) or sharded pub/sub (SPUBLISH, SSUBSCRIBE on
+// the master that owns the channel's slot: Redis Cluster, Redis >= 7.0). Both sides of one node
+// must use the same kind: a sharded message reaches only sharded subscribers.
+enum class PubSub : unsigned char { classic, sharded };
+
 // One command, as argv views the caller keeps alive until the batch returns. When `script` is set,
 // argv[0] must be "EVALSHA" and argv[1] the script's SHA1; on NOSCRIPT the same command is re-sent
 // as EVAL with the body (NOSCRIPT means it did not run).

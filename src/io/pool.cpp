@@ -14,6 +14,7 @@
 #include "io/cluster.hpp"
 #include "io/sentinel.hpp"
 #include "io/tls.hpp"
+#include "util/key_slot.hpp"
 #include "util/log_internal.hpp"
 #include "util/shared_registry.hpp"
 #include "util/token.hpp"
@@ -57,10 +58,11 @@ struct ClientImpl::Slots {
   Clock::time_point moved{Clock::now()};  // guarded by mutex: a connection last came back
 };
 
-ClientImpl::ClientImpl(Endpoint endpoint)
+ClientImpl::ClientImpl(Endpoint endpoint, PubSub pubsub)
     : endpoint_(std::move(endpoint)),
       waiter_id_(make_token().substr(0, 16)),
-      slots_(std::make_shared<Slots>(endpoint_.max_connections)) {
+      slots_(std::make_shared<Slots>(endpoint_.max_connections)),
+      pubsub_(endpoint_.cluster.seeds.empty() ? pubsub : PubSub::sharded) {
   address_ = endpoint_.address();
   build_handshake();
   if (endpoint_.wait_replicas > 0) {
@@ -200,7 +202,7 @@ bool ClientImpl::fresh(Connection& connection) const noexcept {
 }
 
 Dial ClientImpl::dial() const {
-  if (router_) {  // a connection of the cluster's own (the subscriber's): to some master
+  if (router_) {  // a connection of the cluster endpoint's own (not a slot's): to some master
     const ClientImpl* const master = router_->any_master();
     Dial dial = master->dial();
     dial.target = std::make_shared<const Endpoint>(master->endpoint());
@@ -347,25 +349,42 @@ std::string settings_key(const Endpoint& e) {
   return key;
 }
 
-std::shared_ptr<Subscriber> shared_subscriber(const Endpoint& endpoint) {
+std::shared_ptr<Subscriber> shared_subscriber(const Endpoint& endpoint, PubSub pubsub) {
   static auto& registry = *new SharedRegistry<Subscriber>;  // never destroyed
   // Subscriptions of one server reached the same way as the same user can share a connection:
   // pub/sub channels are global, so the database does not matter.
-  return registry.get(settings_key(endpoint), [&endpoint] {
+  const bool sharded = pubsub == PubSub::sharded;
+  return registry.get(settings_key(endpoint) + (sharded ? "|sharded" : ""), [&endpoint, pubsub] {
     // Its own pool, only to connect: no Client's lifetime holds the shared subscriber up.
-    auto dialer = std::make_shared<ClientImpl>(endpoint);
+    auto dialer = std::make_shared<ClientImpl>(endpoint, pubsub);
     SubscriberLink link{dialer->address(), [dialer] { return dialer->connect_ready(); },
-                        [dialer](std::string_view why) { dialer->note_health(false, why); }};
+                        [dialer](std::string_view why) { dialer->note_health(false, why); },
+                        pubsub};
     return std::make_shared<Subscriber>(std::move(link));
   });
 }
 
 Subscriber& ClientImpl::subscriber() {
   std::call_once(subscriber_once_, [this] {
-    subscriber_ = shared_subscriber(endpoint_);
+    subscriber_ = shared_subscriber(endpoint_, pubsub_);
     started_subscriber_.store(subscriber_.get(), std::memory_order_release);
   });
   return *subscriber_;
+}
+
+Subscriber& ClientImpl::subscriber(const std::string& channel) {
+  if (!router_) return subscriber();
+  return router_->owner(key_slot(channel))->subscriber();
+}
+
+Subscriber* ClientImpl::started_subscriber(const std::string& channel) const noexcept {
+  if (!router_) return started_subscriber();
+  const ClientImpl* const owner = router_->known_owner(key_slot(channel));
+  return owner != nullptr ? owner->started_subscriber() : nullptr;
+}
+
+void ClientImpl::subscription_moved() noexcept {
+  if (router_) router_->stale();
 }
 
 }  // namespace detail

@@ -39,13 +39,16 @@ class ClusterRouter;
 // the service) have equal keys. The database and the pool's size are not part of it.
 std::string settings_key(const Endpoint& endpoint);
 
-// The process's subscriber for `endpoint`'s server, user and connection settings: found, or
-// created with a dialer of its own. Throws std::bad_alloc, std::system_error (thread).
-std::shared_ptr<Subscriber> shared_subscriber(const Endpoint& endpoint);
+// The process's subscriber for `endpoint`'s server, user and connection settings and the kind
+// of pub/sub: found, or created with a dialer of its own. Throws std::bad_alloc,
+// std::system_error (thread).
+std::shared_ptr<Subscriber> shared_subscriber(const Endpoint& endpoint, PubSub pubsub);
 
 class ClientImpl {
  public:
-  explicit ClientImpl(Endpoint endpoint);
+  // `pubsub`: how this node announces releases and its subscriber hears them (sharded: a
+  // cluster's master, made by its ClusterRouter). A cluster endpoint is sharded whatever is given.
+  explicit ClientImpl(Endpoint endpoint, PubSub pubsub = PubSub::classic);
   ~ClientImpl();
   ClientImpl(const ClientImpl&) = delete;
   ClientImpl& operator=(const ClientImpl&) = delete;
@@ -106,14 +109,29 @@ class ClientImpl {
   // behind a write; null when the endpoint asks for no replica acknowledgement.
   const CommandView* replica_wait() const noexcept { return wait_.argc != 0 ? &wait_ : nullptr; }
 
+  // How releases on this node are announced (the scripts' PUBLISH or SPUBLISH) and heard.
+  PubSub pubsub() const noexcept { return pubsub_; }
+
   // The subscriber for wake-on-release, found or created on first call: one per process for
-  // every Client of the same server, user and connection settings (shared_subscriber). Thread-
-  // safe.
+  // every Client of the same server, user and connection settings (shared_subscriber). Not for
+  // a cluster endpoint (use subscriber(channel)). Thread-safe.
   Subscriber& subscriber();
+  // The subscriber that hears `channel`: subscriber() for a server of its own; through Redis
+  // Cluster, the sharded subscriber of the master that owns the channel's slot (looked up in
+  // the slot map, refreshed if stale: after subscription_moved()). Throws ConnectionError (no
+  // owner known, see ClusterRouter::owner), std::bad_alloc, std::system_error. Thread-safe.
+  Subscriber& subscriber(const std::string& channel);
   // The subscriber if it was created already, else null. Thread-safe, never creates one.
   Subscriber* started_subscriber() const noexcept {
     return started_subscriber_.load(std::memory_order_acquire);
   }
+  // As subscriber(channel) if that one was created already (through Cluster: of the owner the
+  // map names now, without a lookup), else null. Never throws.
+  Subscriber* started_subscriber(const std::string& channel) const noexcept;
+  // A subscription through this node was lost without being asked to end (a cluster's slot
+  // moved to another master, or the master failed): through Cluster, the slot map is marked
+  // stale so that the next subscriber(channel) finds the new owner. No-op otherwise. Never throws.
+  void subscription_moved() noexcept;
 
   // The server's run_id once identity() has learned it (empty before). Guarded by run_id_mutex.
   std::mutex run_id_mutex;
@@ -174,6 +192,7 @@ class ClientImpl {
   std::atomic<std::int64_t> skip_until_ns_{0};  // steady_clock, 0: not skipping
   std::atomic<std::int64_t> backoff_ms_{0};
   std::atomic<int> abandoned_in_a_row_{0};
+  PubSub pubsub_;
   std::once_flag subscriber_once_;
   std::shared_ptr<Subscriber> subscriber_;  // shared with Clients of the same endpoint
   std::atomic<Subscriber*> started_subscriber_{nullptr};

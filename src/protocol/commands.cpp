@@ -13,6 +13,10 @@ Command<N>& fair_keys(Command<N>& c, const LockKeys& keys) noexcept {
 
 }  // namespace
 
+std::string_view publish_flag(PubSub pubsub) noexcept {
+  return pubsub == PubSub::sharded ? "1" : "0";
+}
+
 void build_set_nx(AcquireCommand& c, const LockKeys& keys, std::string_view token,
                   std::string_view ttl_ms, AcquireDialect dialect) noexcept {
   c.arg("SET").arg(keys.key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
@@ -33,7 +37,7 @@ void build_fair_acquire(AcquireCommand& c, const LockKeys& keys, std::string_vie
 }
 
 void build_release(ReleaseCommand& c, const LockKeys& keys, std::string_view token,
-                   ReleaseScript script, Send send) noexcept {
+                   ReleaseScript script, Send send, PubSub pubsub) noexcept {
   const Scripts& scripts = Scripts::get();
   const Script& chosen = script == ReleaseScript::fair_release ? scripts.fair_release
                          : script == ReleaseScript::release    ? scripts.release
@@ -44,11 +48,11 @@ void build_release(ReleaseCommand& c, const LockKeys& keys, std::string_view tok
     c.evalsha(chosen);
   }
   if (script == ReleaseScript::fair_release) {
-    fair_keys(c, keys).arg(token).arg(keys.channel);
+    fair_keys(c, keys).arg(token).arg(keys.channel).arg(publish_flag(pubsub));
     return;
   }
   c.arg("1").arg(keys.key).arg(token);
-  if (script == ReleaseScript::release) c.arg(keys.channel);
+  if (script == ReleaseScript::release) c.arg(keys.channel).arg(publish_flag(pubsub));
 }
 
 void build_extend(ExtendCommand& c, std::string_view key, std::string_view token,

@@ -59,7 +59,7 @@ struct FairAttempt {
 };
 
 using AcquireCommand = Command<14>;
-using ReleaseCommand = Command<9>;
+using ReleaseCommand = Command<10>;
 using ExtendCommand = Command<6>;
 using RaiseFenceCommand = Command<8>;
 using KeyCommand = Command<2>;
@@ -76,8 +76,12 @@ void build_fair_acquire(AcquireCommand& c, const LockKeys& keys, std::string_vie
 enum class ReleaseScript : unsigned char { release, undo, fair_release };
 // EVALSHA, or EVAL for a rollback nobody reads the reply of (it could not retry a NOSCRIPT).
 enum class Send : unsigned char { evalsha, eval };
+// The scripts' last argument: "1" announces with SPUBLISH (sharded pub/sub), "0" with PUBLISH.
+std::string_view publish_flag(PubSub pubsub) noexcept;
+// `pubsub`: how the node announces a release or hand-over (PUBLISH or SPUBLISH; the script is
+// the same text for both, told by its last argument).
 void build_release(ReleaseCommand& c, const LockKeys& keys, std::string_view token,
-                   ReleaseScript script, Send send) noexcept;
+                   ReleaseScript script, Send send, PubSub pubsub) noexcept;
 void build_extend(ExtendCommand& c, std::string_view key, std::string_view token,
                   std::string_view ttl_ms) noexcept;
 void build_raise_fence(RaiseFenceCommand& c, const LockKeys& keys, std::string_view token,

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "protocol/commands.hpp"  // publish_flag
 #include "util/key_slot.hpp"
 
 namespace redlock {
@@ -38,12 +39,13 @@ if free == 0 then return {0, pttl} end
 redis.call('set', KEYS[free], ARGV[1], 'PX', ARGV[2])
 return {free, fence()})";
 
-// KEYS the slot keys; ARGV[1] token, ARGV[2] release channel. Deletes the slot holding the
+// KEYS the slot keys; ARGV[1] token, ARGV[2] release channel, ARGV[3] the SPUBLISH flag (see
+// protocol/scripts.hpp). Deletes the slot holding the
 // token, if any, and announces it.
-const char kUndoLua[] = R"(for i = 1, #KEYS do
+const char kUndoLua[] = REDLOCK_PUBLISH_LUA R"(for i = 1, #KEYS do
   if redis.call('get', KEYS[i]) == ARGV[1] then
     redis.call('del', KEYS[i])
-    return 1 + redis.call('publish', ARGV[2], ARGV[1])
+    return 1 + publish(ARGV[2], ARGV[1])
   end
 end
 return 0)";
@@ -92,10 +94,11 @@ void build_take_permit(VarCommand& c, const PermitKeys& keys, std::string_view t
   c.arg(keys.fence).arg(token).arg(ttl_ms).arg(fenced);
 }
 
-void build_undo_permit(VarCommand& c, const PermitKeys& keys, std::string_view token) {
+void build_undo_permit(VarCommand& c, const PermitKeys& keys, std::string_view token,
+                       PubSub pubsub) {
   c.arg("EVAL").arg(kUndoLua).key_count(keys.slots.size());
   for (const auto& slot : keys.slots) c.arg(slot);
-  c.arg(token).arg(keys.channel);
+  c.arg(token).arg(keys.channel).arg(publish_flag(pubsub));
 }
 
 TakeReply read_take_reply(const redisReply* r, std::size_t limit) noexcept {

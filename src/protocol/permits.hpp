@@ -56,7 +56,8 @@ class VarCommand {
 void build_take_permit(VarCommand& c, const PermitKeys& keys, std::string_view token,
                        std::string_view ttl_ms, std::string_view fenced);
 // EVAL of the rollback: deletes the slot holding `token`, if any, and announces it.
-void build_undo_permit(VarCommand& c, const PermitKeys& keys, std::string_view token);
+void build_undo_permit(VarCommand& c, const PermitKeys& keys, std::string_view token,
+                       PubSub pubsub);
 
 // The take script's reply: granted `slot` (1..limit) with `fence`, or refused (slot 0) with the
 // earliest expiry of a held slot.

@@ -4,9 +4,9 @@
 namespace redlock {
 namespace detail {
 
-const char kReleaseLua[] = R"(if redis.call('get', KEYS[1]) == ARGV[1] then
+const char kReleaseLua[] = REDLOCK_PUBLISH_LUA R"(if redis.call('get', KEYS[1]) == ARGV[1] then
   redis.call('del', KEYS[1])
-  return 1 + redis.call('publish', ARGV[2], ARGV[1])
+  return 1 + publish(ARGV[2], ARGV[1])
 end
 return 0)";
 
@@ -100,7 +100,8 @@ return {0, pttl})";
 
 // Nobody queued (the common case): a plain compare-and-delete and the announcement. The holder
 // has no place of its own in the queue (a grant removes it).
-const char kFairReleaseLua[] = R"(if redis.replicate_commands then redis.replicate_commands() end
+const char kFairReleaseLua[] =
+    REDLOCK_PUBLISH_LUA R"(if redis.replicate_commands then redis.replicate_commands() end
 if redis.call('get', KEYS[1]) ~= ARGV[1] then
   redis.call('lrem', KEYS[2], 0, ARGV[1])
   redis.call('hdel', KEYS[3], ARGV[1])
@@ -108,7 +109,7 @@ if redis.call('get', KEYS[1]) ~= ARGV[1] then
 end
 if redis.call('exists', KEYS[2]) == 0 then
   redis.call('del', KEYS[1])
-  return 1 + redis.call('publish', ARGV[2], ARGV[1])
+  return 1 + publish(ARGV[2], ARGV[1])
 end
 redis.call('lrem', KEYS[2], 0, ARGV[1])
 redis.call('hdel', KEYS[3], ARGV[1])
@@ -128,13 +129,13 @@ while true do
         redis.call('incr', KEYS[4])
         fence = redis.call('get', KEYS[4])  -- a string: a Lua number would print as 1e+14
       end
-      redis.call('publish', channel, 'grant:' .. seq .. ':' .. fence .. ':' .. redis.sha1hex(waiter))
+      publish(channel, 'grant:' .. seq .. ':' .. fence .. ':' .. redis.sha1hex(waiter))
       return 1
     end
   end
 end
 redis.call('del', KEYS[1])
-return 1 + redis.call('publish', ARGV[2], ARGV[1]))";
+return 1 + publish(ARGV[2], ARGV[1]))";
 
 const Scripts& Scripts::get() {
   // Deliberately never destroyed: locks with static storage duration (and the watchdog's

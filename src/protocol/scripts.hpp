@@ -5,14 +5,30 @@
 
 #include <redlock/client.hpp>
 
+// The Lua function publish(channel, message) that every announcing script starts with: ARGV[3] '1'
+// asks for SPUBLISH (sharded pub/sub on a cluster, where the channel shares the key's slot). A
+// server without it (Redis < 7.0) publishes the classic way; its waiters, refused SSUBSCRIBE, poll.
+#define REDLOCK_PUBLISH_LUA                                       \
+  "local function publish(channel, message)\n"                    \
+  "  if ARGV[3] == '1' then\n"                                    \
+  "    local heard = redis.pcall('spublish', channel, message)\n" \
+  "    if type(heard) == 'number' then return heard end\n"        \
+  "  end\n"                                                       \
+  "  return redis.call('publish', channel, message)\n"            \
+  "end\n"
+
 namespace redlock {
 namespace detail {
 
 // The Lua scripts, shared by every lock (SHA1 computed once).
 struct Scripts {
-  // KEYS[1] lock key; ARGV[1] token; ARGV[2] release channel. Deletes the key if it still holds
-  // the token and publishes on the channel. Returns 1 + the number of subscribers that heard
-  // the release if deleted, 0 if it was not ours.
+  // Every script that announces takes, after its channel, a flag: "1" announces with SPUBLISH
+  // (sharded pub/sub, Redis >= 7.0: a cluster, where the channel shares the key's slot), anything
+  // else with PUBLISH. One text serves every topology; the node decides (ClientImpl::pubsub).
+  //
+  // KEYS[1] lock key; ARGV[1] token; ARGV[2] release channel; ARGV[3] the SPUBLISH flag. Deletes
+  // the key if it still holds the token and publishes on the channel. Returns 1 + the number of
+  // subscribers that heard the release if deleted, 0 if it was not ours.
   Script release;
   // KEYS[1] lock key; ARGV[1] token; ARGV[2] ttl ms. PEXPIREs the key if it still holds the token.
   // Returns 1 if extended, 0 if not ours.
@@ -34,7 +50,8 @@ struct Scripts {
   // hand-over whose message was missed) is re-armed to the full ttl. Returns {1, fence (0 without
   // fencing)} or {0, pttl of the holder}.
   Script fair_acquire;
-  // Fair mode. KEYS as fair_acquire; ARGV[1] token, ARGV[2] release channel. Leaves the queue;
+  // Fair mode. KEYS as fair_acquire; ARGV[1] token, ARGV[2] release channel, ARGV[3] the
+  // SPUBLISH flag (for the hand-over's message too). Leaves the queue;
   // then, if the key holds the token, hands it to the first live queued waiter (SET PX its ttl,
   // publish "grant:<seq>:<fence>:<sha1 of token>" on that waiter's grant channel) or deletes it
   // and publishes the token on ARGV[2]. Returns 0 if it was not ours, 1 if handed over, 1 + the

@@ -31,50 +31,81 @@ class SlotWatch : public ReleaseWatch {
   WakeSlot slot_;
 };
 
+// Subscribes the slot on every node, each through the subscriber that hears the channels there
+// (ClientImpl::subscriber(channel): through a cluster, the slot owner's sharded one). A sharded
+// subscription that is lost (the slot moved, the master failed: WakeSlot::relocate) is made
+// again by the waiter's next wait_until, where the map says the slot lives now; at most once per
+// kRelocatePace, so a cluster still electing a new master is not asked in a tight loop.
 class SubscriptionWatch final : public SlotWatch {
  public:
   SubscriptionWatch(const std::vector<std::shared_ptr<ClientImpl>>& nodes,
                     const WatchChannels& channels, SteadyClock::time_point caller_deadline,
                     std::string token_sha1)
       : SlotWatch(std::move(token_sha1)), channels_(channels) {
-    watched_.reserve(nodes.size());
-    std::chrono::milliseconds limit{0};
-    for (const auto& node : nodes) {
-      if (!subscribe(*node)) continue;
-      watched_.push_back(node.get());
-      limit = std::max(limit, node->endpoint().connect_timeout + node->endpoint().command_timeout);
-    }
-    const auto deadline = std::min(SteadyClock::now() + limit, caller_deadline);
-    // The attempt that follows must come after the subscriptions are live (no lost wake-up); a
-    // node that does not confirm in time leaves this waiter to its timer there.
-    for (ClientImpl* node : watched_) {
-      each_channel([&](const std::string& c) { node->subscriber().confirmed(c, deadline); });
-    }
+    nodes_.reserve(nodes.size());
+    for (const auto& node : nodes) nodes_.push_back(node.get());
+    subscribe_all(caller_deadline);
   }
-  ~SubscriptionWatch() override {
-    for (ClientImpl* node : watched_) {
-      each_channel([&](const std::string& c) { node->subscriber().unwatch(c, &slot_); });
-    }
-  }
+  ~SubscriptionWatch() override { unsubscribe_all(); }
   SubscriptionWatch(const SubscriptionWatch&) = delete;
   SubscriptionWatch& operator=(const SubscriptionWatch&) = delete;
+
+  bool wait_until(SteadyClock::time_point until) override {
+    if (slot_.must_relocate()) {
+      const auto now = SteadyClock::now();
+      if (now >= next_relocation_) {
+        next_relocation_ = now + kRelocatePace;
+        slot_.relocated();
+        unsubscribe_all();
+        for (ClientImpl* node : nodes_) node->subscription_moved();
+        subscribe_all(until);
+        return true;  // releases while it moved were missed: the caller tries again now
+      }
+      until = std::min(until, next_relocation_);  // back to relocate once the pace allows
+    }
+    return slot_.wait_until(until);
+  }
   bool behind_others() const noexcept override {
     if (watched_.empty()) return false;
-    for (const ClientImpl* node : watched_) {
-      const Subscriber* s = node->started_subscriber();
-      if (s == nullptr || !s->waiting_before(channels_.release, &slot_)) return false;
+    for (const Subscriber* s : watched_) {
+      if (!s->waiting_before(channels_.release, &slot_)) return false;
     }
     return true;
   }
 
  private:
-  // Registers the slot on `node`'s channels; false (nothing left registered) if it cannot.
-  bool subscribe(ClientImpl& node) noexcept {
+  static constexpr std::chrono::milliseconds kRelocatePace{250};
+
+  // Registration goes to all nodes first, then the confirmations are awaited together.
+  void subscribe_all(SteadyClock::time_point caller_deadline) {
+    watched_.clear();
+    std::chrono::milliseconds limit{0};
+    for (ClientImpl* node : nodes_) {
+      Subscriber* const subscriber = subscribe(*node);
+      if (subscriber == nullptr) continue;
+      watched_.push_back(subscriber);
+      limit = std::max(limit, node->endpoint().connect_timeout + node->endpoint().command_timeout);
+    }
+    const auto deadline = std::min(SteadyClock::now() + limit, caller_deadline);
+    // The attempt that follows must come after the subscriptions are live (no lost wake-up); a
+    // node that does not confirm in time leaves this waiter to its timer there.
+    for (Subscriber* s : watched_) {
+      each_channel([&](const std::string& c) { s->confirmed(c, deadline); });
+    }
+  }
+  void unsubscribe_all() noexcept {
+    for (Subscriber* s : watched_) {
+      each_channel([&](const std::string& c) { s->unwatch(c, &slot_); });
+    }
+    watched_.clear();
+  }
+  // Registers the slot on `node`'s channels; null (nothing left registered) if it cannot.
+  Subscriber* subscribe(ClientImpl& node) noexcept {
     Subscriber* subscriber = nullptr;
     try {
-      subscriber = &node.subscriber();
+      subscriber = &node.subscriber(channels_.release);  // the grant channel shares its slot
       each_channel([&](const std::string& c) { subscriber->watch(c, &slot_); });
-      return true;
+      return subscriber;
     } catch (const std::exception& e) {
       // Whatever was registered must not outlive this slot.
       if (subscriber != nullptr) {
@@ -83,7 +114,7 @@ class SubscriptionWatch final : public SlotWatch {
       logf(LogLevel::debug, "redlock: cannot subscribe for {}: {}", channels_.key, e.what());
     } catch (...) {
     }
-    return false;
+    return nullptr;
   }
   template <class F>
   void each_channel(F&& f) const {
@@ -92,7 +123,9 @@ class SubscriptionWatch final : public SlotWatch {
   }
 
   const WatchChannels channels_;
-  std::vector<ClientImpl*> watched_;
+  std::vector<ClientImpl*> nodes_;
+  std::vector<Subscriber*> watched_;  // the subscribers the slot is registered with now
+  SteadyClock::time_point next_relocation_{};
 };
 
 const std::string& grant_channel_of(const LeaseEngine& engine) noexcept {
@@ -119,7 +152,7 @@ bool release_watch_live(const LeaseEngine& engine) noexcept {
   try {
     const std::string& grant = grant_channel_of(engine);
     for (const auto& node : engine.nodes()) {
-      const Subscriber* s = node->started_subscriber();
+      const Subscriber* s = node->started_subscriber(engine.channel());
       if (s == nullptr || !s->subscribed(engine.channel())) return false;
       if (!grant.empty() && !s->subscribed(grant)) return false;
     }
@@ -131,7 +164,7 @@ bool release_watch_live(const LeaseEngine& engine) noexcept {
 
 std::size_t waiting_listeners(const ClientImpl& node, const std::string& channel,
                               std::size_t heard) noexcept {
-  const Subscriber* own = node.started_subscriber();
+  const Subscriber* own = node.started_subscriber(channel);
   if (heard == 0 || own == nullptr || !own->lingering(channel)) return heard;
   return heard - 1;
 }

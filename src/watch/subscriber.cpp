@@ -92,10 +92,12 @@ bool Subscriber::confirmed(const std::string& channel,
     auto found = channels_.find(channel);
     return found != channels_.end() && found->second.state == State::subscribed;
   };
-  // The node is down, or refuses subscriptions: do not wait, the timer covers it.
+  // The node is down, or refuses subscriptions: do not wait, the timer covers it. A channel
+  // gone (sharded: orphaned) will not be confirmed here either.
   if (failing_ || refused_) return subscribed();
-  confirmed_.wait_until(lock, deadline,
-                        [&] { return stop_ || failing_ || refused_ || subscribed(); });
+  confirmed_.wait_until(lock, deadline, [&] {
+    return stop_ || failing_ || refused_ || subscribed() || channels_.count(channel) == 0;
+  });
   return !stop_ && subscribed();
 }
 
@@ -197,9 +199,10 @@ void Subscriber::refuse(std::string_view error) {
   }
   confirmed_.notify_all();
   logf(LogLevel::warn,
-       "redlock: {} refused SUBSCRIBE ({}); waiters on this server poll at retry_delay instead "
-       "of waking on release (grant the ACL user the lock channels, e.g. &<key prefix>*)",
-       link_.address, error);
+       "redlock: {} refused {} ({}); waiters on this server poll at retry_delay instead of "
+       "waking on release (grant the ACL user the lock channels, e.g. &<key prefix>*; a cluster "
+       "needs Redis >= 7.0 for sharded pub/sub)",
+       link_.address, link_.pubsub == PubSub::sharded ? "SSUBSCRIBE" : "SUBSCRIBE", error);
 }
 
 void Subscriber::run() noexcept {
@@ -246,6 +249,7 @@ std::unique_ptr<Connection> Subscriber::reconnect(std::chrono::milliseconds& bac
     link_.unreachable(e.what());
     std::unique_lock<std::mutex> lock(mutex_);
     failing_ = true;
+    orphan_all();  // sharded: the master may have failed, its waiters look for the new one
     confirmed_.notify_all();
     confirmed_.wait_for(lock, backoff, [this] { return stop_; });
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
@@ -287,8 +291,11 @@ void Subscriber::send_outgoing(Connection& connection) {
     while (!outgoing_.empty()) {
       const Outgoing& out = outgoing_.front();
       const bool subscribe = out.op == Op::subscribe;
-      const char* argv[2] = {subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE", out.channel.data()};
-      const std::size_t lens[2] = {subscribe ? 9u : 11u, out.channel.size()};
+      const bool sharded = link_.pubsub == PubSub::sharded;
+      const std::string_view verb = subscribe ? (sharded ? "SSUBSCRIBE" : "SUBSCRIBE")
+                                              : (sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE");
+      const char* argv[2] = {verb.data(), out.channel.data()};
+      const std::size_t lens[2] = {verb.size(), out.channel.size()};
       append(connection, CommandView{2, argv, lens, nullptr}, Dialect::as_given);
       sent_.push_back(std::move(outgoing_.front()));
       outgoing_.pop_front();
@@ -372,6 +379,7 @@ void Subscriber::lost(std::unique_ptr<Connection>& connection, const char* why) 
   connection.reset();
   std::lock_guard<std::mutex> guard(mutex_);
   connected_ = false;
+  orphan_all();  // sharded: a failover may have moved the slots
 }
 
 }  // namespace detail

@@ -14,6 +14,12 @@
 // (kLinger is the same for all), so the thread looks only at the ones that are due.
 // If the server refuses a SUBSCRIBE (NOPERM: an ACL user without channel permission), the
 // subscriber logs one warning and subscribes nothing more: waiters then poll at retry_delay.
+// Sharded (a Redis Cluster master: SSUBSCRIBE, SUNSUBSCRIBE, smessage): the subscriber hears the
+// channels of the slots its master owns. When a channel stops being served there (the server
+// unsubscribes it when its slot moves away, or answers MOVED/ASK/CLUSTERDOWN/TRYAGAIN, or the
+// connection is lost or cannot be made: the master may have failed), the channel is dropped and
+// each of its waiters is told to subscribe again where the slot lives now (WakeSlot::relocate);
+// the subscriber does not reconnect for it.
 #ifndef REDLOCK_SRC_SUBSCRIBER_HPP
 #define REDLOCK_SRC_SUBSCRIBER_HPP
 
@@ -31,6 +37,8 @@
 #include <thread>
 #include <unordered_map>
 #include <vector>
+
+#include "io/command.hpp"  // PubSub
 
 struct redisReply;
 
@@ -55,6 +63,14 @@ class WakeSlot {
   // Fair mode: the waiter queues with another token from now on (SHA1 hex); a hand-over to the
   // old one that was not taken yet is dropped. Any thread.
   void retoken(std::string token_sha1) noexcept;
+  // Sharded pub/sub: the subscription this slot relied on is gone (its slot moved, its master
+  // failed); wakes the waiter, who must subscribe again where the channel lives now. Any thread.
+  void relocate() noexcept;
+  // True once relocate() was called, until relocated(). Any thread.
+  bool must_relocate() noexcept;
+  // The waiter has subscribed again and attempts at once: the flag and a pending wake-up are
+  // cleared. Any thread.
+  void relocated() noexcept;
   // True if notified and not yet consumed by wait_until.
   bool pending() noexcept;
   // Waits until notified or `deadline`; returns true if notified (and consumes it).
@@ -72,6 +88,7 @@ class WakeSlot {
   bool notified_{false};
   bool waited_{false};
   bool granted_{false};
+  bool relocate_{false};
   std::uint64_t grant_seq_{0};
   std::uint64_t grant_fence_{0};
 };
@@ -101,6 +118,8 @@ struct SubscriberLink {
   std::function<std::unique_ptr<Connection>()> connect;
   // Told why a connect failed (the node's health log). Must not throw.
   std::function<void(std::string_view why)> unreachable;
+  // SUBSCRIBE or SSUBSCRIBE (a cluster's master: see the file comment).
+  PubSub pubsub{PubSub::classic};
 };
 
 class Subscriber {
@@ -186,6 +205,14 @@ class Subscriber {
   // Reads what arrived and handles every complete reply. Throws redlock::Error.
   void read_replies(Connection& connection);
   void handle_reply(const redisReply& reply);
+  // An error reply: answers the oldest command sent (a refusal, or when sharded a redirection,
+  // which drops its channel). Takes mutex_.
+  void handle_error(std::string_view error);
+  // Sharded: `channel` is served elsewhere now; drops it and tells its waiters to relocate.
+  // mutex_ held.
+  void orphan(Channels::iterator it) noexcept;
+  // Sharded: every channel (the connection is gone). mutex_ held.
+  void orphan_all() noexcept;
   void on_message(Channel& channel, std::string_view payload);   // mutex_ held
   void on_subscribe(const std::string& name, Channel& channel);  // mutex_ held
   // mutex_ held; may erase the entry.

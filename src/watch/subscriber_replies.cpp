@@ -27,18 +27,42 @@ void Subscriber::read_replies(Connection& connection) {
   }
 }
 
+namespace {
+
+// A sharded subscription's error that says the channel's slot is not served here (now).
+bool served_elsewhere(std::string_view error) noexcept {
+  for (std::string_view prefix : {"MOVED", "ASK", "CLUSTERDOWN", "TRYAGAIN"}) {
+    if (error.substr(0, prefix.size()) == prefix) return true;
+  }
+  return false;
+}
+
+// "ssubscribe", "sunsubscribe", "smessage" as their classic names; empty for anything else.
+std::string_view unsharded(std::string_view kind) noexcept {
+  if (kind == "ssubscribe" || kind == "sunsubscribe" || kind == "smessage") return kind.substr(1);
+  return {};
+}
+
+}  // namespace
+
 void Subscriber::handle_reply(const redisReply& reply) {
   if (reply.type == REDIS_REPLY_ERROR) {
-    // The answer to the oldest command without one (e.g. NOPERM from an ACL user without
-    // channel permissions).
-    if (!sent_.empty() && sent_.front().op == Op::subscribe) refuse(text(&reply));
-    if (!sent_.empty()) sent_.pop_front();
+    handle_error(text(&reply));
     return;
   }
   if (reply.type != REDIS_REPLY_ARRAY || reply.elements < 3) return;
-  const std::string_view kind = text(reply.element[0]);
-  if ((kind == "subscribe" || kind == "unsubscribe") && !sent_.empty()) sent_.pop_front();
+  const bool sharded = link_.pubsub == PubSub::sharded;
+  const std::string_view kind =
+      sharded ? unsharded(text(reply.element[0])) : text(reply.element[0]);
   const std::string channel(text(reply.element[1]));
+  // The answer to what we sent, or (sharded) the server dropping a channel whose slot moved.
+  bool asked = false;
+  if ((kind == "subscribe" || kind == "unsubscribe") && !sent_.empty()) {
+    const Outgoing& front = sent_.front();
+    asked = !sharded ||
+            (front.channel == channel && (front.op == Op::subscribe) == (kind == "subscribe"));
+    if (asked) sent_.pop_front();
+  }
   std::lock_guard<std::mutex> guard(mutex_);
   auto it = channels_.find(channel);
   if (kind == "message") ++stats_.messages;
@@ -48,8 +72,40 @@ void Subscriber::handle_reply(const redisReply& reply) {
   } else if (kind == "subscribe") {
     on_subscribe(it->first, it->second);
   } else if (kind == "unsubscribe") {
-    on_unsubscribe(it);
+    if (asked) {
+      on_unsubscribe(it);
+    } else {
+      orphan(it);
+    }
   }
+}
+
+void Subscriber::handle_error(std::string_view error) {
+  // The answer to the oldest command without one (e.g. NOPERM from an ACL user without channel
+  // permissions; sharded, MOVED for a channel whose slot has moved).
+  if (sent_.empty()) return;
+  const Outgoing out = std::move(sent_.front());
+  sent_.pop_front();
+  if (link_.pubsub == PubSub::sharded && served_elsewhere(error)) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    const auto it = channels_.find(out.channel);
+    if (it != channels_.end()) orphan(it);
+    return;
+  }
+  if (out.op == Op::subscribe) refuse(error);
+}
+
+void Subscriber::orphan(Channels::iterator it) noexcept {
+  for (WakeSlot* slot : it->second.waiters) slot->relocate();
+  channels_.erase(it);  // an Idle entry naming it is skipped when due
+  confirmed_.notify_all();
+}
+
+void Subscriber::orphan_all() noexcept {
+  if (link_.pubsub != PubSub::sharded || channels_.empty()) return;
+  while (!channels_.empty()) orphan(channels_.begin());
+  outgoing_.clear();
+  idle_.clear();
 }
 
 void Subscriber::on_message(Channel& channel, std::string_view payload) {

@@ -73,6 +73,26 @@ bool parse_grant(std::string_view payload, std::uint64_t& seq, std::uint64_t& fe
   return true;
 }
 
+void WakeSlot::relocate() noexcept {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    relocate_ = true;
+    notified_ = true;  // releases may be missed until it subscribes again: retry now
+  }
+  cv_.notify_all();
+}
+
+bool WakeSlot::must_relocate() noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return relocate_;
+}
+
+void WakeSlot::relocated() noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  relocate_ = false;
+  notified_ = false;  // the attempt made after relocating covers what it announced
+}
+
 bool WakeSlot::pending() noexcept {
   std::lock_guard<std::mutex> guard(mutex_);
   return notified_;

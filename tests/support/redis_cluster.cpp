@@ -14,7 +14,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kPoll{50};
-constexpr std::size_t kNodes = 6;
+constexpr std::size_t kMasters = 3;
 
 ServerOptions node_options(int node_timeout_ms) {
   ServerOptions o;
@@ -59,12 +59,13 @@ std::string summary(const redlock::Reply& slots) {
 
 }  // namespace
 
-RedisCluster::RedisCluster(int node_timeout_ms)
-    : group_(std::make_unique<ServerGroup>(kNodes, node_options(node_timeout_ms))) {
+RedisCluster::RedisCluster(int node_timeout_ms, std::size_t replicas)
+    : group_(
+          std::make_unique<ServerGroup>(kMasters * (1 + replicas), node_options(node_timeout_ms))) {
   for (std::size_t i = 0; i < group_->size(); ++i) nodes_.push_back(&(*group_)[i]);
   std::string command = redis_cli() + " --cluster create";
   for (auto* n : nodes_) command += " 127.0.0.1:" + std::to_string(n->port());
-  command += " --cluster-replicas 1 --cluster-yes";
+  command += " --cluster-replicas " + std::to_string(replicas) + " --cluster-yes";
   std::string output;
   if (run(command, output) != 0) {
     throw std::runtime_error("redis_cluster: " + command + " failed:\n" + output);
@@ -73,6 +74,7 @@ RedisCluster::RedisCluster(int node_timeout_ms)
   // Every replica must know its master before a test may fail one over.
   const auto deadline = Clock::now() + std::chrono::seconds(30);
   for (std::size_t m : masters()) {
+    if (replicas == 0) break;
     while (node(m).raw({"INFO", "replication"}).str().find("state=online") == std::string::npos) {
       if (Clock::now() > deadline) throw std::runtime_error("redis_cluster: replicas not in sync");
       std::this_thread::sleep_for(kPoll);

@@ -27,10 +27,10 @@ namespace redlock::test {
 
 class RedisCluster {
  public:
-  // Starts 6 nodes (cluster-node-timeout `node_timeout_ms`), creates the cluster and waits (at
-  // most 30 s) until every node reports cluster_state:ok and agrees on the slot owners. Throws
-  // std::runtime_error with redis-cli's output if it cannot.
-  explicit RedisCluster(int node_timeout_ms = 1000);
+  // Starts 3 masters and `replicas` replicas of each (cluster-node-timeout `node_timeout_ms`),
+  // creates the cluster and waits (at most 30 s) until every node reports cluster_state:ok and
+  // agrees on the slot owners. Throws std::runtime_error with redis-cli's output if it cannot.
+  explicit RedisCluster(int node_timeout_ms = 1000, std::size_t replicas = 1);
 
   RedisServer& node(std::size_t i) { return *nodes_.at(i); }
   const RedisServer& node(std::size_t i) const { return *nodes_.at(i); }
