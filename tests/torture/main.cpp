@@ -62,7 +62,8 @@ options:
   --retry-delay MS        LockOptions::retry_delay (default 20)
   --wake all|none|half    which threads use LockOptions::wake_on_release (default half: the
                           even-numbered ones; the others only poll every retry delay)
-  --fair                  LockOptions::fair for every thread (--mode lock or postgres)
+  --fair                  LockOptions::fair for every thread (--mode lock or postgres);
+                          without it fair = false (the opt-out of a Lock's default)
   --auto-renew            hold with LockOptions::auto_renew (long holds then last up to 2 ttl)
   --data-dir DIR          where the servers keep their AOF (default /dev/shm if writable:
                           kill -9 keeps the page cache, so tmpfs is as durable as a disk here)
