@@ -712,7 +712,7 @@ void section_contended(const Config& config, Report& report) {
       for (const char* mode : {"wake", "fair", "poll"}) {
         const std::string m = mode;
         const bool wake = m != "poll";
-        const Spec spec{processes, hold, wake, m == "fair"};
+        const Spec spec{processes, hold, wake, m == "fair", ""};
         const std::string label = fmt::format("{} {}, hold {} ms, {}{}", config.workers,
                                               processes ? "processes" : "threads", hold, m,
                                               spec.fair ? " (default)" : "");
