@@ -12,6 +12,12 @@ namespace redlock {
 namespace detail {
 namespace {
 
+// `options` with fair set to `fair` unless the caller chose (LockOptions::fair).
+LockOptions fair_by_default(LockOptions options, bool fair) {
+  if (!options.fair.has_value()) options.fair = fair;
+  return options;
+}
+
 std::vector<std::shared_ptr<ClientImpl>> impls_of(const std::vector<Client>& clients) {
   std::vector<std::shared_ptr<ClientImpl>> out;
   out.reserve(clients.size());
@@ -94,10 +100,12 @@ std::size_t LockBase::size() const noexcept { return core_->backend().size(); }
 std::size_t LockBase::quorum() const noexcept { return core_->backend().quorum(); }
 
 Lock::Lock(Client client, std::string key, LockOptions options)
-    : LockBase(std::vector<Client>{std::move(client)}, std::move(key), std::move(options)) {}
+    : LockBase(std::vector<Client>{std::move(client)}, std::move(key),
+               detail::fair_by_default(std::move(options), true)) {}
 
 Redlock::Redlock(std::vector<Client> instances, std::string key, LockOptions options)
-    : LockBase(std::move(instances), std::move(key), std::move(options)) {}
+    : LockBase(std::move(instances), std::move(key),
+               detail::fair_by_default(std::move(options), false)) {}
 
 // ---- LeaseToken ----------------------------------------------------------------------------
 
