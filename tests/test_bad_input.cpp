@@ -113,7 +113,9 @@ TEST_CASE("A server that answers -ERR to EVALSHA: release throws ServerError, un
   RedisServer server(options);
   redlock::Client client(server.endpoint());
   const auto k = key("no-evalsha");
-  redlock::Lock lock(client, k, fast());
+  auto lock_options = fast();
+  lock_options.fair = false;  // fair mode's contended attempts are scripts too
+  redlock::Lock lock(client, k, lock_options);
   REQUIRE(lock.try_lock());
   try {
     lock.release();
@@ -137,7 +139,20 @@ TEST_CASE("An ACL user without EVALSHA gets a ServerError naming the permission"
   ep.username = "noscript";
   ep.password = "noscript-pw";
   redlock::Client client(ep);
-  redlock::Lock lock(client, key("noperm"), fast());
+  // A default (fair) Lock checks the queue with EXISTS, which this user may not run: a clear
+  // error naming it, not a silent refusal.
+  redlock::Lock fair(client, key("noperm-fair"), fast());
+  try {
+    (void)fair.try_lock();
+    FAIL("expected ServerError");
+  } catch (const redlock::ServerError& e) {
+    CHECK(e.server_message().rfind("NOPERM", 0) == 0);
+    CHECK(std::string(e.what()).find("EXISTS") != std::string::npos);
+  }
+  CHECK_FALSE(fair.owns_lock());
+  auto lock_options = fast();
+  lock_options.fair = false;
+  redlock::Lock lock(client, key("noperm"), lock_options);
   REQUIRE(lock.try_lock());  // SET is allowed
   try {
     lock.release();

@@ -48,8 +48,8 @@ struct LeaseEngine::Round {
   PerNode<AcquireDialect> dialects;  // what each node was sent
   KeyCommand pttl;
   KeyCommand get;
-  KeyCommand queued;        // fair mode's first attempt: EXISTS on the queue, after the SET
-  bool fast_fair{false};    // fair mode's first attempt is the plain SET NX of the default mode
+  KeyCommand queued;       // fair mode's first attempt: EXISTS on the queue, after the SET
+  bool fast_fair{false};   // fair mode's first attempt is the plain SET NX of the default mode
   ReleaseCommand undo[2];  // by PubSub: how the node announces (fair mode's undo may hand over)
   Tally tally;
   PerNode<Answer> answers;
@@ -128,6 +128,13 @@ void LeaseEngine::read_node(Round& a, std::size_t i, AcquireResult& result) cons
       // A grant too few replicas acknowledged is a failure of this node, and rolled back.
       if (r.answer == Answer::granted && waits &&
           !a.tally.replicas_acknowledged(i, *nodes_[i], b.replies.back().get())) {
+        return;
+      }
+      if (a.fast_fair && is_error_reply(b.replies[a.queued_at(i)].get())) {
+        // The queue check itself failed (an ACL without EXISTS): this node's error, and its
+        // grant is undone (roll_back: a failed node is always undone).
+        a.tally.server_error(i, *nodes_[i], "EXISTS (fair mode's check of the queue)",
+                             error_text(b.replies[a.queued_at(i)].get()));
         return;
       }
       if (r.answer == Answer::granted && jumped_queue(a, i)) {
