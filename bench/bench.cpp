@@ -81,7 +81,6 @@
 #include <fstream>     // std::ifstream, std::ofstream
 #include <functional>  // std::function
 #include <iostream>    // std::cout, std::cerr
-#include <map>         // std::map
 #include <memory>      // std::unique_ptr, std::make_shared
 #include <sstream>     // std::stringstream
 #include <stdexcept>   // std::invalid_argument, std::runtime_error
@@ -338,8 +337,6 @@ struct Variant {
   std::string compare_to;  // name of the floor variant
   std::function<RunStats(int threads)> run;
   std::vector<RunStats> rounds;
-  std::map<int, double> median_cycles;  // cycles/s by thread count, filled by run_rounds()
-  std::map<int, double> median_p50_ns;  // cycle p50 by thread count, likewise
 };
 
 struct Median {
@@ -418,11 +415,7 @@ Json run_rounds(const Config& config, std::vector<Variant>& variants, Report& re
       std::rotate(order.begin(), order.begin() + 1, order.end());
     }
     std::vector<Median> medians;
-    for (auto& v : variants) {
-      medians.push_back(median_of(v.rounds));
-      v.median_cycles[threads] = medians.back().cycles_per_s;
-      v.median_p50_ns[threads] = medians.back().p50_ns;
-    }
+    for (const auto& v : variants) medians.push_back(median_of(v.rounds));
     for (std::size_t i = 0; i < variants.size(); ++i) {
       const Variant& v = variants[i];
       const Median& m = medians[i];
@@ -471,39 +464,9 @@ std::string check_script(redisContext* c, const std::string& sha, const char* wh
 
 // ---- Section 1 ---------------------------------------------------------------------------------
 
-constexpr const char* kUnfairCycle = "lock+unlock, fair = false";
-
-// Prints, per thread count, the default Lock cycle (fair mode) over its opt-out (fair = false),
-// from medians of the same interleaved rounds, with the goal; returns them as JSON.
-Json fair_cost_lines(const std::vector<Variant>& variants) {
-  const Variant* fair = nullptr;
-  const Variant* unfair = nullptr;
-  for (const auto& v : variants) {
-    if (v.name == "lock+unlock") fair = &v;
-    if (v.name == kUnfairCycle) unfair = &v;
-  }
-  Json out = Json::object();
-  if (fair == nullptr || unfair == nullptr) return out;
-  std::cout
-      << "  fair mode (the default) uncontended over fair = false, cycles/s (and fair = false "
-         "p50 / fair p50); goal >= 0.95x:";
-  for (const auto& [threads, cycles] : fair->median_cycles) {
-    const auto other = unfair->median_cycles.find(threads);
-    if (other == unfair->median_cycles.end()) continue;
-    const double r = ratio(cycles, other->second);
-    const double p50 = ratio(unfair->median_p50_ns.at(threads), fair->median_p50_ns.at(threads));
-    std::cout << " " << threads << " thr " << times(r) << " (p50 " << times(p50) << ") -> "
-              << (r >= 0.95 ? "met" : "MISSED") << ";";
-    out.set(std::to_string(threads) + "_threads", r);
-    out.set(std::to_string(threads) + "_threads_p50", p50);
-  }
-  std::cout << "\n";
-  return out;
-}
-
 void section_uncontended(const Config& config, Report& report) {
   std::cout << "\n[1] Uncontended Lock, 1 server: try_lock()/lock() + unlock() per cycle, distinct "
-               "keys per thread, one shared Client (default options: fair mode)\n";
+               "keys per thread, one shared Client\n";
   std::cout.flush();
   RedisServer server;
   const redlock::Endpoint endpoint = endpoint_of(server, config.timeout);
@@ -536,14 +499,15 @@ void section_uncontended(const Config& config, Report& report) {
     return run_threads(threads, config.seconds,
                        [&](int i) { return LibCycle<redlock::Lock, Op::lock>(client, key(i)); });
   });
-  // What fair mode (the default) costs when nobody contends, against its opt-out.
-  redlock::LockOptions unfair;
-  unfair.fair = false;
-  variants.emplace_back(kUnfairCycle, Kind::library, "raw hiredis (floor)", [&](int threads) {
-    return run_threads(threads, config.seconds, [&](int i) {
-      return LibCycle<redlock::Lock, Op::lock>(client, key(i) + ":unfair", unfair);
-    });
-  });
+  // What fair mode costs when nobody contends (the question of making it the default).
+  redlock::LockOptions fair;
+  fair.fair = true;
+  variants.emplace_back(
+      "lock+unlock, fair", Kind::library, "raw hiredis (floor)", [&](int threads) {
+        return run_threads(threads, config.seconds, [&](int i) {
+          return LibCycle<redlock::Lock, Op::lock>(client, key(i) + ":fair", fair);
+        });
+      });
   // What the metrics hooks cost when an observer is set but does nothing (goal: <= 1.02x CPU).
   redlock::LockOptions observed;
   observed.observer = std::make_shared<redlock::Observer>();
@@ -554,11 +518,9 @@ void section_uncontended(const Config& config, Report& report) {
         });
       });
   Json rows = run_rounds(config, variants, report, "section 1");
-  Json fair_cost = fair_cost_lines(variants);
 
   Json j = Json::object();
   j.set("what", "uncontended Lock acquire+release cycles on one server");
-  j.set("fair_over_unfair_cycles", std::move(fair_cost));
   j.set("rounds", config.rounds);
   j.set("seconds_per_run", config.seconds);
   j.set("ttl_ms", static_cast<long long>(kTtl.count()));

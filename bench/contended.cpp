@@ -50,12 +50,10 @@ constexpr milliseconds kContendedTtl{10'000};
 // Commands only ever run inside the library's scripts in this workload (counted by commandstats
 // all the same), and our own INFO.
 const std::set<std::string> kNotClientSent{"get", "del", "publish", "info"};
-// In fair mode a waiting attempt and every release are scripts: what they run inside is not
-// client-sent. A first attempt sends SET NX and EXISTS itself, which commandstats cannot tell
-// from the scripts' own: fair mode's cmds/acq leaves out up to 2 per first attempt.
-const std::set<std::string> kFairScriptInternal{"set",  "pttl",    "lrem",  "hdel", "lindex",
-                                                "hget", "lpop",    "rpush", "hset", "time",
-                                                "incr", "pexpire", "exists"};
+// In fair mode every lock command is a script: what the scripts run inside is not client-sent.
+const std::set<std::string> kFairScriptInternal{"set",    "pttl", "lrem", "hdel",
+                                                "lindex", "hget", "lpop", "rpush",
+                                                "hset",   "time", "incr", "pexpire"};
 
 bool client_sent(const std::string& command, bool fair) {
   return kNotClientSent.count(command) == 0 && (!fair || kFairScriptInternal.count(command) == 0);
@@ -89,18 +87,6 @@ struct WorkerConfig {
   std::int64_t retry_ms{50};
 };
 
-// "6379" or "6379,6380,...": the worker's servers (several: a Redlock over all of them).
-std::vector<int> parse_ports(const std::string& text) {
-  std::vector<int> ports;
-  std::size_t at = 0;
-  while (at <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', at), text.size());
-    ports.push_back(std::stoi(text.substr(at, comma - at)));
-    at = comma + 1;
-  }
-  return ports;
-}
-
 // A shared, zero-filled Shared in a memfd (inherited by spawned workers through its fd).
 class Region {
  public:
@@ -133,72 +119,55 @@ class Region {
   Shared* shared_{nullptr};
 };
 
-template <class L>
-void loop(Shared& shm, int id, L& lock, const WorkerConfig& config);
-
-// One server: a Lock; several: a Redlock over all of them.
-void worker(Shared& shm, int id, const std::vector<redlock::Client>& clients,
-            const WorkerConfig& config) {
+void worker(Shared& shm, int id, const redlock::Client& client, const WorkerConfig& config) {
   WorkerSlot& me = shm.workers[id];
   try {
     redlock::LockOptions options;
     options.ttl = kContendedTtl;
     options.wake_on_release = config.wake;
-    if (!config.fair) options.fair = false;  // fair: the default, untouched
+    options.fair = config.fair;
     options.retry_delay = milliseconds(config.retry_ms);
-    for (const auto& c : clients) c.ping();  // a pooled connection before the start
-    if (clients.size() == 1) {
-      redlock::Lock lock(clients.front(), config.key, options);
-      loop(shm, id, lock, config);
-    } else {
-      redlock::Redlock lock(clients, config.key, options);
-      loop(shm, id, lock, config);
+    redlock::Lock lock(client, config.key, options);
+    client.ping();  // a pooled connection before the start
+    me.state.store(1);
+    while (shm.go.load(std::memory_order_acquire) == 0) {
+      std::this_thread::sleep_for(milliseconds(1));  // gently: the others are starting too
     }
+    const std::int64_t start = shm.start_ns.load();
+    const std::int64_t end = shm.end_ns.load();
+    if (now_ns() < start) std::this_thread::sleep_for(std::chrono::nanoseconds(start - now_ns()));
+    const auto hold = std::chrono::microseconds(config.hold_us);
+    const auto tag = static_cast<std::uint64_t>(id + 1);
+    std::size_t waits = 0;
+    for (;;) {
+      const std::int64_t t0 = now_ns();
+      if (t0 >= end) break;
+      lock.lock();
+      const std::int64_t t1 = now_ns();
+      me.total.fetch_add(1, std::memory_order_relaxed);
+      if (t1 >= end) me.unfinished_ns.store(end - t0);
+      if (t1 < end) {
+        me.acquisitions.fetch_add(1, std::memory_order_relaxed);
+        if (waits < kSampleCap) me.wait_ns[waits++] = t1 - t0;
+        const std::uint64_t last = shm.last_release.load(std::memory_order_acquire);
+        if (last != 0 && (last & 0xff) != tag) {
+          const std::uint64_t n = me.handoffs.load(std::memory_order_relaxed);
+          if (n < kSampleCap) {
+            me.handoff_ns[n] = t1 - (start + static_cast<std::int64_t>(last >> 8));
+          }
+          me.handoffs.store(n + 1, std::memory_order_relaxed);
+        }
+      }
+      if (hold.count() > 0) std::this_thread::sleep_for(hold);
+      shm.last_release.store((static_cast<std::uint64_t>(now_ns() - start) << 8) | tag,
+                             std::memory_order_release);
+      lock.unlock();
+    }
+    me.state.store(2);
   } catch (const std::exception& e) {
     std::strncpy(me.error, e.what(), sizeof me.error - 1);
     me.state.store(3);
   }
-}
-
-// The measured loop: lock(), hold, unlock() until the end time. Throws what the lock throws.
-template <class L>
-void loop(Shared& shm, int id, L& lock, const WorkerConfig& config) {
-  WorkerSlot& me = shm.workers[id];
-  me.state.store(1);
-  while (shm.go.load(std::memory_order_acquire) == 0) {
-    std::this_thread::sleep_for(milliseconds(1));  // gently: the others are starting too
-  }
-  const std::int64_t start = shm.start_ns.load();
-  const std::int64_t end = shm.end_ns.load();
-  if (now_ns() < start) std::this_thread::sleep_for(std::chrono::nanoseconds(start - now_ns()));
-  const auto hold = std::chrono::microseconds(config.hold_us);
-  const auto tag = static_cast<std::uint64_t>(id + 1);
-  std::size_t waits = 0;
-  for (;;) {
-    const std::int64_t t0 = now_ns();
-    if (t0 >= end) break;
-    lock.lock();
-    const std::int64_t t1 = now_ns();
-    me.total.fetch_add(1, std::memory_order_relaxed);
-    if (t1 >= end) me.unfinished_ns.store(end - t0);
-    if (t1 < end) {
-      me.acquisitions.fetch_add(1, std::memory_order_relaxed);
-      if (waits < kSampleCap) me.wait_ns[waits++] = t1 - t0;
-      const std::uint64_t last = shm.last_release.load(std::memory_order_acquire);
-      if (last != 0 && (last & 0xff) != tag) {
-        const std::uint64_t n = me.handoffs.load(std::memory_order_relaxed);
-        if (n < kSampleCap) {
-          me.handoff_ns[n] = t1 - (start + static_cast<std::int64_t>(last >> 8));
-        }
-        me.handoffs.store(n + 1, std::memory_order_relaxed);
-      }
-    }
-    if (hold.count() > 0) std::this_thread::sleep_for(hold);
-    shm.last_release.store((static_cast<std::uint64_t>(now_ns() - start) << 8) | tag,
-                           std::memory_order_release);
-    lock.unlock();
-  }
-  me.state.store(2);
 }
 
 struct Spec {
@@ -206,7 +175,6 @@ struct Spec {
   int hold_ms{0};
   bool wake{true};
   bool fair{false};
-  std::string ports;  // processes only: "p1,p2,...", a Redlock over them; empty: the endpoint's
 };
 
 struct Outcome {
@@ -337,18 +305,18 @@ Outcome run_one(const Config& config, const redlock::Endpoint& endpoint, redisCo
   // The floor first, on a quiet machine: no worker exists yet.
   out.ping = summarize(ping_rtts(admin, config.quick ? 200 : 1000));
 
-  std::vector<redlock::Client> client;  // threads share it; declared before the crew
-  if (!spec.processes) client.emplace_back(endpoint);
-  const std::string ports = spec.ports.empty() ? std::to_string(endpoint.port) : spec.ports;
+  std::unique_ptr<redlock::Client> client;  // threads share it; declared before the crew
+  if (!spec.processes) client = std::make_unique<redlock::Client>(endpoint);
   Crew crew(shm);
   for (int id = 0; id < n; ++id) {
     if (spec.processes) {
-      crew.spawn(
-          id, {self_exe(), "--contended-worker", std::to_string(region.fd()), std::to_string(id),
-               ports, std::to_string(endpoint.command_timeout.count()), wc.key, wc.wake ? "1" : "0",
-               wc.fair ? "1" : "0", std::to_string(wc.hold_us), std::to_string(wc.retry_ms)});
+      crew.spawn(id,
+                 {self_exe(), "--contended-worker", std::to_string(region.fd()), std::to_string(id),
+                  std::to_string(endpoint.port), std::to_string(endpoint.command_timeout.count()),
+                  wc.key, wc.wake ? "1" : "0", wc.fair ? "1" : "0", std::to_string(wc.hold_us),
+                  std::to_string(wc.retry_ms)});
     } else {
-      crew.thread([&shm, &client, &wc, id] { worker(shm, id, client, wc); });
+      crew.thread([&shm, &client, &wc, id] { worker(shm, id, *client, wc); });
     }
   }
   const std::int64_t ready_by = now_ns() + 20'000'000'000;
@@ -650,40 +618,6 @@ void section_ping_pong(const Config& config, const redlock::Endpoint& endpoint, 
   out.set("library_p50_over_raw_p50", ratio(sl.p50_ns, sr.p50_ns));
 }
 
-// A Redlock over 5 servers (never fair: independent servers cannot queue) contended by
-// `config.workers` processes with 1 ms holds; adds its fairness line to `fairness`.
-Json redlock_fairness(const Config& config, std::vector<std::string>& fairness, Report& report) {
-  redlock::test::ServerGroup group(5);
-  std::string ports;
-  for (std::size_t i = 0; i < group.size(); ++i) {
-    ports += (i == 0 ? "" : ",") + std::to_string(group[i].endpoint().port);
-  }
-  const redlock::Endpoint endpoint = endpoint_of(group[0], config.timeout);
-  RawContext admin = raw_connect(endpoint);
-  Spec spec{true, 1, true, false, ports};
-  const std::string label = fmt::format("{} processes, hold 1 ms, Redlock(5)", config.workers);
-  Outcome o;
-  try {
-    o = run_one(config, endpoint, admin.get(), spec, redlock::test::key("s3:redlock"));
-  } catch (const std::exception& e) {
-    o.error = e.what();
-  }
-  if (!o.error.empty()) report.errors.push_back("section 3: " + label + ": " + o.error);
-  const double share =
-      ratio(static_cast<double>(o.min_per_worker), static_cast<double>(o.max_per_worker));
-  fairness.push_back(fmt::format("{}: {}-{} per worker, min/max {} , max wait {} ms -> {}", label,
-                                 o.min_per_worker, o.max_per_worker, num(share),
-                                 num(o.wait_max_ns / 1e6),
-                                 share >= 0.5 && o.wait_max_ns < 50e6 ? "met" : "MISSED"));
-  Json j = Json::object();
-  j.set("acquisitions_per_worker_min", o.min_per_worker);
-  j.set("acquisitions_per_worker_max", o.max_per_worker);
-  j.set("min_over_max_per_worker", share);
-  j.set("wait_max_incl_unfinished_ms", o.wait_max_ns / 1e6);
-  j.set("seconds", o.seconds);
-  return j;
-}
-
 }  // namespace
 
 void section_contended(const Config& config, Report& report) {
@@ -707,15 +641,13 @@ void section_contended(const Config& config, Report& report) {
   int index = 0;
   for (const bool processes : {false, true}) {
     for (const int hold : {0, 1}) {
-      // fair: the default (fair mode, wake_on_release); wake: fair = false (the opt-out, the
-      // default before); poll: fair = false and wake_on_release off.
+      // wake: wake_on_release (the default); fair: fair mode; poll: wake_on_release off.
       for (const char* mode : {"wake", "fair", "poll"}) {
         const std::string m = mode;
         const bool wake = m != "poll";
-        const Spec spec{processes, hold, wake, m == "fair", ""};
-        const std::string label = fmt::format("{} {}, hold {} ms, {}{}", config.workers,
-                                              processes ? "processes" : "threads", hold, m,
-                                              spec.fair ? " (default)" : "");
+        const Spec spec{processes, hold, wake, m == "fair"};
+        const std::string label = fmt::format("{} {}, hold {} ms, {}", config.workers,
+                                              processes ? "processes" : "threads", hold, m);
         Outcome o;
         try {
           o = run_one(config, endpoint, admin.get(), spec,
@@ -790,12 +722,10 @@ void section_contended(const Config& config, Report& report) {
          "holder calls unlock() -> another worker's "
          "lock() returns (CLOCK_MONOTONIC); handoffs = share of acquisitions that changed "
          "owner;\n  cmds/acq = client-sent commands (INFO commandstats delta, commands run "
-         "inside scripts excluded) per acquisition\n  mode: "
-         "fair = the default (LockOptions::fair unset: FIFO queue, hand-over), wake = fair = false "
-         "(the opt-out, wake_on_release), poll = fair = false, wake_on_release off\n"
+         "inside scripts excluded) per acquisition\n  mode: wake = wake_on_release (default), "
+         "fair = LockOptions::fair (FIFO queue, hand-over), poll = wake_on_release off\n"
          "  target (wake, fair): handoff p50 within 3x PING p50:\n";
   for (const auto& t : target) std::cout << "    " << t << "\n";
-  Json redlock_run = redlock_fairness(config, fairness, report);
   std::cout << "  target (1 ms holds): acquisitions per worker min/max >= 0.5, max wait < 50 ms:\n";
   for (const auto& t : fairness) std::cout << "    " << t << "\n";
 
@@ -813,12 +743,11 @@ void section_contended(const Config& config, Report& report) {
   j.set("retry_delay_ms", retry_ms);
   j.set("runs", std::move(runs));
   j.set("ping_pong", std::move(ping_pong_json));
-  j.set("redlock_processes_1ms", std::move(redlock_run));
   report.sections.set("3_contended", std::move(j));
 }
 
 int contended_worker_main(int argc, char** argv) {
-  // argv: exe --contended-worker fd id port[,port...] timeout_ms key wake fair hold_us retry_ms
+  // argv: exe --contended-worker fd id port timeout_ms key wake fair hold_us retry_ms
   if (argc != 11) {
     std::cerr << "redlock-bench --contended-worker: internal mode, started by section 3\n";
     return 2;
@@ -830,22 +759,19 @@ int contended_worker_main(int argc, char** argv) {
     const int id = std::stoi(argv[3]);
     Shared* shm = Region::map(fd);
     if (id < 0 || id >= kMaxWorkers) return 2;
-    std::vector<redlock::Client> clients;
-    for (const int port : parse_ports(argv[4])) {
-      redlock::Endpoint endpoint;
-      endpoint.host = "127.0.0.1";
-      endpoint.port = port;
-      endpoint.connect_timeout = milliseconds(std::stoll(argv[5]));
-      endpoint.command_timeout = endpoint.connect_timeout;
-      clients.emplace_back(endpoint);
-    }
+    redlock::Endpoint endpoint;
+    endpoint.host = "127.0.0.1";
+    endpoint.port = std::stoi(argv[4]);
+    endpoint.connect_timeout = milliseconds(std::stoll(argv[5]));
+    endpoint.command_timeout = endpoint.connect_timeout;
     WorkerConfig config;
     config.key = argv[6];
     config.wake = std::string(argv[7]) == "1";
     config.fair = std::string(argv[8]) == "1";
     config.hold_us = std::stoll(argv[9]);
     config.retry_ms = std::stoll(argv[10]);
-    worker(*shm, id, clients, config);
+    const redlock::Client client(endpoint);
+    worker(*shm, id, client, config);
     return shm->workers[id].state.load() == 2 ? 0 : 1;
   } catch (const std::exception& e) {
     std::cerr << "redlock-bench worker: " << e.what() << "\n";

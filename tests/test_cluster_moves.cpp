@@ -30,9 +30,10 @@ namespace {
 
 // A lock held on a key that masters()[0] owns, through a Client of the whole cluster.
 struct Held {
-  explicit Held(const std::string& base,
-                const redlock::LockOptions& options = redlock::test::cluster_options())
-      : k(cluster.key_on(masters.at(0), base)), slot(key_slot(k)), lock(client, k, options) {
+  explicit Held(const std::string& base)
+      : k(cluster.key_on(masters.at(0), base)),
+        slot(key_slot(k)),
+        lock(client, k, cluster_options()) {
     REQUIRE(lock.try_lock());
     fence = lock.fence();
   }
@@ -70,11 +71,7 @@ TEST_CASE(
     "Cluster: in the middle of a migration, ASK sends extend, acquire and release to the "
     "importing master",
     "[cluster][redis]") {
-  // fair = false: a fair release names the queue keys too, and mid-migration (the lock key on
-  // the importing master, the queue keys on neither) it gets TRYAGAIN (see the README).
-  redlock::LockOptions unfair = cluster_options();
-  unfair.fair = false;
-  Held held("ask-", unfair);
+  Held held("ask-");
   auto& [cluster, client, masters, k, slot, lock, fence] = held;
   cluster.begin_migration(slot, masters[0], masters[1]);
   CHECK(lock.extend(20s));  // the keys are still on the migrating master: served there
@@ -82,7 +79,7 @@ TEST_CASE(
   CHECK(on_node(cluster, masters[1], k));
   CHECK(lock.extend(25s));  // ASK: ASKING + the extend on the importing master
   CHECK(pttl(cluster, masters[1], k) > 20'000);
-  redlock::Lock other(client, k, unfair);
+  redlock::Lock other(client, k, cluster_options());
   CHECK_FALSE(other.try_lock());
   lock.unlock();
   CHECK_FALSE(on_node(cluster, masters[1], k));

@@ -84,17 +84,10 @@ pid_t fork_waiter(const RedisServer& server, const std::string& k, int id, int f
   _exit(rc);
 }
 
-// The default options (fair mode unset: a Lock is fair), with the long retry_delay of fair().
-redlock::LockOptions by_default(std::chrono::milliseconds retry_delay = 10s) {
-  redlock::LockOptions o = fair(retry_delay);
-  o.fair.reset();
-  return o;
-}
-
 // A server, and a fair lock on it that this process holds.
 struct HeldFairLock {
-  explicit HeldFairLock(const std::string& name, const redlock::LockOptions& options = fair())
-      : k(key(name)), client(server.endpoint()), holder(client, k, options) {
+  explicit HeldFairLock(const std::string& name)
+      : k(key(name)), client(server.endpoint()), holder(client, k, fair()) {
     holder.lock();
   }
   RedisServer server;
@@ -131,16 +124,16 @@ struct ProxiedHeldLock {
   redlock::Lock holder;
 };
 
-// `waiters` processes queue one after the other for a lock this process holds, every lock with
-// `options`; checks they are served in arrival order, by hand-overs, leaving nothing behind.
-void check_arrival_order(const std::string& name, int waiters,
-                         const redlock::LockOptions& options) {
-  HeldFairLock held(name, options);
+}  // namespace
+
+TEST_CASE("Fair mode serves waiters in other processes in arrival order", "[redis][fair]") {
+  HeldFairLock held("fair-order");
   int pipe_fds[2];
   REQUIRE(pipe(pipe_fds) == 0);
+  constexpr int kWaiters = 5;
   std::vector<pid_t> children;
-  for (int id = 0; id < waiters; ++id) {
-    children.push_back(fork_waiter(held.server, held.k, id, pipe_fds[1], 20ms, options));
+  for (int id = 0; id < kWaiters; ++id) {
+    children.push_back(fork_waiter(held.server, held.k, id, pipe_fds[1], 20ms, fair()));
     REQUIRE(children.back() > 0);
     // The next one starts only once this one has its place.
     REQUIRE(wait_for_queue(held.server, held.k, id + 1));
@@ -159,26 +152,14 @@ void check_arrival_order(const std::string& name, int waiters,
     CHECK(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);
   }
-  std::vector<int> expected(static_cast<std::size_t>(waiters));
-  for (int i = 0; i < waiters; ++i) expected[static_cast<std::size_t>(i)] = i;
-  CHECK(order == expected);
-  // 20 ms holds handed over one after the other; the 10 s retry delay never came into it.
+  CHECK(order == std::vector<int>{0, 1, 2, 3, 4});
+  // Five 20 ms holds handed over one after the other; the 10 s retry delay never came into it.
   CHECK(all_done - released < 2000000);
   // Nothing left behind: the queue and its info are gone, the lock is free.
   CHECK(
       held.server
           .raw({"EXISTS", held.k, helper_key(held.k, ":queue"), helper_key(held.k, ":queue:info")})
           .integer() == 0);
-}
-
-}  // namespace
-
-TEST_CASE("Fair mode serves waiters in other processes in arrival order", "[redis][fair]") {
-  check_arrival_order("fair-order", 5, fair());
-}
-
-TEST_CASE("A Lock with default options serves processes in arrival order", "[redis][fair]") {
-  check_arrival_order("fair-default-order", 3, by_default());
 }
 
 TEST_CASE("A hand-over reaches the waiter in another process without another command",
@@ -592,55 +573,4 @@ TEST_CASE("Fair mode: a late undo of an abandoned attempt never ends the waiter'
   held.holder.unlock();                        // hands the lock over to it
   t.join();
   CHECK(got.load());
-}
-
-TEST_CASE("Fair mode is the default of a Lock, fair = false opts out, a Redlock is not fair",
-          "[fair][unit]") {
-  const redlock::Client client(redlock::Endpoint::parse("redis://127.0.0.1:1"));
-  CHECK(redlock::Lock(client, "k").options().fair == true);
-  redlock::LockOptions unfair;
-  unfair.fair = false;
-  CHECK(redlock::Lock(client, "k", unfair).options().fair == false);
-  CHECK(redlock::Lock(client, "k", fair()).options().fair == true);
-  // Several instances cannot queue: not fair unless asked, and asking throws.
-  std::vector<redlock::Client> clients{
-      client, redlock::Client(redlock::Endpoint::parse("redis://127.0.0.1:2")),
-      redlock::Client(redlock::Endpoint::parse("redis://127.0.0.1:3"))};
-  CHECK(redlock::Redlock(clients, "k").options().fair == false);
-  CHECK_THROWS_AS(redlock::Redlock(clients, "k", fair()), std::invalid_argument);
-}
-
-TEST_CASE("A Lock with fair = false takes no place in the queue while it waits", "[redis][fair]") {
-  HeldFairLock held("fair-optout", by_default());
-  redlock::LockOptions unfair = by_default(20ms);
-  unfair.fair = false;
-  redlock::Lock waiter(held.client, held.k, unfair);
-  CHECK_FALSE(waiter.try_lock_for(200ms));
-  CHECK(queue_length(held.server, held.k) == 0);
-  CHECK(held.server.raw({"EXISTS", helper_key(held.k, ":queue:info")}).integer() == 0);
-}
-
-TEST_CASE("A default Lock that finds the lock free but a live queue hands it to the queue's head",
-          "[redis][fair]") {
-  HeldFairLock held("fair-giveback", by_default());
-  std::atomic<bool> got{false};
-  std::atomic<long long> got_at{0};
-  std::thread queued([&] {
-    redlock::Lock lock(held.client, held.k, by_default(20s));  // retries after 10-30 s
-    got = lock.try_lock_for(60s);
-    got_at = monotonic_us();
-    if (got) lock.unlock();
-  });
-  REQUIRE(wait_for_queue(held.server, held.k, 1));
-  // The holder's lease vanishes unannounced: the key is free, the queue is not.
-  held.server.raw({"DEL", held.k});
-  redlock::Lock barger(held.client, held.k, by_default());
-  const long long asked = monotonic_us();
-  CHECK_FALSE(barger.try_lock());
-  queued.join();
-  CHECK(got.load());
-  // Handed over by the barger's give-back, long before the head's own retry (10 s or more).
-  CHECK(got_at.load() - asked < 5000000);
-  CHECK(barger.try_lock());
-  barger.unlock();
 }

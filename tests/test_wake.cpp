@@ -404,12 +404,7 @@ TEST_CASE("A try_lock_for queued behind this process's waiters still tries once 
   redlock::Client client(server.endpoint());
   const auto k = key("queued-tries-once");
   server.raw({"SET", k, "someone-else", "PX", "60000"});
-  // Not fair mode (the default), where the waiter ahead owns the free key by its queue place
-  // and the one behind rightly gets nothing ("A default Lock that finds the lock free but a
-  // live queue hands it to the queue's head", test_fair.cpp).
-  redlock::LockOptions options = slow_polling();
-  options.fair = false;
-  redlock::Lock ahead(client, k, options);
+  redlock::Lock ahead(client, k, slow_polling());
   std::atomic<bool> ahead_done{false};
   std::thread waiter([&] {
     if (ahead.try_lock_for(30s)) ahead.unlock();
@@ -417,7 +412,7 @@ TEST_CASE("A try_lock_for queued behind this process's waiters still tries once 
   });
   std::this_thread::sleep_for(300ms);  // generous: it is subscribed and asleep
   server.raw({"DEL", k});
-  redlock::Lock behind(client, k, options);
+  redlock::Lock behind(client, k, slow_polling());
   const long sets_before = set_calls(server);
   CHECK(behind.try_lock_for(200ms));            // its wait ends in an attempt, at the deadline
   CHECK(set_calls(server) - sets_before == 1);  // and it made no other

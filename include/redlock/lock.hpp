@@ -166,8 +166,7 @@ class LockBase {
 };
 
 // A lease on one Redis instance: SET key token NX PX ttl to acquire, Lua compare-and-delete to
-// release, Lua compare-and-pexpire to extend. Fair by default: waiters of every process are
-// served first come, first served (LockOptions::fair; fair = false opts out).
+// release, Lua compare-and-pexpire to extend.
 class Lock final : public LockBase {
  public:
   // Connects nothing yet. Throws std::invalid_argument naming the argument for an empty key,
@@ -179,8 +178,7 @@ class Lock final : public LockBase {
 // with its own deadline; held when at least quorum() nodes granted it and
 // validity = ttl - elapsed - (ttl * drift + 2 ms) > 0. Partial grants are rolled back on every
 // node. With fencing, the token is max+1 over the granting nodes' counters, written back to them
-// before the lock is reported held. Not fair (LockOptions::fair): independent servers cannot
-// agree on an order of waiters.
+// before the lock is reported held.
 class Redlock final : public LockBase {
  public:
   // Throws std::invalid_argument for zero instances, two instances naming the same server

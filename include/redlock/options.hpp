@@ -12,7 +12,6 @@
 #include <cstdint>     // std::uint64_t
 #include <functional>  // std::function
 #include <memory>      // std::shared_ptr
-#include <optional>    // std::optional (fair: unset means the lock type's default)
 #include <string>      // std::string
 
 namespace redlock {
@@ -61,18 +60,14 @@ struct LockOptions {
   // Waiters subscribe to the lock's release channel and retry as soon as a holder releases,
   // instead of only sleeping retry_delay. Costs one subscriber connection per Client.
   bool wake_on_release{true};
-  // First come, first served across processes. Unset (the default): a Lock is fair, a Redlock,
-  // a Semaphore and a postgres::Lock are not; the lock's options() report what was chosen. Set
-  // it to false to opt out (waiters of every process then race for each release), or to true
-  // (a Redlock of several instances and a Semaphore throw std::invalid_argument). Waiters queue
-  // on the server (`{<key>}:queue`, `{<key>}:queue:info`) and a release hands the lock straight
-  // to the longest-waiting live waiter, which learns it from the release channel without another
-  // round trip; uncontended, an acquire is the same one round trip as without it (SET NX, with
-  // EXISTS on the queue). A waiter that stops refreshing its place for max(5 * retry_delay,
-  // 250 ms) (a crashed process) is skipped; one that dies inside that window may be handed the
-  // lock and hold it, unused, for one ttl. Every client of a key should use the same setting:
-  // mixing is safe, but not fair.
-  std::optional<bool> fair;
+  // First come, first served across processes (Lock only; a Redlock throws
+  // std::invalid_argument). Waiters queue on the server (`{<key>}:queue`, `{<key>}:queue:info`) and
+  // a release hands the lock straight to the longest-waiting live waiter, which learns it from the
+  // release channel without another round trip. A waiter that stops refreshing its place for
+  // max(5 * retry_delay, 250 ms) (a crashed process) is skipped; one that dies inside that window
+  // may be handed the lock and hold it, unused, for one ttl. Every client of a key should use
+  // the same setting: mixing is safe, but not fair.
+  bool fair{false};
   // How long a wait (lock(), try_lock_for(), try_lock_until()) rides out servers that cannot be
   // reached (Lock: its server; Redlock: fewer than a quorum answer) before it throws the last
   // ConnectionError/TimeoutError (QuorumUnavailableError for a Redlock). Counted from the first

@@ -56,7 +56,7 @@ class Semaphore {
   static constexpr std::size_t kMaxLimit = 10'000;
 
   // Connects nothing yet. Throws std::invalid_argument naming the argument for limit 0 or over
-  // kMaxLimit, an empty key, limit * key size over 4 MiB, options.fair = true (not supported), and
+  // kMaxLimit, an empty key, limit * key size over 4 MiB, options.fair (not supported), and
   // every option a Lock rejects (ttl <= drift allowance, retry_delay <= 0, ...).
   Semaphore(Client client, std::string key, std::size_t limit, LockOptions options = {});
   Semaphore(const Semaphore&) = delete;

@@ -18,7 +18,7 @@ namespace {
 void check_nodes(const std::vector<std::shared_ptr<ClientImpl>>& nodes,
                  const LockOptions& options) {
   if (nodes.empty()) throw std::invalid_argument("redlock: instances must not be empty");
-  if (options.fair.value_or(false) && nodes.size() > 1) {
+  if (options.fair && nodes.size() > 1) {
     throw std::invalid_argument(
         "redlock: options.fair is supported by a single-instance Lock only (a queue on several "
         "independent servers cannot agree on an order)");
@@ -101,7 +101,7 @@ LeaseEngine::LeaseEngine(std::vector<std::shared_ptr<ClientImpl>> nodes, std::st
       ttl_(options.ttl),
       drift_factor_(options.clock_drift_factor),
       fencing_(options.fencing),
-      fair_(options.fair.value_or(false)) {
+      fair_(options.fair) {
   check_nodes(nodes_, options);
   validate_lock_options(key, options);
   for (const auto& node : nodes_) {

@@ -12,12 +12,6 @@ namespace redlock {
 namespace detail {
 namespace {
 
-// `options` with fair set to `fair` unless the caller chose (LockOptions::fair).
-LockOptions fair_by_default(LockOptions options, bool fair) {
-  if (!options.fair.has_value()) options.fair = fair;
-  return options;
-}
-
 std::vector<std::shared_ptr<ClientImpl>> impls_of(const std::vector<Client>& clients) {
   std::vector<std::shared_ptr<ClientImpl>> out;
   out.reserve(clients.size());
@@ -100,12 +94,10 @@ std::size_t LockBase::size() const noexcept { return core_->backend().size(); }
 std::size_t LockBase::quorum() const noexcept { return core_->backend().quorum(); }
 
 Lock::Lock(Client client, std::string key, LockOptions options)
-    : LockBase(std::vector<Client>{std::move(client)}, std::move(key),
-               detail::fair_by_default(std::move(options), true)) {}
+    : LockBase(std::vector<Client>{std::move(client)}, std::move(key), std::move(options)) {}
 
 Redlock::Redlock(std::vector<Client> instances, std::string key, LockOptions options)
-    : LockBase(std::move(instances), std::move(key),
-               detail::fair_by_default(std::move(options), false)) {}
+    : LockBase(std::move(instances), std::move(key), std::move(options)) {}
 
 // ---- LeaseToken ----------------------------------------------------------------------------
 

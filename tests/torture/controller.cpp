@@ -330,9 +330,6 @@ int run_controller(const Options& o) {
     info.notes.emplace_back("auto_renew on: windows end at the last renewed deadline");
   }
   if (o.fair) info.notes.emplace_back("fair mode: waiters queue; releases hand the lock over");
-  if (!o.fair && o.mode == Mode::lock) {
-    info.notes.emplace_back("fair = false (the opt-out; a Lock is fair by default: --fair)");
-  }
   if (o.mode == Mode::zookeeper) {
     info.notes.emplace_back(
         "zookeeper: one server (tick 200 ms), session timeout 2 s; the faults are SIGSTOP of "

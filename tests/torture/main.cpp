@@ -62,8 +62,7 @@ options:
   --retry-delay MS        LockOptions::retry_delay (default 20)
   --wake all|none|half    which threads use LockOptions::wake_on_release (default half: the
                           even-numbered ones; the others only poll every retry delay)
-  --fair                  LockOptions::fair for every thread (--mode lock or postgres);
-                          without it fair = false (the opt-out of a Lock's default)
+  --fair                  LockOptions::fair for every thread (--mode lock or postgres)
   --auto-renew            hold with LockOptions::auto_renew (long holds then last up to 2 ttl)
   --kill-clients          kill -9 a worker process every 3-6 s and start a new one in its place
                           (its open hold ends at its death; it must not let anyone in early,

@@ -211,7 +211,7 @@ class WorkerThread {
         config.wake_on_release == 1 || (config.wake_on_release == 2 && thread % 2 == 0);
     options.fencing = true;
     options.auto_renew = config.auto_renew;
-    options.fair = config.fair;  // explicit both ways: without --fair, the opt-out
+    options.fair = config.fair;
     if (pg != nullptr) {
       pg_.emplace(*pg, kLockKey, options);
     } else if (config.mode == Mode::zookeeper) {

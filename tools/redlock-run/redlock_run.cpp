@@ -207,7 +207,7 @@ struct Config {
   milliseconds grace{10'000};
   milliseconds unavailable{10'000};  // LockOptions::max_unavailable
   bool fencing{false};
-  std::optional<bool> fair;  // --fair / --no-fair; nullopt: the lock's default (LockOptions)
+  bool fair{false};
   bool quiet{false};
   bool verbose{false};
   Mode mode{Mode::run};
@@ -252,7 +252,7 @@ Servers (one is a plain lock; several form a Redlock, held when N/2+1 of them gr
 Lock:
   --key KEY             Name of the lock (the Redis key); the command gets REDLOCK_KEY.
                         Also used: {KEY}:fence (--fencing), KEY:holder (host, pid and command
-                        of the holder, for --status) and, unless --no-fair, {KEY}:queue*.
+                        of the holder, for --status) and, with --fair, {KEY}:queue*.
   --ttl DURATION        Lease on the server (default 30s, at least 100ms), renewed about
                         every ttl/3. If this host dies, the lock frees itself within a ttl.
   -w, --wait DURATION   Give up after this long if the lock is held elsewhere (exit 75).
@@ -265,10 +265,7 @@ Lock:
                         Exit N (0-255) instead of 75 when the lock is held elsewhere.
   --fencing             Issue a fencing token (a counter in {KEY}:fence that grows with every
                         hold); the command gets it as REDLOCK_FENCE.
-  --fair                First come, first served among waiters across machines: the
-                        default with one Redis server (one server only; with --postgres
-                        it must be asked for).
-  --no-fair             Waiters race for each release instead (the old default).
+  --fair                First come, first served among waiters (one server only).
   --limit N             A semaphore: at most N commands hold KEY at once, each with its own
                         lease, fence and renewal (one server only; not with --fair).
                         Uses {KEY}:permit:1..N, {KEY}:permit:fence and {KEY}:permit:released.
@@ -499,8 +496,6 @@ bool take_flag(std::string_view flag, Config& config) {
     config.fencing = true;
   } else if (flag == "--fair") {
     config.fair = true;
-  } else if (flag == "--no-fair") {
-    config.fair = false;
   } else if (flag == "-q" || flag == "--quiet") {
     config.quiet = true;
   } else if (flag == "-v" || flag == "--verbose") {
@@ -523,7 +518,7 @@ std::size_t parse_limit(const std::string& text, const Config& config) {
     throw UsageError("--limit '" + text + "' is not a number of holders (1 to " +
                      std::to_string(redlock::Semaphore::kMaxLimit) + ")");
   }
-  if (config.fair == true) throw UsageError("--limit and --fair cannot be combined; drop one");
+  if (config.fair) throw UsageError("--limit and --fair cannot be combined; drop one");
   if (config.mode == Mode::status) {
     throw UsageError("--status shows plain locks only; drop --limit");
   }
@@ -617,7 +612,7 @@ void finish_config(const Raw& raw, Config& config) {
     throw UsageError(raw.wait_flag + " and -n/--no-wait contradict each other; give one");
   }
   if (raw.conflict_exit) config.conflict_exit = parse_exit_code(*raw.conflict_exit);
-  if (config.fair == true && config.uris.size() > 1) {
+  if (config.fair && config.uris.size() > 1) {
     throw UsageError(
         "--fair works with one server only (a queue on several could not agree on "
         "an order); drop --fair or give one --redis");
