@@ -12,6 +12,7 @@
 #include "core/extend.hpp"
 #include "core/tally.hpp"
 #include "protocol/features.hpp"
+#include "protocol/replies.hpp"
 #include "util/log_internal.hpp"
 #include "watch/release_watch.hpp"
 
@@ -47,6 +48,8 @@ struct LeaseEngine::Round {
   PerNode<AcquireDialect> dialects;  // what each node was sent
   KeyCommand pttl;
   KeyCommand get;
+  KeyCommand queued;       // fair mode's first attempt: EXISTS on the queue, after the SET
+  bool fast_fair{false};   // fair mode's first attempt is the plain SET NX of the default mode
   ReleaseCommand undo[2];  // by PubSub: how the node announces (fair mode's undo may hand over)
   Tally tally;
   PerNode<Answer> answers;
@@ -56,6 +59,10 @@ struct LeaseEngine::Round {
 
   bool want_pttl(std::size_t i) const noexcept {
     return request.attempt == Attempt::contended && dialects[i] != AcquireDialect::script;
+  }
+  // Where the queue's EXISTS reply is in node i's batch (fast_fair only).
+  std::size_t queued_at(std::size_t i) const noexcept {
+    return dialects[i] == AcquireDialect::set_nx ? 2 : 1;
   }
 };
 
@@ -71,9 +78,14 @@ void LeaseEngine::build(Round& a) const {
   }
   const FairAttempt fair{ttl_ms_, a.request.queue == Queue::join ? "1" : "0", queue_alive_ms_,
                          a.seq_text, fencing_ ? "1" : "0"};
+  // Fair mode, a first attempt that does not queue: the default mode's SET NX, and EXISTS on the
+  // queue in the same round trip (read_node gives back a grant that jumped a queue).
+  a.fast_fair =
+      fair_ && !fencing_ && a.request.attempt == Attempt::first && a.request.queue == Queue::none;
+  if (a.fast_fair) build_key_command(a.queued, "EXISTS", keys_.queue);
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     AcquireCommand& c = a.commands[i];
-    if (fair_) {
+    if (fair_ && !a.fast_fair) {
       build_fair_acquire(c, keys_, a.token, fair);
     } else if (fencing_) {
       build_acquire_fenced(c, keys_, a.token, ttl_ms_);
@@ -86,6 +98,7 @@ void LeaseEngine::build(Round& a) const {
     b.commands.push_back(c.view());
     if (a.dialects[i] == AcquireDialect::set_nx) b.commands.push_back(a.get.view());
     if (a.want_pttl(i)) b.commands.push_back(a.pttl.view());
+    if (a.fast_fair) b.commands.push_back(a.queued.view());
     // Endpoint::wait_replicas: the replicas' acknowledgement, in the same round trip.
     if (const CommandView* wait = nodes_[i]->replica_wait()) b.commands.push_back(*wait);
     // A node too slow to answer in time does not count; undo whatever it does later, in order.
@@ -117,6 +130,18 @@ void LeaseEngine::read_node(Round& a, std::size_t i, AcquireResult& result) cons
           !a.tally.replicas_acknowledged(i, *nodes_[i], b.replies.back().get())) {
         return;
       }
+      if (a.fast_fair && is_error_reply(b.replies[a.queued_at(i)].get())) {
+        // The queue check itself failed (an ACL without EXISTS): this node's error, and its
+        // grant is undone (roll_back: a failed node is always undone).
+        a.tally.server_error(i, *nodes_[i], "EXISTS (fair mode's check of the queue)",
+                             error_text(b.replies[a.queued_at(i)].get()));
+        return;
+      }
+      if (r.answer == Answer::granted && jumped_queue(a, i)) {
+        a.answers[i] = Answer::granted;  // given back by roll_back(): the queue's head gets it
+        a.tally.answered(false);
+        return;
+      }
       a.answers[i] = r.answer;
       a.fences[i] = r.fence;
       a.tally.answered(r.answer == Answer::granted);
@@ -143,6 +168,17 @@ void LeaseEngine::read_node(Round& a, std::size_t i, AcquireResult& result) cons
                                         acquire_operation(dialect), nodes_[i]->address()))));
       return;
   }
+}
+
+// Fair mode's plain first attempt was granted while waiters queue (the holder's lease ended
+// unannounced, or a waiter queued between the two commands): not held, and undone by the fair
+// release, which hands the lock to the head of the queue. A missing or odd EXISTS reply counts
+// as a queue.
+bool LeaseEngine::jumped_queue(const Round& a, std::size_t i) const noexcept {
+  if (!a.fast_fair) return false;
+  const NodeBatch& b = a.batches[i];
+  const std::size_t at = a.queued_at(i);
+  return at >= b.replies.size() || !none_exist(b.replies[at].get());
 }
 
 void LeaseEngine::read(Round& a, AcquireResult& result) const {

@@ -86,6 +86,10 @@ AcquireReply read_acquire_reply(const redisReply* reply, const redisReply* pttl,
   return scripted ? read_script_reply(reply) : read_set_reply(reply, pttl, dialect, token);
 }
 
+bool none_exist(const redisReply* reply) noexcept {
+  return is_integer(reply) && reply->integer == 0;
+}
+
 bool confirmed(const redisReply* reply) noexcept {
   return is_integer(reply) && reply->integer == 1;
 }

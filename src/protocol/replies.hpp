@@ -49,6 +49,9 @@ struct ReleaseReply {
 };
 ReleaseReply read_release_reply(const redisReply* reply) noexcept;
 
+// EXISTS's answer: true only for the integer 0 (none of the keys exists).
+bool none_exist(const redisReply* reply) noexcept;
+
 // WAIT's answer: the replicas that acknowledged, or -1 for anything but an integer.
 long long read_wait_reply(const redisReply* reply) noexcept;
 

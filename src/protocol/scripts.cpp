@@ -44,24 +44,25 @@ return 1)";
 
 // Fair mode. Server time, not client time, decides whether a queued waiter is still alive (every
 // client then judges by one clock). Dead waiters ahead of the caller are dropped from the queue.
-// Uncontended (no holder, no queue: a queue's list and info leave together) it costs what a
-// plain acquire does: no clock read, no queue walk.
+// Uncontended (no queue, the key free: a queue's list and info leave together) it is two calls,
+// EXISTS and SET NX: no GET, no clock read, no queue walk. Past that, the key is held or the
+// queue is not empty (the script is atomic), so the head of a live queue is never jumped.
 const char kFairAcquireLua[] = R"(if redis.replicate_commands then redis.replicate_commands() end
-local holder = redis.call('get', KEYS[1])
 local function fence(incr)
   if ARGV[6] ~= '1' then return 0 end
   if incr then return redis.call('incr', KEYS[4]) end
   return tonumber(redis.call('get', KEYS[4]) or '0')
 end
+if redis.call('exists', KEYS[2]) == 0 and
+    redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, fence(true)}
+end
+local holder = redis.call('get', KEYS[1])
 if holder == ARGV[1] then
   redis.call('pexpire', KEYS[1], ARGV[2])
   redis.call('lrem', KEYS[2], 0, ARGV[1])
   redis.call('hdel', KEYS[3], ARGV[1])
   return {1, fence(false)}
-end
-if not holder and redis.call('exists', KEYS[2]) == 0 then
-  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return {1, fence(true)}
 end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
