@@ -139,9 +139,11 @@ TEST_CASE("An ACL user without EVALSHA gets a ServerError naming the permission"
   ep.username = "noscript";
   ep.password = "noscript-pw";
   redlock::Client client(ep);
-  // A default (fair) Lock checks the queue with EXISTS, which this user may not run: a clear
-  // error naming it, not a silent refusal.
-  redlock::Lock fair(client, key("noperm-fair"), fast());
+  // A fair Lock's first attempt checks the queue with EXISTS, which this user may not run: a
+  // clear error naming it, not a silent refusal.
+  auto fair_options = fast();
+  fair_options.fair = true;
+  redlock::Lock fair(client, key("noperm-fair"), fair_options);
   try {
     (void)fair.try_lock();
     FAIL("expected ServerError");
