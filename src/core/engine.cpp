@@ -130,18 +130,7 @@ void LeaseEngine::read_node(Round& a, std::size_t i, AcquireResult& result) cons
           !a.tally.replicas_acknowledged(i, *nodes_[i], b.replies.back().get())) {
         return;
       }
-      if (a.fast_fair && is_error_reply(b.replies[a.queued_at(i)].get())) {
-        // The queue check itself failed (an ACL without EXISTS): this node's error, and its
-        // grant is undone (roll_back: a failed node is always undone).
-        a.tally.server_error(i, *nodes_[i], "EXISTS (fair mode's check of the queue)",
-                             error_text(b.replies[a.queued_at(i)].get()));
-        return;
-      }
-      if (r.answer == Answer::granted && jumped_queue(a, i)) {
-        a.answers[i] = Answer::granted;  // given back by roll_back(): the queue's head gets it
-        a.tally.answered(false);
-        return;
-      }
+      if (queue_check_vetoes(a, i, r.answer)) return;
       a.answers[i] = r.answer;
       a.fences[i] = r.fence;
       a.tally.answered(r.answer == Answer::granted);
@@ -168,6 +157,23 @@ void LeaseEngine::read_node(Round& a, std::size_t i, AcquireResult& result) cons
                                         acquire_operation(dialect), nodes_[i]->address()))));
       return;
   }
+}
+
+// Fair mode's plain first attempt: true if its queue check settles node i instead of the grant.
+// A failed check (an ACL without EXISTS) is this node's error; a grant that jumped a live queue
+// is not counted. Either way roll_back() undoes the grant (the queue's head gets the lock).
+bool LeaseEngine::queue_check_vetoes(Round& a, std::size_t i, Answer answer) const {
+  if (!a.fast_fair) return false;
+  const redisReply* exists = a.batches[i].replies[a.queued_at(i)].get();
+  if (is_error_reply(exists)) {
+    a.tally.server_error(i, *nodes_[i], "EXISTS (fair mode's check of the queue)",
+                         error_text(exists));
+    return true;
+  }
+  if (answer != Answer::granted || !jumped_queue(a, i)) return false;
+  a.answers[i] = Answer::granted;
+  a.tally.answered(false);
+  return true;
 }
 
 // Fair mode's plain first attempt was granted while waiters queue (the holder's lease ended

@@ -74,6 +74,7 @@ class LeaseEngine final : public LeaseBackend {
   void read(Round& a, AcquireResult& result) const;
   void read_node(Round& a, std::size_t i, AcquireResult& result) const;
   bool jumped_queue(const Round& a, std::size_t i) const noexcept;
+  bool queue_check_vetoes(Round& a, std::size_t i, Answer answer) const;
   std::uint64_t raise_fence(const Round& a, Decision& decision);
   void roll_back(const Round& a, AcquireResult& result);
   void report(const Round& a, AcquireResult& result) const;
