@@ -16,6 +16,21 @@ using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kPoll{50};
 constexpr std::size_t kMasters = 3;
 
+// The last `lines` lines of a node's redis.log, for failure messages.
+std::string log_tail(const RedisServer& n, std::size_t lines = 15) {
+  std::FILE* f = std::fopen(n.log_path().c_str(), "rb");
+  if (f == nullptr) return "(no log at " + n.log_path() + ")";
+  std::string all;
+  char buf[4096];
+  for (std::size_t got; (got = std::fread(buf, 1, sizeof buf, f)) > 0;) all.append(buf, got);
+  std::fclose(f);
+  std::size_t pos = all.size();
+  for (std::size_t seen = 0; pos > 0 && seen <= lines;) {
+    if (all[--pos] == '\n') ++seen;
+  }
+  return all.substr(pos == 0 ? 0 : pos + 1);
+}
+
 ServerOptions node_options(int node_timeout_ms) {
   ServerOptions o;
   o.tls.enabled = false;
@@ -220,18 +235,33 @@ void RedisCluster::failover(std::size_t replica, std::chrono::milliseconds limit
     if (Clock::now() > deadline) throw std::runtime_error("redis_cluster: replica not in sync");
     std::this_thread::sleep_for(kPoll);
   }
-  const auto reply = node(replica).raw({"CLUSTER", "FAILOVER"});
-  if (reply.type() == redlock::Reply::Type::error) {
-    throw std::runtime_error("redis_cluster: CLUSTER FAILOVER refused: " + reply.str());
-  }
-  while (node(replica).raw({"ROLE"}).elements().at(0).str() != "master") {
-    if (Clock::now() > deadline) {
-      throw std::runtime_error("redis_cluster: failover timed out; the replica's log ends:\n" +
-                               node(replica).raw({"INFO", "replication"}).str());
+  // Redis gives a manual failover 5 s (CLUSTER_MF_TIMEOUT) to catch up with the paused master
+  // and win the masters' votes, then drops it silently ("Manual failover timed out" in its log).
+  // On a busy machine that happens, so an attempt that has not promoted the replica after
+  // kAttempt is asked for again, until `limit`.
+  constexpr std::chrono::milliseconds kAttempt{6000};
+  int attempts = 0;
+  for (;;) {
+    const auto reply = node(replica).raw({"CLUSTER", "FAILOVER"});
+    ++attempts;
+    if (reply.type() == redlock::Reply::Type::error) {
+      throw std::runtime_error("redis_cluster: CLUSTER FAILOVER refused: " + reply.str());
     }
-    std::this_thread::sleep_for(kPoll);
+    const auto attempt_end = std::min(deadline, Clock::now() + kAttempt);
+    while (Clock::now() < attempt_end &&
+           node(replica).raw({"ROLE"}).elements().at(0).str() != "master") {
+      std::this_thread::sleep_for(kPoll);
+    }
+    if (node(replica).raw({"ROLE"}).elements().at(0).str() == "master") break;
+    if (Clock::now() >= deadline) {
+      throw std::runtime_error("redis_cluster: failover timed out after " +
+                               std::to_string(attempts) + " CLUSTER FAILOVER attempts; " +
+                               node(replica).raw({"INFO", "replication"}).str() +
+                               "\nthe replica's log ends:\n" + log_tail(node(replica)));
+    }
   }
-  await_ok(limit);
+  await_ok(std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::max(deadline - Clock::now(), Clock::duration(std::chrono::seconds(5)))));
 }
 
 void RedisCluster::await_ok(std::chrono::milliseconds limit) const {

@@ -63,9 +63,11 @@ class RedisCluster {
   void finish_migration(std::uint16_t slot, std::size_t to);
   void migrate_slot(std::uint16_t slot, std::size_t to);
 
-  // CLUSTER FAILOVER on replica `replica`; returns once it reports itself a master and every
-  // running node agrees (at most `limit`). Throws std::runtime_error otherwise.
-  void failover(std::size_t replica, std::chrono::milliseconds limit = std::chrono::seconds(20));
+  // CLUSTER FAILOVER on replica `replica`, asked again every 6 s while Redis drops the attempt
+  // (its manual-failover limit is 5 s); returns once the replica reports itself a master and
+  // every running node agrees (at most `limit`, plus 5 s for the agreement). Throws
+  // std::runtime_error with the replica's log tail otherwise.
+  void failover(std::size_t replica, std::chrono::milliseconds limit = std::chrono::seconds(30));
   // The index of the replica of master `master`. Throws if it has none.
   std::size_t replica_of(std::size_t master) const;
   // Waits until every running node reports cluster_state:ok and they agree on the owner of
