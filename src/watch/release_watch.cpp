@@ -36,6 +36,13 @@ class SlotWatch : public ReleaseWatch {
 // subscription that is lost (the slot moved, the master failed: WakeSlot::relocate) is made
 // again by the waiter's next wait_until, where the map says the slot lives now; at most once per
 // kRelocatePace, so a cluster still electing a new master is not asked in a tight loop.
+//
+// A refreshed map that still names the node which dropped the channels is stale: that node heard
+// of the change first (a master demoted by CLUSTER FAILOVER unsubscribes its sharded clients,
+// then, as a replica of its shard, accepts SSUBSCRIBE again), while the node asked for the map
+// may not have yet. Such a node is skipped and the map refreshed again at the next pace, for at
+// most kStaleRounds rounds (the waiter relies on its timer meanwhile); then the map is believed.
+// A node whose subscriber cannot be reached is retried the same way.
 class SubscriptionWatch final : public SlotWatch {
  public:
   SubscriptionWatch(const std::vector<std::shared_ptr<ClientImpl>>& nodes,
@@ -51,14 +58,12 @@ class SubscriptionWatch final : public SlotWatch {
   SubscriptionWatch& operator=(const SubscriptionWatch&) = delete;
 
   bool wait_until(SteadyClock::time_point until) override {
-    if (slot_.must_relocate()) {
+    if (slot_.must_relocate() || retry_) {
       const auto now = SteadyClock::now();
       if (now >= next_relocation_) {
         next_relocation_ = now + kRelocatePace;
         slot_.relocated();
-        unsubscribe_all();
-        for (ClientImpl* node : nodes_) node->subscription_moved();
-        subscribe_all(until);
+        relocate(until);
         return true;  // releases while it moved were missed: the caller tries again now
       }
       until = std::min(until, next_relocation_);  // back to relocate once the pace allows
@@ -75,6 +80,25 @@ class SubscriptionWatch final : public SlotWatch {
 
  private:
   static constexpr std::chrono::milliseconds kRelocatePace{250};
+  static constexpr int kStaleRounds = 12;  // 3 s of kRelocatePace
+
+  // Subscribes again where the refreshed maps say, avoiding the subscribers that dropped the
+  // slot (see the class comment).
+  void relocate(SteadyClock::time_point until) {
+    if (!retry_) avoid_.clear();
+    for (const Subscriber* s : watched_) {
+      if (!s->watches(channels_.release, &slot_)) avoid_.push_back(s);
+    }
+    retry_ = false;
+    unsubscribe_all();
+    for (ClientImpl* node : nodes_) node->subscription_moved();
+    subscribe_all(until);
+    if (retry_) {
+      ++stale_rounds_;
+    } else {
+      stale_rounds_ = 0;
+    }
+  }
 
   // Registration goes to all nodes first, then the confirmations are awaited together.
   void subscribe_all(SteadyClock::time_point caller_deadline) {
@@ -99,11 +123,17 @@ class SubscriptionWatch final : public SlotWatch {
     }
     watched_.clear();
   }
-  // Registers the slot on `node`'s channels; null (nothing left registered) if it cannot.
+  // Registers the slot on `node`'s channels; null (nothing left registered) if it cannot, or if
+  // the map is taken for stale (retry_ is then set).
   Subscriber* subscribe(ClientImpl& node) noexcept {
     Subscriber* subscriber = nullptr;
+    const bool may_retry = stale_rounds_ < kStaleRounds;
     try {
       subscriber = &node.subscriber(channels_.release);  // the grant channel shares its slot
+      if (may_retry && std::find(avoid_.begin(), avoid_.end(), subscriber) != avoid_.end()) {
+        retry_ = true;
+        return nullptr;
+      }
       each_channel([&](const std::string& c) { subscriber->watch(c, &slot_); });
       return subscriber;
     } catch (const std::exception& e) {
@@ -114,6 +144,7 @@ class SubscriptionWatch final : public SlotWatch {
       logf(LogLevel::debug, "redlock: cannot subscribe for {}: {}", channels_.key, e.what());
     } catch (...) {
     }
+    retry_ = retry_ || (may_retry && node.router() != nullptr);  // a map can change
     return nullptr;
   }
   template <class F>
@@ -126,6 +157,9 @@ class SubscriptionWatch final : public SlotWatch {
   std::vector<ClientImpl*> nodes_;
   std::vector<Subscriber*> watched_;  // the subscribers the slot is registered with now
   SteadyClock::time_point next_relocation_{};
+  std::vector<const Subscriber*> avoid_;  // dropped the slot since the last good relocation
+  bool retry_{false};                     // relocate again at the next pace
+  int stale_rounds_{0};                   // relocations in a row that set retry_
 };
 
 const std::string& grant_channel_of(const LeaseEngine& engine) noexcept {

@@ -129,6 +129,18 @@ bool Subscriber::waiting_before(const std::string& channel, const WakeSlot* slot
   }
 }
 
+bool Subscriber::watches(const std::string& channel, const WakeSlot* slot) const noexcept {
+  try {
+    std::lock_guard<std::mutex> guard(mutex_);
+    const auto it = channels_.find(channel);
+    if (it == channels_.end()) return false;
+    const auto& w = it->second.waiters;
+    return std::find(w.begin(), w.end(), slot) != w.end();
+  } catch (...) {
+    return false;
+  }
+}
+
 void Subscriber::unwatch(const std::string& channel, WakeSlot* slot) noexcept {
   bool wake = false;
   {

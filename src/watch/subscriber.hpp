@@ -146,6 +146,9 @@ class Subscriber {
   // True if another waiter registered on `channel` before `slot` (a release wakes it first).
   // Never throws.
   bool waiting_before(const std::string& channel, const WakeSlot* slot) const noexcept;
+  // True if `slot` is registered on `channel` (false once the server dropped the channel:
+  // sharded, its slot is served elsewhere). Never throws.
+  bool watches(const std::string& channel, const WakeSlot* slot) const noexcept;
   // Removes the waiter; the last one of a channel unsubscribes it. Never throws.
   void unwatch(const std::string& channel, WakeSlot* slot) noexcept;
 
