@@ -2,6 +2,7 @@
 // killed subscriber connection, and fall back to the holder's remaining ttl for crashed holders.
 #include <catch2/catch.hpp>
 
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,9 +22,10 @@
 #include "io/connection.hpp"  // ClientImpl::subscriber()
 #include "support/clock.hpp"
 #include "support/redis_server.hpp"
-#include "util/key_slot.hpp"     // helper_key: the names of a lock's helper keys
-#include "util/token.hpp"        // make_token
-#include "watch/subscriber.hpp"  // Subscriber stats: the channel map
+#include "util/blocked_waits.hpp"  // blocked_waits, futex_hash_requested
+#include "util/key_slot.hpp"       // helper_key: the names of a lock's helper keys
+#include "util/token.hpp"          // make_token
+#include "watch/subscriber.hpp"    // Subscriber stats: the channel map
 
 using namespace std::chrono_literals;
 using redlock::detail::helper_key;
@@ -517,4 +519,59 @@ TEST_CASE("An idle subscriber closes its connection, and the next wait opens it 
     CHECK(list.find("cmd=unsubscribe") == std::string::npos);
   }
   CHECK(redlock::detail::Access::client(client)->subscriber().stats().reconnects == 2);
+}
+
+// Linux 6.16+ gives a process a futex hash sized for its CPUs (16 buckets on 2); every sleeping
+// thread sits in one, and every futex operation walks its bucket. Threads blocked in the
+// library's waits grow it to at least one bucket for every two of them (util/blocked_waits.hpp):
+// without that, 15,000 waiters slowed a hot key on the same process to 0.7-0.9x (bench 6a).
+TEST_CASE("Waiting threads grow the process's futex hash, and the count of them returns to 0",
+          "[redis][wake][load]") {
+  const auto slots = [] {
+    return ::prctl(78 /* PR_FUTEX_HASH */, 2UL /* GET_SLOTS */, 0UL, 0UL, 0UL);
+  };
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  constexpr int kWaiters = 600;
+  redlock::LockOptions options = slow_polling();
+  options.retry_delay = 20s;
+  std::vector<std::unique_ptr<redlock::Lock>> locks;
+  for (int i = 0; i < kWaiters; ++i) {
+    const auto k = key("futex-hash-" + std::to_string(i));
+    server.raw({"SET", k, "elsewhere", "PX", "60000"});
+    locks.push_back(std::make_unique<redlock::Lock>(client, k, options));
+  }
+  std::atomic<int> acquired{0};
+  std::vector<std::thread> waiters;
+  for (auto& lock : locks) {
+    waiters.emplace_back([&acquired, &lock] {
+      try {
+        if (lock->try_lock_for(30s)) ++acquired;
+      } catch (const redlock::CancelledError&) {
+      }
+    });
+  }
+  const auto end = Clock::now() + 20s;
+  while (redlock::detail::blocked_waits() < kWaiters && Clock::now() < end) {
+    std::this_thread::sleep_for(10ms);
+  }
+  CHECK(redlock::detail::blocked_waits() == kWaiters);
+  const int before = slots();
+  if (before < 0) {
+    WARN("this kernel has no PR_FUTEX_HASH (Linux < 6.16): its global hash is left alone");
+    CHECK(redlock::detail::futex_hash_requested() == 0);
+  } else if (before == 0) {
+    WARN("this process uses the global futex hash: left alone");
+  } else {
+    // The resize lands once the old hash is no longer in use: wait for it.
+    while (slots() * 2 < kWaiters && Clock::now() < end) std::this_thread::sleep_for(10ms);
+    INFO("futex hash buckets: " << slots() << ", asked for "
+                                << redlock::detail::futex_hash_requested());
+    CHECK(slots() * 2 >= kWaiters);
+    CHECK(redlock::detail::futex_hash_requested() >= kWaiters / 2);
+  }
+  for (auto& lock : locks) lock->cancel_waits();
+  for (auto& t : waiters) t.join();
+  CHECK(acquired.load() == 0);
+  CHECK(redlock::detail::blocked_waits() == 0);
 }

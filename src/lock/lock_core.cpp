@@ -16,6 +16,7 @@
 #include "lock/fair_wait.hpp"
 #include "lock/hold_end.hpp"
 #include "lock/observed.hpp"
+#include "util/blocked_waits.hpp"
 #include "util/log_internal.hpp"
 #include "util/observe.hpp"
 #include "util/token.hpp"
@@ -182,7 +183,10 @@ bool LockCore::wait_loop(Round& r) {
       r.wait.leave();
       return r.unavailable.give_up();
     }
-    const bool woken = r.wait.wait_until(next_wake(r, now));
+    const bool woken = [&] {
+      const BlockedWait blocked;
+      return r.wait.wait_until(next_wake(r, now));
+    }();
     if (ownership_.cancelled()) continue;
     if (take_hand_over(r)) return true;
     if (woken && r.event) observe_wake(WakeKind::released);

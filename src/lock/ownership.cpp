@@ -7,6 +7,8 @@
 
 #include <redlock/errors.hpp>
 
+#include "util/blocked_waits.hpp"
+
 namespace redlock {
 namespace detail {
 
@@ -36,6 +38,7 @@ Ownership::Entry Ownership::queue(std::unique_lock<std::mutex>& lock,
   Queued me;
   queue_.push_back(&me);
   const auto done = [&] { return me.granted || cancelled(); };
+  const BlockedWait blocked;
   if (deadline == SteadyClock::time_point::max()) {
     me.cv.wait(lock, done);
   } else {
