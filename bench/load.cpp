@@ -153,8 +153,10 @@ class Waiters {
   Waiters(const redlock::Client& client, redisContext* raw, int n) {
     redlock::LockOptions options;
     options.retry_delay = milliseconds(10'000);  // 6a measures the subscriber, not polling
+    // Keys of their own for each W: a key of the previous round still subscribed (the channel
+    // lingers) spares its new waiter the second attempt the settling below counts.
     for (int i = 0; i < n; ++i) {
-      const std::string key = fmt::format("load:held:{}", i);
+      const std::string key = fmt::format("load:held:{}:{}", n, i);
       raw_command(raw, {"SET", key, "elsewhere", "PX", std::to_string(kHeldTtl.count())});
       locks_.push_back(std::make_unique<redlock::Lock>(client, key, options));
     }
