@@ -236,6 +236,9 @@ TEST_CASE("Sentinel: wait_replicas makes a grant wait for the replicas, or fail 
     const std::size_t promoted = set.failover();
     CHECK(set.data(promoted).raw({"EXISTS", k}).integer() == 1);
     set.await_role(0, "slave", 20s);
+    // The demoted master and the other replica resync with the new master first: until then
+    // WAIT 2 cannot be answered within 200 ms (it failed so in a CI run under ASan).
+    set.await_replicas_online(promoted, 2, 20s);
     CHECK(lock.extend(30s));
     lock.unlock();
     CHECK(set.data(promoted).raw({"EXISTS", k}).integer() == 0);

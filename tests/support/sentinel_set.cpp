@@ -50,20 +50,7 @@ SentinelSet::SentinelSet(SentinelSetOptions options) : options_(std::move(option
   }
   // Sentinels learn the replicas from the master's INFO, asked at once and then every 10 s: the
   // replicas must be online (synced) before the sentinels start, or the set waits 10 s for them.
-  const auto deadline = Clock::now() + std::chrono::seconds(20);
-  const auto online = [this] {
-    const std::string info = ask_data(0, {"INFO", "replication"}).str();
-    std::size_t count = 0;
-    for (auto at = info.find("state=online"); at != std::string::npos;
-         at = info.find("state=online", at + 1)) {
-      ++count;
-    }
-    return count == options_.replicas;
-  };
-  while (!online()) {
-    if (Clock::now() > deadline) throw std::runtime_error("sentinel_set: replicas did not connect");
-    std::this_thread::sleep_for(kPoll);
-  }
+  await_replicas_online(0, options_.replicas, std::chrono::seconds(20));
   const std::string& name = options_.service;
   ServerOptions sentinel;
   sentinel.sentinel = true;
@@ -153,6 +140,28 @@ std::string SentinelSet::role(std::size_t i) const {
     return r.elements().empty() ? r.str() : r.elements()[0].str();
   } catch (const std::runtime_error&) {
     return "down";
+  }
+}
+
+void SentinelSet::await_replicas_online(std::size_t master, std::size_t count,
+                                        std::chrono::milliseconds limit) const {
+  const auto deadline = Clock::now() + limit;
+  const auto online = [&] {
+    const std::string info = ask_data(master, {"INFO", "replication"}).str();
+    std::size_t n = 0;
+    for (auto at = info.find("state=online"); at != std::string::npos;
+         at = info.find("state=online", at + 1)) {
+      ++n;
+    }
+    return n >= count;
+  };
+  while (!online()) {
+    if (Clock::now() > deadline) {
+      throw std::runtime_error("sentinel_set: " + std::to_string(count) +
+                               " replicas are not online on data node " + std::to_string(master) +
+                               " within the limit");
+    }
+    std::this_thread::sleep_for(kPoll);
   }
 }
 

@@ -66,6 +66,10 @@ class SentinelSet {
   std::string role(std::size_t i) const;
   // Waits until data node i answers ROLE with `role` ("master", "slave"). Throws after `limit`.
   void await_role(std::size_t i, const std::string& role, std::chrono::milliseconds limit) const;
+  // Waits until data node `master` reports at least `count` replicas online (synced: a WAIT
+  // for them is answered at once). Throws std::runtime_error after `limit`.
+  void await_replicas_online(std::size_t master, std::size_t count,
+                             std::chrono::milliseconds limit) const;
   // SENTINEL FAILOVER on a running sentinel; returns the new master's index once the sentinels
   // report it and it answers ROLE master (at most `limit`). Throws std::runtime_error otherwise.
   std::size_t failover(std::chrono::milliseconds limit = std::chrono::seconds(20));
