@@ -118,6 +118,7 @@ bool LockCore::attempts(Call call, SteadyClock::time_point deadline, AcquireEven
             Unavailability(backend_->key(), call, deadline, options_.max_unavailable),
             std::chrono::milliseconds(-1),
             event};
+    r.crowded = crowded_.load(std::memory_order_relaxed);
     return attempts(r);
   };
   if (backend_->fair()) {
@@ -190,7 +191,10 @@ bool LockCore::wait_loop(Round& r) {
     if (ownership_.cancelled()) continue;
     if (take_hand_over(r)) return true;
     if (woken && r.event) observe_wake(WakeKind::released);
+    if (woken) yield_to_elders(r);
+    const unsigned refused = r.refused;
     if (settle(r, r.wait.attempt(Attempt::contended))) return true;
+    if (woken && r.refused > refused) r.crowded = true;  // another waiter won this release
   }
 }
 
@@ -210,6 +214,7 @@ SteadyClock::time_point LockCore::next_wake(const Round& r, SteadyClock::time_po
 // Applies one attempt's outcome: a failure goes to the unavailability rule, a grant is taken.
 bool LockCore::settle(Round& r, Try attempt) {
   r.holder_pttl = attempt.result.holder_pttl;
+  r.round_trip = SteadyClock::now() - attempt.sent;
   if (r.event) {
     ++r.event->attempts;
     r.event->granted = attempt.result.granted;
@@ -219,6 +224,7 @@ bool LockCore::settle(Round& r, Try attempt) {
     return false;
   }
   r.unavailable.answered();
+  if (!attempt.result.held) ++r.refused;
   return attempt.result.held && take(attempt.result, std::move(attempt.token), attempt.sent);
 }
 
@@ -283,6 +289,7 @@ bool LockCore::release() {
   const HoldEnd end = end_hold(*hold, *backend_);
   observe_release(observer_of(options_), backend_->key(), *hold, end);
   if (end.listeners > 0 && !backend_->fair()) hold_back_after(end.sent);  // fair: queue decides
+  crowded_.store(end.listeners > 1, std::memory_order_relaxed);
   // The lease turned out to be gone: that is a loss, and LeaseToken listeners hear of it.
   if (end.lost) report_lost(hold, end.reason);
   hold->mark_released();
@@ -291,14 +298,35 @@ bool LockCore::release() {
   return end.kept;
 }
 
+namespace {
+// About as long as a woken waiter needs to answer a release: 4 round trips, 250 us .. 5 ms.
+SteadyClock::duration answer_time(SteadyClock::duration round_trip) {
+  return std::clamp<SteadyClock::duration>(4 * round_trip, std::chrono::microseconds(250),
+                                           std::chrono::milliseconds(5));
+}
+}  // namespace
+
 // Waiters heard a release that started at `release_start`. Hold back this object's next acquire
-// for about as long as a woken waiter needs to answer (4 round trips of it, 250 us .. 5 ms).
+// for as long as a woken waiter needs to answer.
 void LockCore::hold_back_after(SteadyClock::time_point release_start) {
-  const auto rtt = SteadyClock::now() - release_start;
-  const auto pause = std::clamp<SteadyClock::duration>(4 * rtt, std::chrono::microseconds(250),
-                                                       std::chrono::milliseconds(5));
+  const auto pause = answer_time(SteadyClock::now() - release_start);
   courtesy_until_.store((SteadyClock::now() + pause).time_since_epoch().count(),
                         std::memory_order_release);
+}
+
+// Elder first: every process waiting for a lock hears a release at about the same moment, and
+// without an order the one whose subscription the server writes to first wins nearly every
+// race (one process took 10-15x another's share). A crowded wait (other processes wait too: a
+// release of this object reached several, or another waiter won a release this one heard)
+// holds back its attempt by answer_time / 2^refused: a process refused more often has waited
+// through more releases and answers first; one that just arrived waits the longest. A lone
+// waiter (the ping-pong hand-off) is never crowded and pays nothing; fair mode has its queue.
+void LockCore::yield_to_elders(const Round& r) const {
+  constexpr unsigned kLevels = 8;  // refused 8 times or more: no pause
+  if (!r.crowded || r.refused >= kLevels || backend_->fair() || !options_.wake_on_release) return;
+  auto until = SteadyClock::now() + answer_time(r.round_trip) * (kLevels - r.refused) / kLevels;
+  if (r.deadline != kNoDeadline) until = std::min(until, r.deadline);
+  std::this_thread::sleep_until(until);
 }
 
 bool LockCore::extend(std::chrono::milliseconds ttl) {

@@ -55,6 +55,11 @@ class LockCore : public std::enable_shared_from_this<LockCore> {
     Unavailability unavailable;
     std::chrono::milliseconds holder_pttl{-1};  // from the last attempt (-1: unknown)
     AcquireEvent* event;                        // counts attempts for an observer (or nullptr)
+    // Elder-first wake order (yield_to_elders): attempts the servers refused in this call, and
+    // whether other processes are known to wait for the lock too.
+    unsigned refused{0};
+    bool crowded{false};
+    SteadyClock::duration round_trip{};  // of the last attempt
   };
   bool gated_acquire(Call call, SteadyClock::time_point deadline, AcquireEvent* event);
   bool attempts(Call call, SteadyClock::time_point deadline, AcquireEvent* event);
@@ -67,6 +72,7 @@ class LockCore : public std::enable_shared_from_this<LockCore> {
   SteadyClock::time_point next_wake(const Round& round, SteadyClock::time_point now) const;
   bool take(const AcquireResult& result, std::string token, SteadyClock::time_point start);
   void hold_back_after(SteadyClock::time_point release_start);
+  void yield_to_elders(const Round& round) const;
   void report_lost(const std::shared_ptr<HoldState>& hold, LostReason reason);
 
   LockOptions options_;
@@ -74,6 +80,9 @@ class LockCore : public std::enable_shared_from_this<LockCore> {
   Ownership ownership_;
   // No acquire attempt before this (anti-barging), steady_clock ticks since its epoch.
   std::atomic<SteadyClock::rep> courtesy_until_{0};
+  // This object's last release was announced to more than one waiting process: its next wait
+  // starts crowded (yield_to_elders).
+  std::atomic<bool> crowded_{false};
 };
 
 }  // namespace detail
