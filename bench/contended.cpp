@@ -119,7 +119,9 @@ class Region {
   Shared* shared_{nullptr};
 };
 
-void worker(Shared& shm, int id, const redlock::Client& client, const WorkerConfig& config) {
+// One Client: a Lock; more: a Redlock over them.
+void worker(Shared& shm, int id, const std::vector<redlock::Client>& clients,
+            const WorkerConfig& config) {
   WorkerSlot& me = shm.workers[id];
   try {
     redlock::LockOptions options;
@@ -127,8 +129,14 @@ void worker(Shared& shm, int id, const redlock::Client& client, const WorkerConf
     options.wake_on_release = config.wake;
     options.fair = config.fair;
     options.retry_delay = milliseconds(config.retry_ms);
-    redlock::Lock lock(client, config.key, options);
-    client.ping();  // a pooled connection before the start
+    std::unique_ptr<redlock::LockBase> owned;
+    if (clients.size() == 1) {
+      owned = std::make_unique<redlock::Lock>(clients.front(), config.key, options);
+    } else {
+      owned = std::make_unique<redlock::Redlock>(clients, config.key, options);
+    }
+    redlock::LockBase& lock = *owned;
+    for (const auto& client : clients) client.ping();  // pooled connections before the start
     me.state.store(1);
     while (shm.go.load(std::memory_order_acquire) == 0) {
       std::this_thread::sleep_for(milliseconds(1));  // gently: the others are starting too
@@ -175,6 +183,7 @@ struct Spec {
   int hold_ms{0};
   bool wake{true};
   bool fair{false};
+  bool redlock{false};  // a Redlock over the section's 3 servers instead of a Lock on one
 };
 
 struct Outcome {
@@ -288,8 +297,8 @@ class Crew {
   std::vector<std::thread> threads_;
 };
 
-Outcome run_one(const Config& config, const redlock::Endpoint& endpoint, redisContext* admin,
-                const Spec& spec, const std::string& key) {
+Outcome run_one(const Config& config, const std::vector<redlock::Endpoint>& endpoints,
+                redisContext* admin, const Spec& spec, const std::string& key) {
   Outcome out;
   Region region;
   Shared& shm = region.shared();
@@ -305,18 +314,23 @@ Outcome run_one(const Config& config, const redlock::Endpoint& endpoint, redisCo
   // The floor first, on a quiet machine: no worker exists yet.
   out.ping = summarize(ping_rtts(admin, config.quick ? 200 : 1000));
 
-  std::unique_ptr<redlock::Client> client;  // threads share it; declared before the crew
-  if (!spec.processes) client = std::make_unique<redlock::Client>(endpoint);
+  const std::size_t nodes = spec.redlock ? endpoints.size() : 1;
+  std::vector<redlock::Client> clients;  // threads share them; declared before the crew
+  std::string ports;
+  for (std::size_t i = 0; i < nodes; ++i) {
+    if (!spec.processes) clients.emplace_back(endpoints[i]);
+    ports += (i ? "," : "") + std::to_string(endpoints[i].port);
+  }
+  const redlock::Endpoint& endpoint = endpoints.front();
   Crew crew(shm);
   for (int id = 0; id < n; ++id) {
     if (spec.processes) {
-      crew.spawn(id,
-                 {self_exe(), "--contended-worker", std::to_string(region.fd()), std::to_string(id),
-                  std::to_string(endpoint.port), std::to_string(endpoint.command_timeout.count()),
-                  wc.key, wc.wake ? "1" : "0", wc.fair ? "1" : "0", std::to_string(wc.hold_us),
-                  std::to_string(wc.retry_ms)});
+      crew.spawn(
+          id, {self_exe(), "--contended-worker", std::to_string(region.fd()), std::to_string(id),
+               ports, std::to_string(endpoint.command_timeout.count()), wc.key, wc.wake ? "1" : "0",
+               wc.fair ? "1" : "0", std::to_string(wc.hold_us), std::to_string(wc.retry_ms)});
     } else {
-      crew.thread([&shm, &client, &wc, id] { worker(shm, id, *client, wc); });
+      crew.thread([&shm, &clients, &wc, id] { worker(shm, id, clients, wc); });
     }
   }
   const std::int64_t ready_by = now_ns() + 20'000'000'000;
@@ -628,8 +642,11 @@ void section_contended(const Config& config, Report& report) {
             << " ms (library default, both modes)\n";
   std::cout.flush();
   if (config.workers > kMaxWorkers) throw std::invalid_argument("too many workers");
-  redlock::test::RedisServer server;
-  const redlock::Endpoint endpoint = endpoint_of(server, config.timeout);
+  redlock::test::ServerGroup group(3);  // a Lock uses the first; the Redlock row all three
+  std::vector<redlock::Endpoint> endpoints;
+  for (std::size_t i = 0; i < group.size(); ++i)
+    endpoints.push_back(endpoint_of(group[i], config.timeout));
+  const redlock::Endpoint& endpoint = endpoints.front();
   RawContext admin = raw_connect(endpoint);
 
   Table table({"workers", "hold", "mode", "acq/s", "wait p50 ms", "p99 ms", "max ms",
@@ -639,81 +656,90 @@ void section_contended(const Config& config, Report& report) {
   std::vector<std::string> target;
   std::vector<std::string> fairness;
   int index = 0;
+  // wake: wake_on_release (the default); fair: fair mode; poll: wake_on_release off; the last
+  // run is a Redlock(3) with the default options, across processes.
+  std::vector<Spec> specs;
   for (const bool processes : {false, true}) {
     for (const int hold : {0, 1}) {
-      // wake: wake_on_release (the default); fair: fair mode; poll: wake_on_release off.
       for (const char* mode : {"wake", "fair", "poll"}) {
         const std::string m = mode;
-        const bool wake = m != "poll";
-        const Spec spec{processes, hold, wake, m == "fair"};
-        const std::string label = fmt::format("{} {}, hold {} ms, {}", config.workers,
-                                              processes ? "processes" : "threads", hold, m);
-        Outcome o;
-        try {
-          o = run_one(config, endpoint, admin.get(), spec,
-                      redlock::test::key("s3:run" + std::to_string(index++)));
-        } catch (const std::exception& e) {
-          o.error = e.what();
-        }
-        if (!o.error.empty()) report.errors.push_back("section 3: " + label + ": " + o.error);
-        const double rate = o.seconds > 0 ? static_cast<double>(o.acquisitions) / o.seconds : 0;
-        const double over_ping = ratio(o.handoff.p50_ns, o.ping.p50_ns);
-        const double acq = static_cast<double>(std::max<std::uint64_t>(o.acquisitions, 1));
-        table.row({std::to_string(config.workers) + (processes ? " proc" : " thr"),
-                   std::to_string(hold) + " ms", m, num(rate), num(o.wait.p50_ns / 1e6),
-                   num(o.wait.p99_ns / 1e6), num(o.wait_max_ns / 1e6),
-                   std::to_string(o.min_per_worker) + "-" + std::to_string(o.max_per_worker),
-                   num(100.0 * static_cast<double>(o.handoffs) / acq) + "%",
-                   num(o.handoff.p50_ns / 1e6), num(o.handoff.p99_ns / 1e6),
-                   num(o.ping.p50_ns / 1e6), times(over_ping), num(o.client_commands),
-                   breakdown(o)});
-        if (wake) {
-          target.push_back(fmt::format("{}: handoff p50 {} = {} PING p50 -> {}", label,
-                                       num(o.handoff.p50_ns / 1e6) + " ms", times(over_ping),
-                                       o.handoff.count == 0 ? "no handoffs"
-                                       : over_ping <= 3.0   ? "within 3x"
-                                                            : "MISSED (> 3x)"));
-        }
-        const double share =
-            ratio(static_cast<double>(o.min_per_worker), static_cast<double>(o.max_per_worker));
-        if (hold == 1) {
-          fairness.push_back(fmt::format("{}: min/max {} , max wait {} ms -> {}", label, num(share),
-                                         num(o.wait_max_ns / 1e6),
-                                         share >= 0.5 && o.wait_max_ns < 50e6 ? "met" : "MISSED"));
-        }
-        Json j = Json::object();
-        j.set("mode", processes ? "processes" : "threads");
-        j.set("workers", config.workers);
-        j.set("hold_ms", hold);
-        j.set("wake_on_release", wake);
-        j.set("fair", spec.fair);
-        j.set("min_over_max_per_worker", share);
-        j.set("retry_delay_ms", retry_ms);
-        j.set("seconds", o.seconds);
-        j.set("acquisitions", o.acquisitions);
-        j.set("acquisitions_incl_wind_down", o.total);
-        j.set("acquisitions_per_s", rate);
-        j.set("acquisitions_per_worker_min", o.min_per_worker);
-        j.set("acquisitions_per_worker_max", o.max_per_worker);
-        j.set("wait_p50_ms", o.wait.p50_ns / 1e6);
-        j.set("wait_p99_ms", o.wait.p99_ns / 1e6);
-        j.set("wait_max_ms", o.wait.max_ns / 1e6);
-        j.set("wait_max_incl_unfinished_ms", o.wait_max_ns / 1e6);
-        j.set("handoffs", o.handoffs);
-        j.set("handoff_p50_ms", o.handoff.p50_ns / 1e6);
-        j.set("handoff_p99_ms", o.handoff.p99_ns / 1e6);
-        j.set("handoff_max_ms", o.handoff.max_ns / 1e6);
-        j.set("ping_p50_ms", o.ping.p50_ns / 1e6);
-        j.set("ping_p99_ms", o.ping.p99_ns / 1e6);
-        j.set("handoff_p50_over_ping_p50", over_ping);
-        j.set("client_commands_per_acquisition", o.client_commands);
-        Json calls = Json::object();
-        for (const auto& [name, c] : o.calls) calls.set(name, c);
-        j.set("commandstats_delta", std::move(calls));
-        if (!o.error.empty()) j.set("error", o.error);
-        runs.push(std::move(j));
+        specs.push_back(Spec{processes, hold, m != "poll", m == "fair", false});
       }
     }
+  }
+  specs.push_back(Spec{true, 1, true, false, true});
+  for (const Spec& spec : specs) {
+    const bool processes = spec.processes;
+    const int hold = spec.hold_ms;
+    const bool wake = spec.wake;
+    const std::string m = spec.fair ? "fair" : wake ? "wake" : "poll";
+    const std::string mode_label = spec.redlock ? "wake, Redlock(3)" : m;
+    const std::string label = fmt::format("{} {}, hold {} ms, {}", config.workers,
+                                          processes ? "processes" : "threads", hold, mode_label);
+    Outcome o;
+    try {
+      o = run_one(config, endpoints, admin.get(), spec,
+                  redlock::test::key("s3:run" + std::to_string(index++)));
+    } catch (const std::exception& e) {
+      o.error = e.what();
+    }
+    if (!o.error.empty()) report.errors.push_back("section 3: " + label + ": " + o.error);
+    const double rate = o.seconds > 0 ? static_cast<double>(o.acquisitions) / o.seconds : 0;
+    const double over_ping = ratio(o.handoff.p50_ns, o.ping.p50_ns);
+    const double acq = static_cast<double>(std::max<std::uint64_t>(o.acquisitions, 1));
+    table.row({std::to_string(config.workers) + (processes ? " proc" : " thr"),
+               std::to_string(hold) + " ms", spec.redlock ? "wake R3" : m, num(rate),
+               num(o.wait.p50_ns / 1e6), num(o.wait.p99_ns / 1e6), num(o.wait_max_ns / 1e6),
+               std::to_string(o.min_per_worker) + "-" + std::to_string(o.max_per_worker),
+               num(100.0 * static_cast<double>(o.handoffs) / acq) + "%",
+               num(o.handoff.p50_ns / 1e6), num(o.handoff.p99_ns / 1e6), num(o.ping.p50_ns / 1e6),
+               times(over_ping), num(o.client_commands), breakdown(o)});
+    if (wake) {
+      target.push_back(fmt::format("{}: handoff p50 {} = {} PING p50 -> {}", label,
+                                   num(o.handoff.p50_ns / 1e6) + " ms", times(over_ping),
+                                   o.handoff.count == 0 ? "no handoffs"
+                                   : over_ping <= 3.0   ? "within 3x"
+                                                        : "MISSED (> 3x)"));
+    }
+    const double share =
+        ratio(static_cast<double>(o.min_per_worker), static_cast<double>(o.max_per_worker));
+    if (hold == 1) {
+      fairness.push_back(fmt::format("{}: min/max {} , max wait {} ms -> {}", label, num(share),
+                                     num(o.wait_max_ns / 1e6),
+                                     share >= 0.5 && o.wait_max_ns < 50e6 ? "met" : "MISSED"));
+    }
+    Json j = Json::object();
+    j.set("mode", processes ? "processes" : "threads");
+    j.set("workers", config.workers);
+    j.set("hold_ms", hold);
+    j.set("wake_on_release", wake);
+    j.set("fair", spec.fair);
+    j.set("nodes", spec.redlock ? 3 : 1);
+    j.set("min_over_max_per_worker", share);
+    j.set("retry_delay_ms", retry_ms);
+    j.set("seconds", o.seconds);
+    j.set("acquisitions", o.acquisitions);
+    j.set("acquisitions_incl_wind_down", o.total);
+    j.set("acquisitions_per_s", rate);
+    j.set("acquisitions_per_worker_min", o.min_per_worker);
+    j.set("acquisitions_per_worker_max", o.max_per_worker);
+    j.set("wait_p50_ms", o.wait.p50_ns / 1e6);
+    j.set("wait_p99_ms", o.wait.p99_ns / 1e6);
+    j.set("wait_max_ms", o.wait.max_ns / 1e6);
+    j.set("wait_max_incl_unfinished_ms", o.wait_max_ns / 1e6);
+    j.set("handoffs", o.handoffs);
+    j.set("handoff_p50_ms", o.handoff.p50_ns / 1e6);
+    j.set("handoff_p99_ms", o.handoff.p99_ns / 1e6);
+    j.set("handoff_max_ms", o.handoff.max_ns / 1e6);
+    j.set("ping_p50_ms", o.ping.p50_ns / 1e6);
+    j.set("ping_p99_ms", o.ping.p99_ns / 1e6);
+    j.set("handoff_p50_over_ping_p50", over_ping);
+    j.set("client_commands_per_acquisition", o.client_commands);
+    Json calls = Json::object();
+    for (const auto& [name, c] : o.calls) calls.set(name, c);
+    j.set("commandstats_delta", std::move(calls));
+    if (!o.error.empty()) j.set("error", o.error);
+    runs.push(std::move(j));
   }
   table.print(std::cout);
   std::cout
@@ -723,7 +749,8 @@ void section_contended(const Config& config, Report& report) {
          "lock() returns (CLOCK_MONOTONIC); handoffs = share of acquisitions that changed "
          "owner;\n  cmds/acq = client-sent commands (INFO commandstats delta, commands run "
          "inside scripts excluded) per acquisition\n  mode: wake = wake_on_release (default), "
-         "fair = LockOptions::fair (FIFO queue, hand-over), poll = wake_on_release off\n"
+         "fair = LockOptions::fair (FIFO queue, hand-over), poll = wake_on_release off, wake R3 = "
+         "a Redlock over 3 servers (cmds/acq: the first server's)\n"
          "  target (wake, fair): handoff p50 within 3x PING p50:\n";
   for (const auto& t : target) std::cout << "    " << t << "\n";
   std::cout << "  target (1 ms holds): acquisitions per worker min/max >= 0.5, max wait < 50 ms:\n";
@@ -747,7 +774,8 @@ void section_contended(const Config& config, Report& report) {
 }
 
 int contended_worker_main(int argc, char** argv) {
-  // argv: exe --contended-worker fd id port timeout_ms key wake fair hold_us retry_ms
+  // argv: exe --contended-worker fd id ports timeout_ms key wake fair hold_us retry_ms
+  // (ports: one, a Lock; several, comma-separated, a Redlock)
   if (argc != 11) {
     std::cerr << "redlock-bench --contended-worker: internal mode, started by section 3\n";
     return 2;
@@ -759,19 +787,25 @@ int contended_worker_main(int argc, char** argv) {
     const int id = std::stoi(argv[3]);
     Shared* shm = Region::map(fd);
     if (id < 0 || id >= kMaxWorkers) return 2;
-    redlock::Endpoint endpoint;
-    endpoint.host = "127.0.0.1";
-    endpoint.port = std::stoi(argv[4]);
-    endpoint.connect_timeout = milliseconds(std::stoll(argv[5]));
-    endpoint.command_timeout = endpoint.connect_timeout;
+    std::vector<redlock::Client> clients;
+    const std::string ports = argv[4];
+    for (std::size_t at = 0; at < ports.size();) {
+      const std::size_t comma = std::min(ports.find(',', at), ports.size());
+      redlock::Endpoint endpoint;
+      endpoint.host = "127.0.0.1";
+      endpoint.port = std::stoi(ports.substr(at, comma - at));
+      endpoint.connect_timeout = milliseconds(std::stoll(argv[5]));
+      endpoint.command_timeout = endpoint.connect_timeout;
+      clients.emplace_back(endpoint);
+      at = comma + 1;
+    }
     WorkerConfig config;
     config.key = argv[6];
     config.wake = std::string(argv[7]) == "1";
     config.fair = std::string(argv[8]) == "1";
     config.hold_us = std::stoll(argv[9]);
     config.retry_ms = std::stoll(argv[10]);
-    const redlock::Client client(endpoint);
-    worker(*shm, id, client, config);
+    worker(*shm, id, clients, config);
     return shm->workers[id].state.load() == 2 ? 0 : 1;
   } catch (const std::exception& e) {
     std::cerr << "redlock-bench worker: " << e.what() << "\n";
