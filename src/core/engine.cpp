@@ -297,6 +297,9 @@ AcquireResult LeaseEngine::acquire(const AcquireRequest& request) {
   Decision decision = decide(n, result.granted, ttl_, drift_factor_, a.started, SteadyClock::now());
   if (decision.held && fencing_) result.fence = raise_fence(a, decision);
   if (decision.held) {
+    const bool skipped = std::any_of(a.batches.begin(), a.batches.end(),
+                                     [](const NodeBatch& b) { return b.skipped; });
+    if (skipped && !fair_) remember_unsent(a);
     result.held = true;
     result.valid_until = decision.valid_until;
     return result;
@@ -357,7 +360,24 @@ std::size_t LeaseEngine::extend_many(RenewItem* items, std::size_t count) {
 }
 
 ReleaseResult LeaseEngine::release(const std::string& token, Announce announce) {
-  return release_on(token, nullptr, announce);
+  PerNode<bool> reached;
+  if (has_unsent_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> guard(unsent_mutex_);
+    if (unsent_.token == token) {
+      for (const bool unsent : unsent_.nodes) reached.push_back(!unsent);
+      unsent_.token.clear();
+      has_unsent_.store(false, std::memory_order_release);
+    }
+  }
+  return release_on(token, reached.empty() ? nullptr : reached.data(), announce);
+}
+
+void LeaseEngine::remember_unsent(const Round& a) {
+  std::lock_guard<std::mutex> guard(unsent_mutex_);
+  unsent_.token = a.token;
+  unsent_.nodes.clear();
+  for (std::size_t i = 0; i < nodes_.size(); ++i) unsent_.nodes.push_back(a.batches[i].skipped);
+  has_unsent_.store(true, std::memory_order_release);
 }
 
 ReleaseResult LeaseEngine::release_on(const std::string& token, const bool* only,

@@ -4,11 +4,13 @@
 #ifndef REDLOCK_SRC_ENGINE_HPP
 #define REDLOCK_SRC_ENGINE_HPP
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -78,6 +80,7 @@ class LeaseEngine final : public LeaseBackend {
   std::uint64_t raise_fence(const Round& a, Decision& decision);
   void roll_back(const Round& a, AcquireResult& result);
   void report(const Round& a, AcquireResult& result) const;
+  void remember_unsent(const Round& a);
 
   std::vector<std::shared_ptr<ClientImpl>> nodes_;
   LockKeys keys_;
@@ -88,6 +91,16 @@ class LeaseEngine final : public LeaseBackend {
   bool fair_;
   std::chrono::milliseconds queue_alive_{0};
   std::string queue_alive_ms_;
+  // The last grant made while nodes in back-off were skipped, and which nodes its token never
+  // reached: its release leaves them out (a paused node would otherwise get a new connection
+  // per release). A lock has one hold at a time; another token's release asks every node.
+  struct Unsent {
+    std::string token;
+    PerNode<bool> nodes;
+  };
+  std::mutex unsent_mutex_;
+  Unsent unsent_;
+  std::atomic<bool> has_unsent_{false};
 };
 
 // Checks what LeaseEngine's constructor accepts (key, options). Throws std::invalid_argument.

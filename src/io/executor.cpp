@@ -177,7 +177,9 @@ std::size_t prepare(PerNode<Pending>& pending, NodeBatch* batches, Clock::time_p
     p.batch = &batches[i];
     p.batch->error = nullptr;
     p.batch->replies.clear();
+    p.batch->skipped = false;
     if (redlock && policy == SkipPolicy::skip_backed_off && p.batch->node->skip(start)) {
+      p.batch->skipped = true;
       p.batch->error = std::make_exception_ptr(TimeoutError(
           fmt::format("redlock: {} timed out recently; skipped until its back-off ends",
                       p.batch->node->address())));

@@ -44,6 +44,8 @@ struct NodeBatch {
   bool retried{false};
   // Out: cut short by an early finish (its error is a TimeoutError), not by its own deadline.
   bool abandoned{false};
+  // Out: not sent at all: the node is in back-off and the policy skips it (SkipPolicy).
+  bool skipped{false};
 };
 
 // Lets a multi-node batch finish before its slowest node once the outcome is certain: when
