@@ -77,9 +77,10 @@ struct EarlyFinish {
 };
 
 // Which nodes a multi-node batch with an EarlyFinish may leave out. An acquire may skip a node in
-// back-off (it then does not grant). Anything that may find our key on a node (release, extend,
-// the rollback of a partial grant, raising a fence) goes to every node; a node in back-off then
-// gets the request but is not waited for once the other nodes are done.
+// back-off (it then does not grant; NodeBatch::skipped). Anything that may find our key on a node
+// (release, extend, the rollback of a partial grant, raising a fence) goes to every node the
+// caller names (a release leaves out the nodes its grant skipped: the token never reached them);
+// a node in back-off then gets the request but is not waited for once the other nodes are done.
 enum class SkipPolicy : unsigned char { every_node, skip_backed_off };
 
 // Runs every batch: connects where no pooled connection is idle and sends each node's commands
