@@ -299,7 +299,7 @@ AcquireResult LeaseEngine::acquire(const AcquireRequest& request) {
   if (decision.held) {
     const bool skipped = std::any_of(a.batches.begin(), a.batches.end(),
                                      [](const NodeBatch& b) { return b.skipped; });
-    if (skipped && !fair_) remember_unsent(a);
+    if (skipped || has_unsent_.load(std::memory_order_relaxed)) remember_unsent(a, skipped);
     result.held = true;
     result.valid_until = decision.valid_until;
     return result;
@@ -372,12 +372,15 @@ ReleaseResult LeaseEngine::release(const std::string& token, Announce announce) 
   return release_on(token, reached.empty() ? nullptr : reached.data(), announce);
 }
 
-void LeaseEngine::remember_unsent(const Round& a) {
+// Records the grant's skipped nodes, or (none skipped) forgets an older grant's record.
+void LeaseEngine::remember_unsent(const Round& a, bool skipped) {
   std::lock_guard<std::mutex> guard(unsent_mutex_);
-  unsent_.token = a.token;
+  unsent_.token = skipped ? a.token : std::string();
   unsent_.nodes.clear();
-  for (std::size_t i = 0; i < nodes_.size(); ++i) unsent_.nodes.push_back(a.batches[i].skipped);
-  has_unsent_.store(true, std::memory_order_release);
+  for (std::size_t i = 0; skipped && i < nodes_.size(); ++i) {
+    unsent_.nodes.push_back(a.batches[i].skipped);
+  }
+  has_unsent_.store(skipped, std::memory_order_release);
 }
 
 ReleaseResult LeaseEngine::release_on(const std::string& token, const bool* only,

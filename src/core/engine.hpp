@@ -80,7 +80,7 @@ class LeaseEngine final : public LeaseBackend {
   std::uint64_t raise_fence(const Round& a, Decision& decision);
   void roll_back(const Round& a, AcquireResult& result);
   void report(const Round& a, AcquireResult& result) const;
-  void remember_unsent(const Round& a);
+  void remember_unsent(const Round& a, bool skipped);
 
   std::vector<std::shared_ptr<ClientImpl>> nodes_;
   LockKeys keys_;

@@ -318,8 +318,8 @@ void LockCore::hold_back_after(SteadyClock::time_point release_start) {
 // without an order the one whose subscription the server writes to first wins nearly every
 // race (one process took 10-15x another's share). A crowded wait (other processes wait too: a
 // release of this object reached several, or another waiter won a release this one heard)
-// holds back its attempt by answer_time / 2^refused: a process refused more often has waited
-// through more releases and answers first; one that just arrived waits the longest. A lone
+// holds back its attempt by (8 - refused) / 8 of answer_time: a process refused more often has
+// waited through more releases and answers first; one that just arrived waits the longest. A lone
 // waiter (the ping-pong hand-off) is never crowded and pays nothing; fair mode has its queue.
 void LockCore::yield_to_elders(const Round& r) const {
   constexpr unsigned kLevels = 8;  // refused 8 times or more: no pause
