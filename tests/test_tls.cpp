@@ -194,7 +194,12 @@ TEST_CASE("TLS: a Redlock release reaches a node whose handshake outlasts the ot
   });
   CHECK(lock.release());  // a and c confirm at once; b is cut mid-handshake
   resume.join();
-  std::this_thread::sleep_for(1s);  // the finisher completes b's handshake and sends the release
+  // The finisher completes b's handshake and sends the release (under a sanitizer on a busy
+  // machine, once over a second after the resume): wait for it, far inside the 30 s ttl.
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (b.raw({"EXISTS", k}).integer() != 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(20ms);
+  }
   CHECK(b.raw({"EXISTS", k}).integer() == 0);
   CHECK(a.raw({"EXISTS", k}).integer() == 0);
 }
