@@ -104,6 +104,7 @@ void finish(Pending& p) {
   }
   p.connection->authenticated = true;
   p.batch->replies.clear();
+  p.batch->replies.reserve(p.replies.size() - p.handshake);
   for (std::size_t i = p.handshake; i < p.replies.size(); ++i) {
     p.batch->replies.push_back(std::move(p.replies[i]));
   }
@@ -211,11 +212,17 @@ void reserve(PerNode<Pending>& pending) {
   for (Pending* p : order) {
     ClientImpl& node = *p->batch->node;
     const Endpoint& ep = node.endpoint();
+    const auto& commands = p->batch->commands;
+    const Probe probe =
+        std::all_of(commands.begin(), commands.end(),
+                    [](const CommandView& c) { return c.resend == Resend::allowed; })
+            ? Probe::skip
+            : Probe::first;
     try {
       if (!fan_out) {
-        p->connection = node.obtain(ep.connect_timeout + ep.command_timeout, p->slot);
+        p->connection = node.obtain(ep.connect_timeout + ep.command_timeout, p->slot, probe);
       } else {
-        node.try_obtain(p->connection, p->slot);  // false: dials one beyond the bound
+        node.try_obtain(p->connection, p->slot, probe);  // false: dials one beyond the bound
       }
     } catch (...) {
       p->batch->error = std::current_exception();

@@ -126,7 +126,7 @@ std::shared_ptr<void> ClientImpl::take_slot(Slots& slots) {
 
 // Idle connections go to the callers in arrival order: none is taken past a waiting caller.
 std::unique_ptr<Connection> ClientImpl::obtain(Clock::duration patience,
-                                               std::shared_ptr<void>& slot) {
+                                               std::shared_ptr<void>& slot, Probe probe) {
   Slots& slots = *slots_;
   for (;;) {
     std::unique_ptr<Connection> connection;
@@ -143,7 +143,7 @@ std::unique_ptr<Connection> ClientImpl::obtain(Clock::duration patience,
       connection = std::move(slots.idle.back());
       slots.idle.pop_back();
     }
-    if (fresh(*connection)) return connection;
+    if (fresh(*connection, probe)) return connection;
   }
 }
 
@@ -170,7 +170,8 @@ std::exception_ptr ClientImpl::busy_error(Clock::duration waited) const {
                   std::chrono::duration_cast<std::chrono::milliseconds>(waited).count())));
 }
 
-bool ClientImpl::try_obtain(std::unique_ptr<Connection>& connection, std::shared_ptr<void>& slot) {
+bool ClientImpl::try_obtain(std::unique_ptr<Connection>& connection, std::shared_ptr<void>& slot,
+                            Probe probe) {
   Slots& slots = *slots_;
   for (;;) {
     {
@@ -184,16 +185,18 @@ bool ClientImpl::try_obtain(std::unique_ptr<Connection>& connection, std::shared
       connection = std::move(slots.idle.back());
       slots.idle.pop_back();
     }
-    if (fresh(*connection)) return true;
+    if (fresh(*connection, probe)) return true;
     connection.reset();  // closed by the server: its slot is given back
   }
 }
 
-bool ClientImpl::fresh(Connection& connection) const noexcept {
+bool ClientImpl::fresh(Connection& connection, Probe probe) const noexcept {
   if (locator_ && connection.epoch != locator_->epoch()) return false;  // to a former master
   // An idle connection has nothing to read unless the server closed it (restart, CLIENT KILL,
   // idle timeout): such a one is dropped (by the caller) before anything is sent on it.
-  if (!connection.transport.readable_now()) {
+  const bool closed =
+      probe == Probe::first ? connection.transport.readable_now() : connection.transport.buffered();
+  if (!closed) {
     connection.reused = true;
     return true;
   }

@@ -44,6 +44,12 @@ std::string settings_key(const Endpoint& endpoint);
 // std::system_error (thread).
 std::shared_ptr<Subscriber> shared_subscriber(const Endpoint& endpoint, PubSub pubsub);
 
+// Whether obtain() first checks an idle connection for a close by the server (one poll(2) per
+// request). A batch whose every command may be sent twice (Resend::allowed: the library's own)
+// skips it: on a connection the server closed, it fails before any reply and execute() retries
+// it on a fresh one, just as when the server closes the connection right after the check.
+enum class Probe : unsigned char { first, skip };
+
 class ClientImpl {
  public:
   // `pubsub`: how this node announces releases and its subscriber hears them (sharded: a
@@ -66,17 +72,19 @@ class ClientImpl {
   // to them are published on "<key>:released:<waiter_id>", so other processes are not woken.
   const std::string& waiter_id() const noexcept { return waiter_id_; }
 
-  // A connection to send on: an idle one, or null and `slot` holding the right to dial one more
+  // A connection to send on: an idle one (first checked for a close by the server, one
+  // poll(2), unless `probe` is Probe::skip), or null and `slot` holding the right to dial one more
   // (the connection must keep it, Connection::pool_slot, for as long as it is open). While
   // max_connections are open and none is idle, waits in arrival order for one to be checked in
   // or closed, as long as one comes back at least every `patience` (zero: no wait). Throws
   // TimeoutError naming the node when none came back for that long.
   std::unique_ptr<Connection> obtain(std::chrono::steady_clock::duration patience,
-                                     std::shared_ptr<void>& slot);
+                                     std::shared_ptr<void>& slot, Probe probe = Probe::first);
   // As obtain() without waiting, for a fan-out's node: false (nothing taken) while every one of
   // max_connections is busy or other callers wait in line (the fan-out then dials a connection
   // beyond the bound, which checkin() closes). Throws std::bad_alloc only.
-  bool try_obtain(std::unique_ptr<Connection>& connection, std::shared_ptr<void>& slot);
+  bool try_obtain(std::unique_ptr<Connection>& connection, std::shared_ptr<void>& slot,
+                  Probe probe = Probe::first);
   // Starts a non-blocking connect (see io/dial.hpp). Throws ConnectionError.
   Dial dial() const;
   // Completes a connect that poll() reported writable. Throws ConnectionError.
@@ -184,7 +192,7 @@ class ClientImpl {
   std::shared_ptr<void> take_slot(Slots& slots);  // slots.mutex held
   void wait_turn(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::duration patience);
   // False (after a debug log) if the server has closed this idle connection. Marks it reused.
-  bool fresh(Connection& connection) const noexcept;
+  bool fresh(Connection& connection, Probe probe) const noexcept;
   // The TimeoutError of a request that found every connection busy for `waited`.
   std::exception_ptr busy_error(std::chrono::steady_clock::duration waited) const;
   std::shared_ptr<Slots> slots_;
