@@ -343,7 +343,10 @@ const void* LeaseEngine::batch_group() const noexcept {
 }
 
 std::size_t LeaseEngine::extend_many(RenewItem* items, std::size_t count) {
-  std::vector<ExtendItem> leases(count);
+  // The watchdog's thread calls this once a batch: its scratch keeps its capacity.
+  thread_local std::vector<ExtendItem> leases;
+  leases.clear();
+  leases.resize(count);
   for (std::size_t k = 0; k < count; ++k) {
     const auto& engine = static_cast<const LeaseEngine&>(*items[k].backend);
     leases[k].engine = &engine;

@@ -3,6 +3,7 @@
 
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "core/engine.hpp"
 #include "core/tally.hpp"
@@ -46,9 +47,14 @@ class BatchIndex {
   std::unordered_map<ClientImpl*, std::size_t> map_;
 };
 
-void build(const ExtendItem* items, std::size_t count, PerNode<ExtendCommand>& commands,
-           PerNode<Place>& places, PerNode<NodeBatch>& batches) {
+void build(const ExtendItem* items, std::size_t count, ExtendCommand* commands, Place* places,
+           PerNode<NodeBatch>& batches) {
   BatchIndex index(batches);
+  if (count > 1 && items[0].engine->nodes().size() == 1) {
+    // A watchdog batch on one server: one node batch with all of them (grown once, not by
+    // doubling), plus a WAIT.
+    batches[index.of(items[0].engine->nodes()[0].get())].commands.reserve(count + 1);
+  }
   std::size_t at = 0;
   for (std::size_t k = 0; k < count; ++k) {
     const ExtendItem& item = items[k];
@@ -118,10 +124,15 @@ void tally_item(ExtendItem& item, const PerNode<NodeBatch>& batches, const Place
 std::size_t extend_leases(ExtendItem* items, std::size_t count, Finish finish) {
   std::size_t total = 0;
   for (std::size_t k = 0; k < count; ++k) total += items[k].engine->nodes().size();
-  PerNode<ExtendCommand> commands(total);  // never resized: the batches point into it
-  PerNode<Place> places(total);
+  // Scratch kept by the thread (the watchdog's batches of many leases allocate nothing once
+  // warm). Sized before build() and not after: the batches point into `commands`.
+  thread_local std::vector<ExtendCommand> commands;
+  thread_local std::vector<Place> places;
+  commands.clear();
+  commands.resize(total);
+  places.resize(total);
   PerNode<NodeBatch> batches;
-  build(items, count, commands, places, batches);
+  build(items, count, commands.data(), places.data(), batches);
   const auto started = SteadyClock::now();
   run(batches, items, count, finish);
   const auto done = SteadyClock::now();

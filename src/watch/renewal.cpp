@@ -6,6 +6,7 @@
 #include "core/tally.hpp"
 #include "util/log_internal.hpp"
 #include "util/observe.hpp"
+#include "util/prefetch.hpp"
 #include "watch/watchdog_impl.hpp"
 
 namespace redlock {
@@ -71,15 +72,21 @@ std::size_t WatchdogImpl::extend_grouped(std::vector<RenewItem>& items) {
 }
 
 void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::time_point now) {
-  std::vector<Renewing> renewing;
-  std::vector<RenewItem> items;
-  renewing.reserve(slots.size());  // one allocation each, not one per doubling
+  std::vector<Renewing>& renewing = batch_renewing_;  // kept across batches: no allocation
+  std::vector<RenewItem>& items = batch_items_;       // once warm
+  renewing.clear();
+  items.clear();
+  renewing.reserve(slots.size());
   items.reserve(slots.size());
   std::vector<Entry*>& entries = batch_entries_;
   {
     std::lock_guard<std::mutex> guard(mutex_);
     entries.clear();
     for (std::size_t slot : slots) entries.push_back(entries_[slot].get());
+  }
+  for (const Entry* entry : entries) {  // see util/prefetch.hpp
+    prefetch_bytes(entry->hold.get(), 2 * kCacheLine);
+    prefetch_bytes(entry->backend.get(), 2 * kCacheLine);
   }
   for (std::size_t i = 0; i < slots.size(); ++i) {
     const std::size_t slot = slots[i];

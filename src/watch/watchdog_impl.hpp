@@ -2,6 +2,8 @@
 #ifndef REDLOCK_SRC_WATCHDOG_IMPL_HPP
 #define REDLOCK_SRC_WATCHDOG_IMPL_HPP
 
+#include <time.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -9,7 +11,6 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <queue>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -21,6 +22,8 @@
 #include "core/backend.hpp"
 #include "core/hold.hpp"
 #include "core/tally.hpp"
+#include "util/doorbell.hpp"
+#include "watch/due_queue.hpp"
 
 namespace redlock {
 namespace detail {
@@ -77,11 +80,7 @@ class WatchdogImpl : public std::enable_shared_from_this<WatchdogImpl> {
     SteadyClock::time_point hurry{SteadyClock::time_point::max()};
     bool done{false};  // renewal thread only: stop watching after this batch
   };
-  struct Due {
-    SteadyClock::time_point when;
-    std::size_t slot;
-    bool operator>(const Due& other) const { return when > other.when; }
-  };
+  using Due = DueQueue::Due;
 
   void ensure_started();  // mutex_ held
   void renew_loop() noexcept;
@@ -113,13 +112,13 @@ class WatchdogImpl : public std::enable_shared_from_this<WatchdogImpl> {
                    std::vector<std::unique_ptr<Entry>>& dead);
 
   mutable std::mutex mutex_;
-  std::condition_variable wake_;
+  Doorbell bell_;  // wakes the renewal thread (util/doorbell.hpp)
   bool stop_{false};
   bool started_{false};
   std::vector<std::unique_ptr<Entry>> entries_;  // slot -> entry (null: free)
   std::vector<std::size_t> free_slots_;
   std::unordered_map<const HoldState*, std::size_t> slot_of_;  // the entry watching a hold
-  std::priority_queue<Due, std::vector<Due>, std::greater<Due>> queue_;
+  DueQueue queue_;
   std::thread renewer_;
 
   std::mutex callback_mutex_;
@@ -137,6 +136,9 @@ class WatchdogImpl : public std::enable_shared_from_this<WatchdogImpl> {
   };
   BatchCounts batch_;
   std::vector<Entry*> batch_entries_;
+  std::vector<Renewing> batch_renewing_;
+  std::vector<RenewItem> batch_items_;
+  std::vector<Due> popped_;  // renew_loop(): the records taken for the next batch
 
   // Stats (guarded by mutex_).
   std::uint64_t renewals_{0};
@@ -145,7 +147,9 @@ class WatchdogImpl : public std::enable_shared_from_this<WatchdogImpl> {
   std::uint64_t round_trips_{0};
   std::vector<std::int64_t> lateness_us_;  // ring of the last kWindow
   std::size_t lateness_next_{0};
-  std::atomic<std::int64_t> thread_cpu_us_{0};
+  std::atomic<std::int64_t> thread_cpu_us_{0};  // the renewal thread's, stored as it exits
+  clockid_t renewer_clock_{};                   // its CPU clock (guarded by mutex_)
+  bool renewer_clock_known_{false};
 };
 
 }  // namespace detail
