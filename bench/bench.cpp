@@ -823,12 +823,12 @@ void section_watchdog(const Config& config, Report& report) {
   const double watch_cpu_us = static_cast<double>(dcpu0) / 1e3 / config.leases;
 
   // Floor, on the quiet server (leases released): back to back, median of 5 passes; and paced
-  // like the watchdog (its mean batch size at its mean batch rate), median of 2 passes.
+  // like the watchdog (its mean batch size at its mean batch rate), median of 5 passes.
   load_scripts(admin.get());
   const auto batch = static_cast<std::size_t>(std::max(1.0, per_batch + 0.5));
   const auto n = static_cast<std::size_t>(config.leases);
   const int passes = 5;
-  const int paced_passes = 2;
+  const int paced_passes = 5;
   const auto pace = std::chrono::nanoseconds(
       s1.round_trips > 0 ? static_cast<std::int64_t>(window_s * 1e9 / s1.round_trips) : 0);
   std::size_t confirmed = 0;
