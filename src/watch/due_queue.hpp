@@ -31,8 +31,6 @@ class DueQueue {
     bool operator>(const Due& other) const noexcept { return when > other.when; }
   };
 
-  DueQueue() : wheel_(kBuckets) {}
-
   bool empty() const noexcept { return in_wheel_ == 0 && far_.empty(); }
 
   // The earliest record's time; time_point::max() when empty.
@@ -48,6 +46,7 @@ class DueQueue {
 
   // Adds a record. Throws std::bad_alloc (the queue is then unchanged).
   void push(const Due& due) {
+    if (wheel_.empty()) wheel_.resize(kBuckets);  // on first use (96 KiB)
     const std::int64_t b = bucket_of(due.when);
     if (in_wheel_ == 0) cursor_ = b;  // a fresh start: the wheel's horizon begins here
     if (b >= cursor_ + static_cast<std::int64_t>(kBuckets)) {

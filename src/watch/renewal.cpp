@@ -71,13 +71,8 @@ std::size_t WatchdogImpl::extend_grouped(std::vector<RenewItem>& items) {
   return round_trips;
 }
 
-void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::time_point now) {
-  std::vector<Renewing>& renewing = batch_renewing_;  // kept across batches: no allocation
-  std::vector<RenewItem>& items = batch_items_;       // once warm
-  renewing.clear();
-  items.clear();
-  renewing.reserve(slots.size());
-  items.reserve(slots.size());
+const std::vector<WatchdogImpl::Entry*>& WatchdogImpl::entries_of(
+    const std::vector<std::size_t>& slots) {
   std::vector<Entry*>& entries = batch_entries_;
   {
     std::lock_guard<std::mutex> guard(mutex_);
@@ -88,6 +83,17 @@ void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::tim
     prefetch_bytes(entry->hold.get(), 2 * kCacheLine);
     prefetch_bytes(entry->backend.get(), 2 * kCacheLine);
   }
+  return entries;
+}
+
+void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::time_point now) {
+  std::vector<Renewing>& renewing = batch_renewing_;  // kept across batches: no allocation
+  std::vector<RenewItem>& items = batch_items_;       // once warm
+  renewing.clear();
+  items.clear();
+  renewing.reserve(slots.size());
+  items.reserve(slots.size());
+  const std::vector<Entry*>& entries = entries_of(slots);
   for (std::size_t i = 0; i < slots.size(); ++i) {
     const std::size_t slot = slots[i];
     Entry* entry = entries[i];

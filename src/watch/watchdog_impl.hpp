@@ -90,6 +90,8 @@ class WatchdogImpl : public std::enable_shared_from_this<WatchdogImpl> {
     std::size_t slot;
     Entry* entry;
   };
+  // The entries of `slots` (in batch_entries_), their holds and backends prefetched.
+  const std::vector<Entry*>& entries_of(const std::vector<std::size_t>& slots);
   // Renews the due leases in `slots`: one extend_many() per batch group of their backends (one
   // round trip per node for the Redis engines).
   void renew_batch(std::vector<std::size_t>& slots, SteadyClock::time_point now);
