@@ -73,6 +73,7 @@ class DueQueue {
       if (b > last) break;
       std::vector<Due>& bucket = wheel_[index_of(b)];
       // Records before `limit` are taken; the rest (only in the last bucket) stay, in order.
+      out.reserve(out.size() + bucket.size());  // the only throw: before anything moved
       std::size_t kept = 0;
       for (std::size_t i = 0; i < bucket.size(); ++i) {
         if (bucket[i].when <= limit) {
