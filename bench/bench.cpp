@@ -745,6 +745,25 @@ std::vector<double> extend_floor(redisContext* c, std::size_t n, std::size_t bat
   return cpu;
 }
 
+// One round of the library in section 4: the leases added, a window of about two renewal
+// periods, the leases released.
+struct DogRound {
+  double acquire_s{0};
+  int refused{0};
+  std::uint64_t renewals_while_adding{0};
+  double watch_cpu_us{0};  // the watchdog's CPU while the leases were added, per lease
+  redlock::WatchdogStats s0;
+  redlock::WatchdogStats s1;
+  double window_s{0};
+  std::int64_t dcpu{0};  // the watchdog threads' CPU in the window (/proc)
+  std::int64_t pcpu{0};  // the whole process's
+  std::uint64_t evalsha{0};
+  double release_s{0};
+  double cpu_us() const {
+    return s1.renewals > 0 ? static_cast<double>(dcpu) / 1e3 / static_cast<double>(s1.renewals) : 0;
+  }
+};
+
 void section_watchdog(const Config& config, Report& report) {
   const milliseconds ttl = config.watchdog_ttl;
   std::cout << "\n[4] Watchdog: " << config.leases << " leases (auto_renew, ttl " << ttl.count()
@@ -760,88 +779,122 @@ void section_watchdog(const Config& config, Report& report) {
   options.auto_renew = true;
   options.watchdog = dog;
 
-  std::vector<std::unique_ptr<redlock::Lock>> locks;
-  locks.reserve(static_cast<std::size_t>(config.leases));
-  // The watchdog's threads start with its first lease: whatever threads appear are its own. Their
-  // CPU is read from /proc (schedstat), exactly at the window's edges.
+  // The watchdog's threads start with its first lease: whatever threads appear then are its own.
+  // Their CPU is read from /proc (schedstat), exactly at the window's edges.
   const std::vector<int> before = thread_ids();
-  int refused = 0;
-  const std::int64_t a0 = now_ns();
-  for (int i = 0; i < config.leases; ++i) {
-    locks.push_back(std::make_unique<redlock::Lock>(
-        client, redlock::test::key("s4:lease:" + std::to_string(i)), options));
-    if (!locks.back()->try_lock()) ++refused;
-  }
-  const double acquire_s = static_cast<double>(now_ns() - a0) / 1e9;
-  if (refused > 0) {
-    report.errors.push_back(fmt::format("section 4: {} leases were refused", refused));
-  }
   std::vector<int> dog_threads;
-  for (const int tid : thread_ids()) {
-    if (!std::binary_search(before.begin(), before.end(), tid)) dog_threads.push_back(tid);
-  }
   auto dog_cpu_ns = [&] {
     std::int64_t sum = 0;
     for (const int tid : dog_threads) sum += std::max<std::int64_t>(task_cpu_ns(tid), 0);
     return sum;
   };
-
-  // The window: about two renewal periods (a renewal is due every ~ttl/3).
-  const redlock::WatchdogStats pre = dog->stats();  // renewals made while leases were added
-  dog->reset_stats();
-  const redlock::WatchdogStats s0 = dog->stats();
-  const std::int64_t dcpu0 = dog_cpu_ns();  // everything the watchdog did while leases were added
-  const auto calls0 = command_calls(admin.get());
-  const std::int64_t pcpu0 = process_cpu_ns();
-  const std::int64_t w0 = now_ns();
-  std::this_thread::sleep_for(2 * ttl / 3 + ttl / 10);
-  const redlock::WatchdogStats s1 = dog->stats();
-  const std::int64_t dcpu = dog_cpu_ns() - dcpu0;
-  const double window_s = static_cast<double>(now_ns() - w0) / 1e9;
-  const std::int64_t pcpu = process_cpu_ns() - pcpu0;
-  const auto calls1 = command_calls(admin.get());
-  auto delta = [&](const std::string& name) {
-    const auto a = calls1.find(name);
-    const auto b = calls0.find(name);
-    return (a == calls1.end() ? 0 : a->second) - (b == calls0.end() ? 0 : b->second);
+  auto library_round = [&] {
+    DogRound r;
+    std::vector<std::unique_ptr<redlock::Lock>> locks;
+    locks.reserve(static_cast<std::size_t>(config.leases));
+    const std::int64_t c0 = dog_cpu_ns();
+    const std::int64_t a0 = now_ns();
+    for (int i = 0; i < config.leases; ++i) {
+      locks.push_back(std::make_unique<redlock::Lock>(
+          client, redlock::test::key("s4:lease:" + std::to_string(i)), options));
+      if (!locks.back()->try_lock()) ++r.refused;
+    }
+    r.acquire_s = static_cast<double>(now_ns() - a0) / 1e9;
+    if (dog_threads.empty()) {
+      for (const int tid : thread_ids()) {
+        if (!std::binary_search(before.begin(), before.end(), tid)) dog_threads.push_back(tid);
+      }
+    }
+    r.renewals_while_adding = dog->stats().renewals;  // reset by the previous round
+    dog->reset_stats();
+    r.s0 = dog->stats();
+    const std::int64_t dcpu0 = dog_cpu_ns();
+    r.watch_cpu_us = static_cast<double>(dcpu0 - c0) / 1e3 / config.leases;
+    const auto calls0 = command_calls(admin.get());
+    const std::int64_t pcpu0 = process_cpu_ns();
+    const std::int64_t w0 = now_ns();
+    std::this_thread::sleep_for(2 * ttl / 3 + ttl / 10);
+    r.s1 = dog->stats();
+    r.dcpu = dog_cpu_ns() - dcpu0;
+    r.window_s = static_cast<double>(now_ns() - w0) / 1e9;
+    r.pcpu = process_cpu_ns() - pcpu0;
+    const auto calls1 = command_calls(admin.get());
+    const auto a = calls1.find("evalsha");
+    const auto b = calls0.find("evalsha");
+    r.evalsha = (a == calls1.end() ? 0 : a->second) - (b == calls0.end() ? 0 : b->second);
+    const std::int64_t d0 = now_ns();
+    locks.clear();  // releases every lease
+    r.release_s = static_cast<double>(now_ns() - d0) / 1e9;
+    dog->reset_stats();
+    return r;
   };
-  const std::string script =
-      check_script(admin.get(), extend_script_sha(), "extend", report, "section 4");
 
-  const std::int64_t d0 = now_ns();
-  locks.clear();  // releases every lease
-  const double release_s = static_cast<double>(now_ns() - d0) / 1e9;
-
+  // Rounds: the library (leases added, a window, released), then one pass of the floor paced
+  // like it (its mean batch size at its mean batch rate) on the quiet server; medians of the
+  // rounds. Interleaved, as in sections 1-2, so that a slow stretch of the machine falls on
+  // both sides.
+  const int rounds = config.quick ? 1 : 3;
+  const auto n = static_cast<std::size_t>(config.leases);
+  std::vector<DogRound> library;
+  std::vector<double> paced_cpu;
+  std::size_t batch = 1;
+  std::size_t paced_confirmed = 0;
+  double paced_wall_ns = 0;
+  std::chrono::nanoseconds pace{0};
+  std::string script;
+  load_scripts(admin.get());
+  for (int round = 0; round < rounds; ++round) {
+    library.push_back(library_round());
+    const DogRound& r = library.back();
+    if (r.refused > 0) {
+      report.errors.push_back(fmt::format("section 4: {} leases were refused", r.refused));
+    }
+    if (round == 0) {
+      script = check_script(admin.get(), extend_script_sha(), "extend", report, "section 4");
+    }
+    const double per_round_batch = r.s1.round_trips > 0 ? static_cast<double>(r.s1.renewals) /
+                                                              static_cast<double>(r.s1.round_trips)
+                                                        : 1;
+    batch = static_cast<std::size_t>(std::max(1.0, per_round_batch + 0.5));
+    pace = std::chrono::nanoseconds(
+        r.s1.round_trips > 0 ? static_cast<std::int64_t>(r.window_s * 1e9 / r.s1.round_trips) : 0);
+    std::size_t confirmed = 0;
+    double wall_ns = 0;
+    paced_cpu.push_back(extend_floor(admin.get(), n, batch, ttl, 1, pace, confirmed, wall_ns)[0]);
+    paced_confirmed += confirmed;
+    paced_wall_ns += wall_ns / rounds;
+  }
+  // The median round of the library (by CPU per renewal) gives the table's figures.
+  std::vector<DogRound> by_cpu = library;
+  std::sort(by_cpu.begin(), by_cpu.end(),
+            [](const DogRound& x, const DogRound& y) { return x.cpu_us() < y.cpu_us(); });
+  const DogRound& mid = by_cpu[by_cpu.size() / 2];
+  const redlock::WatchdogStats& s1 = mid.s1;
+  const double window_s = mid.window_s;
+  const double acquire_s = library.front().acquire_s;
+  const double release_s = library.front().release_s;
   const double renewals = static_cast<double>(s1.renewals);
-  const double stats_cpu_us = static_cast<double>((s1.thread_cpu - s0.thread_cpu).count());
+  const double stats_cpu_us = static_cast<double>((s1.thread_cpu - mid.s0.thread_cpu).count());
   const double per_batch = s1.round_trips > 0 ? renewals / static_cast<double>(s1.round_trips) : 1;
-  const double lib_cpu_us = renewals > 0 ? static_cast<double>(dcpu) / 1e3 / renewals : 0;
+  const double lib_cpu_us = mid.cpu_us();
   const double lib_stats_us = renewals > 0 ? stats_cpu_us / renewals : 0;
-  const double lib_pcpu_us = renewals > 0 ? static_cast<double>(pcpu) / 1e3 / renewals : 0;
+  const double lib_pcpu_us = renewals > 0 ? static_cast<double>(mid.pcpu) / 1e3 / renewals : 0;
+  const double paced_cpu_us = median(paced_cpu) / 1e3;
   // While leases were being added: CPU per watch() call (it also covers the renewals that fell
   // due before the last lease was added, reported next to it).
-  const double watch_cpu_us = static_cast<double>(dcpu0) / 1e3 / config.leases;
+  const double watch_cpu_us = library.front().watch_cpu_us;
+  const std::uint64_t renewals_while_adding = library.front().renewals_while_adding;
+  const std::int64_t dcpu = mid.dcpu;
 
-  // Floor, on the quiet server (leases released): back to back, median of 5 passes; and paced
-  // like the watchdog (its mean batch size at its mean batch rate), median of 5 passes.
-  load_scripts(admin.get());
-  const auto batch = static_cast<std::size_t>(std::max(1.0, per_batch + 0.5));
-  const auto n = static_cast<std::size_t>(config.leases);
+  // The floor back to back, on the quiet server: median of 5 passes.
   const int passes = 5;
-  const int paced_passes = 5;
-  const auto pace = std::chrono::nanoseconds(
-      s1.round_trips > 0 ? static_cast<std::int64_t>(window_s * 1e9 / s1.round_trips) : 0);
+  const int paced_passes = rounds;
   std::size_t confirmed = 0;
-  std::size_t paced_confirmed = 0;
   double raw_wall_ns = 0;
-  double paced_wall_ns = 0;
   const double raw_cpu_us =
       median(extend_floor(admin.get(), n, batch, ttl, passes, std::chrono::nanoseconds(0),
                           confirmed, raw_wall_ns)) /
       1e3;
-  const double paced_cpu_us = median(extend_floor(admin.get(), n, batch, ttl, paced_passes, pace,
-                                                  paced_confirmed, paced_wall_ns)) /
-                              1e3;
   if (confirmed != n * passes || paced_confirmed != n * paced_passes) {
     report.errors.push_back(fmt::format("section 4: floor confirmed {} of {} extends",
                                         confirmed + paced_confirmed, n * (passes + paced_passes)));
@@ -869,25 +922,37 @@ void section_watchdog(const Config& config, Report& report) {
              num(paced_cpu_us), times(ratio(lib_cpu_us, paced_cpu_us))});
   table.row({"  per WatchdogStats::thread_cpu", num(lib_stats_us), "-", "-"});
   table.row({"  per whole-process CPU", num(lib_pcpu_us), "-", "-"});
-  table.row({"EVALSHA calls per renewal",
-             num(ratio(static_cast<double>(delta("evalsha")), renewals)), "1.00", "-"});
+  table.row({"EVALSHA calls per renewal", num(ratio(static_cast<double>(mid.evalsha), renewals)),
+             "1.00", "-"});
   table.row({"watchdog CPU us per lease added", num(watch_cpu_us), "-", "-"});
   table.print(std::cout);
   std::cout << "  adding the " << config.leases << " leases (try_lock, one thread) took "
-            << num(acquire_s) << " s (" << pre.renewals
+            << num(acquire_s) << " s (" << renewals_while_adding
             << " renewals fell due meanwhile); releasing them " << num(release_s)
             << " s\n  floor: pipelined EVALSHA of the same extend script (" << script
             << ") in batches of " << batch << ", median of " << passes << " passes, "
             << num(raw_wall_ns / 1e3) << " us wall per renewal; paced: one batch every "
             << num(static_cast<double>(pace.count()) / 1e6) << " ms (the watchdog's mean), "
-            << paced_passes << " passes\n";
+            << paced_passes << (paced_passes == 1 ? " pass" : " passes")
+            << ", one after each library round\n";
+  std::cout << "  rounds, CPU us per renewal (library / paced floor):";
+  Json round_rows = Json::array();
+  for (std::size_t k = 0; k < library.size(); ++k) {
+    std::cout << (k == 0 ? " " : ", ") << num(library[k].cpu_us()) << " / "
+              << num(paced_cpu[k] / 1e3);
+    Json row = Json::object();
+    row.set("library_cpu_us_per_renewal", library[k].cpu_us());
+    row.set("paced_floor_cpu_us_per_renewal", paced_cpu[k] / 1e3);
+    round_rows.push(std::move(row));
+  }
+  std::cout << "; the table shows the library's median round and the floor's median\n";
 
   Json j = Json::object();
   j.set("what", "one Watchdog renewing many leases on one server");
   j.set("leases", config.leases);
   j.set("ttl_ms", static_cast<long long>(ttl.count()));
   j.set("acquire_seconds", acquire_s);
-  j.set("renewals_while_adding", pre.renewals);
+  j.set("renewals_while_adding", renewals_while_adding);
   j.set("release_seconds", release_s);
   j.set("window_seconds", window_s);
   j.set("leases_watched", s1.leases);
@@ -905,7 +970,7 @@ void section_watchdog(const Config& config, Report& report) {
   j.set("cpu_us_per_renewal_by_stats_thread_cpu", lib_stats_us);
   j.set("cpu_us_per_renewal_by_process_cpu", lib_pcpu_us);
   j.set("watchdog_cpu_us_per_lease_added", watch_cpu_us);
-  j.set("evalsha_calls", delta("evalsha"));
+  j.set("evalsha_calls", mid.evalsha);
   Json floor = Json::object();
   floor.set("batch", batch);
   floor.set("passes", passes);
@@ -918,6 +983,7 @@ void section_watchdog(const Config& config, Report& report) {
   j.set("floor", std::move(floor));
   j.set("ratio_cpu", ratio(lib_cpu_us, raw_cpu_us));
   j.set("ratio_cpu_paced", ratio(lib_cpu_us, paced_cpu_us));
+  j.set("rounds", std::move(round_rows));
   report.sections.set("4_watchdog", std::move(j));
 }
 
