@@ -31,11 +31,12 @@
 //      alternating, library vs a raw waiter (its own SUBSCRIBEd context, SET on each release
 //      message), next to PINGs back to back and after 1 ms idle.
 //   4. Watchdog: many leases (auto_renew) on distinct keys on one Watchdog, left alone for about
-//      two renewal periods; WatchdogStats (renewals, round trips, lateness) and the watchdog
-//      threads' CPU per renewal (read from /proc/self/task/<tid>/schedstat at the window's
-//      edges). Floors: pipelined EVALSHA of the same extend script in batches of the watchdog's
-//      mean batch size, back to back (median of 5 passes) and paced at the watchdog's mean batch
-//      rate (sleep_until between batches, as any timer-driven renewer must).
+//      two renewal periods, then released, in 3 rounds; WatchdogStats (renewals, round trips,
+//      lateness) and the watchdog threads' CPU per renewal (read from
+//      /proc/self/task/<tid>/schedstat at the window's edges). Floors: pipelined EVALSHA of the
+//      same extend script in batches of the watchdog's mean batch size, back to back (median of
+//      5 passes) and paced at the watchdog's mean batch rate (sleep_until between batches, as
+//      any timer-driven renewer must), one pass after each library round; medians.
 //   5. Degraded (degraded.cpp): Redlock over 5 servers with node 5 SIGSTOPped, black-holed, or
 //      slowed by 5 ms each way (fault proxy), against a healthy phase just before each; the
 //      first second of the fault on its own; the time until node 5 is used again after it
