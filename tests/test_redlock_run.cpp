@@ -202,6 +202,27 @@ class Tool {
   Clock::time_point ended_;
 };
 
+// Waits until the command redlock-run runs has created `path` (it does so first thing once the
+// lock is held). Returns false, with redlock-run's exit status and stderr reported, if redlock-run
+// exits first or `timeout` passes; the timeout is long because an ASan build on a busy 2-core
+// machine starts slowly, and a failure here is about redlock-run, not about speed.
+bool command_started(Tool& tool, const std::string& path, Clock::duration timeout = 20s) {
+  const auto deadline = Clock::now() + timeout;
+  while (!exists(path)) {
+    if (!tool.running() && !exists(path)) {
+      UNSCOPED_INFO("redlock-run exited with " << tool.wait() << " before its command started"
+                                               << "; stderr: " << tool.err());
+      return false;
+    }
+    if (Clock::now() >= deadline) {
+      UNSCOPED_INFO("redlock-run's command not started after the timeout; stderr: " << tool.err());
+      return false;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
 // Runs redlock-run to completion. Returns its exit status; stderr in `err` if given.
 int run(std::vector<std::string> args, std::string* err = nullptr) {
   Tool tool(std::move(args));
@@ -278,7 +299,7 @@ TEST_CASE(
     const std::string env_file = dir / ("env" + std::to_string(round));
     Tool tool({"--redis", uri(server), "--key", k, "--ttl", "10s", "--fencing", "--", "sh", "-c",
                "echo \"$REDLOCK_KEY $REDLOCK_FENCE\" > " + env_file + "; sleep 0.5"});
-    REQUIRE(eventually([&] { return exists(env_file); }));
+    REQUIRE(command_started(tool, env_file));
     CHECK(held(server, k));
     CHECK(server.raw({"GET", k}).str().size() == 40);  // the library's token
     const auto pttl = server.raw({"PTTL", k}).integer();
@@ -312,7 +333,7 @@ TEST_CASE("redlock-run --redis rediss://... holds the lock over verified TLS",
   REQUIRE(tls_uri.rfind("rediss://", 0) == 0);
   const std::string started = dir / "started";
   Tool tool({"--redis", tls_uri, "--key", k, "--", "sh", "-c", "touch " + started + "; sleep 0.3"});
-  REQUIRE(eventually([&] { return exists(started); }));
+  REQUIRE(command_started(tool, started));
   CHECK(held(server, k));
   CHECK(tool.wait() == 0);
   CHECK_FALSE(held(server, k));
@@ -337,7 +358,7 @@ TEST_CASE("redlock-run with several --redis servers holds the key on all of them
   const std::string started = dir / "started";
   Tool tool(args + std::vector<std::string>{"--key", k, "--", "sh", "-c",
                                             "touch " + started + "; sleep 0.5"});
-  REQUIRE(eventually([&] { return exists(started); }));
+  REQUIRE(command_started(tool, started));
   for (std::size_t i = 0; i < group.size(); ++i) CHECK(held(group[i], k));
   CHECK(tool.wait() == 0);
   for (std::size_t i = 0; i < group.size(); ++i) CHECK_FALSE(held(group[i], k));
@@ -404,7 +425,7 @@ TEST_CASE("redlock-run waits for the holder, and two of them run one after the o
         return all;
       };
       Tool a(args({"--", "sh", "-c", "touch " + a_started + "; sleep 0.4; touch " + a_done}));
-      REQUIRE(eventually([&] { return exists(a_started); }));
+      REQUIRE(command_started(a, a_started));
       // b may run only after a's command has finished.
       Tool b(args({"--wait", "5s", "--", "sh", "-c", "test -e " + a_done + " && touch " + b_ok}));
       CHECK(a.wait() == 0);
@@ -425,7 +446,7 @@ TEST_CASE("redlock-run: a lost lease (key deleted) sends SIGTERM to the command,
   const auto k = key("run-lost");
   Tool tool(std::vector<std::string>{"--redis", uri(server), "--key", k, "--ttl", "300ms", "--"} +
             looping_command(dir));
-  REQUIRE(eventually([&] { return exists(dir / "started"); }));
+  REQUIRE(command_started(tool, dir / "started"));
   std::this_thread::sleep_for(350ms);  // a few renewals: the lease outlived its first ttl
   REQUIRE(held(server, k));
   server.raw({"DEL", k});
@@ -444,7 +465,7 @@ TEST_CASE("redlock-run: after a lost lease, SIGKILL follows SIGTERM after --grac
   const std::string started = dir / "started";
   Tool tool({"--redis", uri(server), "--key", k, "--ttl", "300ms", "--grace", "400ms", "--", "sh",
              "-c", "trap '' TERM; touch " + started + "; while :; do sleep 0.05; done"});
-  REQUIRE(eventually([&] { return exists(started); }));
+  REQUIRE(command_started(tool, started));
   server.raw({"DEL", k});
   const auto deleted = Clock::now();
   CHECK(tool.wait(5s) == 70);
@@ -461,7 +482,7 @@ TEST_CASE("redlock-run: a paused server lets the lease expire, exit 70", "[redis
   const auto k = key("run-paused");
   Tool tool(std::vector<std::string>{"--redis", uri(server), "--key", k, "--ttl", "300ms", "--"} +
             looping_command(dir));
-  REQUIRE(eventually([&] { return exists(dir / "started"); }));
+  REQUIRE(command_started(tool, dir / "started"));
   server.pause();
   const int status = tool.wait(5s);
   server.resume();
@@ -476,7 +497,7 @@ TEST_CASE("redlock-run forwards SIGTERM to the command and still releases", "[re
   const auto k = key("run-forward");
   Tool tool(std::vector<std::string>{"--redis", uri(server), "--key", k, "--"} +
             looping_command(dir, 42));
-  REQUIRE(eventually([&] { return exists(dir / "started"); }));
+  REQUIRE(command_started(tool, dir / "started"));
   REQUIRE(::kill(tool.pid(), SIGTERM) == 0);
   CHECK(tool.wait(5s) == 42);
   CHECK(exists(dir / "term"));
@@ -605,7 +626,7 @@ TEST_CASE("redlock-run never prints a password from a --redis URI", "[redis][cli
   {
     Tool tool(std::vector<std::string>{"--redis", good, "--key", k, "--ttl", "300ms", "--"} +
               looping_command(dir));
-    REQUIRE(eventually([&] { return exists(dir / "started"); }));
+    REQUIRE(command_started(tool, dir / "started"));
     server.raw_pipeline({{"AUTH", password}, {"DEL", k}});
     CHECK(tool.wait(5s) == 70);
     stderrs.push_back(tool.err());
@@ -659,7 +680,7 @@ TEST_CASE("redlock-run: a lost lease stops the command's whole process group", "
   const std::string marker = unique_sleep();
   Tool tool(std::vector<std::string>{"--redis", uri(server), "--key", k, "--ttl", "300ms", "--"} +
             grandchild_command(dir, marker));
-  REQUIRE(eventually([&] { return exists(dir / "started"); }));
+  REQUIRE(command_started(tool, dir / "started"));
   REQUIRE(processes_with("sleep " + marker).size() == 1);
   server.raw({"DEL", k});
   CHECK(tool.wait(5s) == 70);
@@ -677,7 +698,7 @@ TEST_CASE("redlock-run: a forwarded SIGTERM stops the whole process group before
   const std::string marker = unique_sleep();
   Tool tool(std::vector<std::string>{"--redis", uri(server), "--key", k, "--"} +
             grandchild_command(dir, marker));
-  REQUIRE(eventually([&] { return exists(dir / "started"); }));
+  REQUIRE(command_started(tool, dir / "started"));
   REQUIRE(::kill(tool.pid(), SIGTERM) == 0);
   CHECK(tool.wait(5s) == 128 + SIGTERM);
   const auto left = processes_with("sleep " + marker);
@@ -697,7 +718,7 @@ TEST_CASE(
     const auto k = key("run-sig" + std::to_string(signo));
     Tool tool(std::vector<std::string>{"--redis", uri(server), "--key", k, "--"} +
               looping_command(dir));
-    REQUIRE(eventually([&] { return exists(dir / "started"); }));
+    REQUIRE(command_started(tool, dir / "started"));
     REQUIRE(::kill(tool.pid(), signo) == 0);
     CHECK(tool.wait(5s) == 128 + signo);  // the command died of the forwarded signal
     CHECK_FALSE(held(server, k));
@@ -712,7 +733,7 @@ TEST_CASE("redlock-run: --grace then SIGKILL applies after a forwarded SIGTERM t
   const std::string started = dir / "started";
   Tool tool({"--redis", uri(server), "--key", k, "--grace", "400ms", "--", "sh", "-c",
              "trap '' TERM; touch " + started + "; while :; do sleep 0.05; done"});
-  REQUIRE(eventually([&] { return exists(started); }));
+  REQUIRE(command_started(tool, started));
   REQUIRE(::kill(tool.pid(), SIGTERM) == 0);
   const auto sent = Clock::now();
   CHECK(tool.wait(6s) == 128 + SIGKILL);
@@ -847,7 +868,7 @@ TEST_CASE("redlock-run: servers from REDLOCK_REDIS and --redis-file, an inline p
     const std::string started = dir / "started";
     Tool tool({"--key", k, "--", "sh", "-c", "touch " + started + "; sleep 0.3"},
               {"REDLOCK_REDIS=" + list});
-    REQUIRE(eventually([&] { return exists(started); }));
+    REQUIRE(command_started(tool, started));
     for (std::size_t i = 0; i < group.size(); ++i) CHECK(held(group[i], k));
     CHECK(tool.wait() == 0);
   }
@@ -876,7 +897,7 @@ TEST_CASE("redlock-run -v reports waiting, acquired with fence and validity, and
   Tool tool(std::vector<std::string>{"--redis", uri(server), "--key", k, "-v", "--fencing", "--ttl",
                                      "300ms", "--"} +
             looping_command(dir));
-  REQUIRE(eventually([&] { return exists(dir / "started"); }));
+  REQUIRE(command_started(tool, dir / "started"));
   server.raw({"DEL", k});
   CHECK(tool.wait(5s) == 70);
   const std::string err = tool.err();
@@ -896,7 +917,7 @@ TEST_CASE("redlock-run --status shows the holder, its remaining ttl and identity
   CHECK_THAT(status_free.out(), Catch::Contains("not held"));
   Tool holder(std::vector<std::string>{"--redis", uri(server), "--key", k, "--ttl", "20s", "--"} +
               looping_command(dir));
-  REQUIRE(eventually([&] { return exists(dir / "started"); }));
+  REQUIRE(command_started(holder, dir / "started"));
   CHECK(server.raw({"PTTL", k + ":holder"}).integer() > 0);
   Tool status_held({"--redis", uri(server), "--key", k, "--status"});
   CHECK(status_held.wait() == 0);
@@ -977,7 +998,7 @@ TEST_CASE("redlock-run --fair serves five staggered waiters in arrival order",
   // The first holds until told to go, so every waiter is queued before the first hand-over.
   Tool first({"--redis", uri(server), "--key", k, "--fair", "--", "sh", "-c",
               "touch " + started + "; while [ ! -e " + go + " ]; do sleep 0.05; done"});
-  REQUIRE(eventually([&] { return exists(started); }));
+  REQUIRE(command_started(first, started));
   std::vector<std::unique_ptr<Tool>> waiters;
   for (int i = 1; i <= 5; ++i) {
     waiters.push_back(std::make_unique<Tool>(
@@ -1120,7 +1141,7 @@ TEST_CASE("redlock-run through Sentinel: --redis, REDLOCK_REDIS and --redis-file
   {
     Tool tool({"--key", k, "--", "sh", "-c", "touch " + started + "; sleep 0.3"},
               {"REDLOCK_REDIS=" + uri});
-    REQUIRE(eventually([&] { return exists(started); }));
+    REQUIRE(command_started(tool, started));
     CHECK(held(set.data(set.master_index()), k));  // on the master the sentinels name
     CHECK(tool.wait() == 0);
   }
@@ -1175,7 +1196,7 @@ TEST_CASE("redlock-run --postgres: contention is 75, a lost lease 70, a down ser
     Tool tool(
         std::vector<std::string>{"--postgres", pg.uri(), "--key", "lost", "--ttl", "500ms", "--"} +
         looping_command(dir));
-    REQUIRE(eventually([&] { return exists(dir / "started"); }));
+    REQUIRE(command_started(tool, dir / "started"));
     pg.psql("DELETE FROM redlock_leases WHERE name = 'lost'");
     CHECK(tool.wait(10s) == 70);
     CHECK(exists(dir / "term"));
@@ -1222,7 +1243,7 @@ TEST_CASE("redlock-run on a Redis Cluster: --redis redis-cluster://, --status an
   {
     Tool tool({"--redis", uri, "--key", k, "--fencing", "--", "sh", "-c",
                "touch " + started + "; sleep 0.5"});
-    REQUIRE(eventually([&] { return exists(started); }));
+    REQUIRE(command_started(tool, started));
     CHECK(held(cluster.node(masters[1]), k));  // on the master that owns the key's slot
     Tool status({"--redis", uri, "--key", k, "--status"});
     CHECK(status.wait() == 0);                               // 0: held
