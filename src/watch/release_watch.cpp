@@ -67,6 +67,10 @@ class SubscriptionWatch final : public SlotWatch {
         return true;  // releases while it moved were missed: the caller tries again now
       }
       until = std::min(until, next_relocation_);  // back to relocate once the pace allows
+    } else if (watched_.size() == 1) {
+      // Alone in this process, the waiter reads the subscription itself (no thread hop).
+      const std::size_t registrations = channels_.grant.empty() ? 1 : 2;
+      if (auto woken = watched_.front()->wait_lent(slot_, registrations, until)) return *woken;
     }
     return slot_.wait_until(until);
   }

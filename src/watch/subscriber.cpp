@@ -69,11 +69,13 @@ void Subscriber::watch(const std::string& channel, WakeSlot* slot) {
     if (refused_) return;  // the server refuses our subscriptions: the waiter polls
     auto [it, inserted] = channels_.try_emplace(channel);
     it->second.waiters.push_back(slot);
+    ++registrations_;
     if (inserted && connected_) {
       try {
         enqueue(Op::subscribe, channel);
       } catch (...) {
         it->second.waiters.pop_back();
+        --registrations_;
         if (it->second.waiters.empty()) channels_.erase(it);
         throw;
       }
@@ -145,12 +147,14 @@ void Subscriber::unwatch(const std::string& channel, WakeSlot* slot) noexcept {
   bool wake = false;
   {
     std::lock_guard<std::mutex> guard(mutex_);
+    if (lend_ == Lend::lent && borrower_ == slot) give_back(*slot, std::string());
     auto it = channels_.find(channel);
     if (it == channels_.end()) return;
     auto& waiters = it->second.waiters;
     const auto at = std::find(waiters.begin(), waiters.end(), slot);
     if (at == waiters.end()) return;
     waiters.erase(at);
+    --registrations_;
     // A wake-up this waiter will never act on belongs to someone else.
     if (slot->pending() && !waiters.empty()) wake_one(it->second);
     if (waiters.empty()) {
@@ -206,6 +210,7 @@ void Subscriber::refuse(std::string_view error) {
     // waiter falls back to its timer (polling at retry_delay).
     refused_ = true;
     channels_.clear();
+    registrations_ = 0;
     outgoing_.clear();
     idle_.clear();
   }
@@ -243,13 +248,19 @@ void Subscriber::run() noexcept {
 }
 
 bool Subscriber::obey(std::unique_ptr<Connection>& connection) {
-  std::lock_guard<std::mutex> guard(mutex_);
-  if (stop_) return false;
-  if (drop_requested_) {
-    drop_requested_ = false;
-    connection.reset();
-    connected_ = false;
+  std::string failure;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (lend_ == Lend::requested) answer_lend(connection.get());
+    failure = park_while_lent(lock);
+    if (stop_) return false;
+    if (drop_requested_) {
+      drop_requested_ = false;
+      connection.reset();
+      connected_ = false;
+    }
   }
+  if (!failure.empty()) lost(connection, failure.c_str());
   return true;
 }
 

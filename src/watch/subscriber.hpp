@@ -9,6 +9,8 @@
 // thread reconnects, re-subscribes, and wakes every waiter (releases during the gap were not
 // seen).
 // Fair mode: a hand-over message names its waiter's token and wakes only that waiter.
+// A lone waiter of the process may read the connection itself (wait_lent, subscriber_lend.cpp):
+// its wake-up then needs no hop from this thread to the waiting one.
 // The work per message, watch and unwatch does not grow with the number of channels: channels
 // are hashed, and those left without a waiter wait in a queue ordered by when they became idle
 // (kLinger is the same for all), so the thread looks only at the ones that are due.
@@ -78,6 +80,13 @@ class WakeSlot {
   // True once wait_until has been called: the waiter met contention (a watch that was free,
   // made before an attempt that succeeded at once, never waits).
   bool waited() noexcept;
+  // Like wait_until with a deadline already past: counts as having waited, and returns (and
+  // consumes) a pending wake-up. Never throws. Any thread.
+  bool take() noexcept;
+  // While the waiter reads its subscriber's connection itself (Subscriber::wait_lent): an event
+  // fd that notify(), a kept offer_grant() and relocate() also write, to end that read's poll;
+  // -1 for none. Never throws. Any thread.
+  void interrupt_with(int event_fd) noexcept;
   // Consumes a hand-over, if one arrived: the attempt number it named and the fence it carried.
   bool take_grant(std::uint64_t& seq, std::uint64_t& fence) noexcept;
 
@@ -91,6 +100,9 @@ class WakeSlot {
   bool relocate_{false};
   std::uint64_t grant_seq_{0};
   std::uint64_t grant_fence_{0};
+  int interrupt_fd_{-1};  // guarded by mutex_; written (under it) when notified
+
+  void interrupt() noexcept;  // mutex_ held
 };
 
 // A hand-over message ("grant:<seq>:<fence>:<sha1 of token>"), parsed. False if `payload` is
@@ -102,6 +114,7 @@ struct SubscriberStats {
   std::uint64_t messages{0};
   std::uint64_t reconnects{0};
   std::uint64_t idle_closes{0};  // connections closed after idle_close() without a channel
+  std::uint64_t loans{0};        // times a lone waiter was lent the connection (wait_lent)
   std::size_t channels{0};
 };
 
@@ -152,6 +165,18 @@ class Subscriber {
   // Removes the waiter; the last one of a channel unsubscribes it. Never throws.
   void unwatch(const std::string& channel, WakeSlot* slot) noexcept;
 
+  // A lone waiter reads the connection itself: its wake-up then needs no hop from the
+  // subscriber thread to the waiting thread. If `slot` is the only waiter here (registered on
+  // `registrations` channels), the connection is up with nothing in flight, and pub/sub is
+  // classic, the thread lends the connection and parks; this waits like
+  // slot.wait_until(until) and returns whether it was woken. The loan lasts across calls, until
+  // unwatch(slot), a recall (a watch, unwatch or stop that needs the thread: the event fd), or a
+  // read error (the thread then reconnects). Returns nullopt, at once or after the thread
+  // declined or recalled, if the caller must wait on the slot instead. Only the thread that
+  // waits on `slot` may call it. Never throws.
+  std::optional<bool> wait_lent(WakeSlot& slot, std::size_t registrations,
+                                std::chrono::steady_clock::time_point until) noexcept;
+
   SubscriberStats stats() const;
   // Test hook: closes the current connection as if the server had dropped it.
   void drop_connection_for_test();
@@ -185,8 +210,23 @@ class Subscriber {
 
   // The thread: (re)connects, sends what is queued, schedules unsubscribes, reads what arrives.
   void run() noexcept;
-  // Handles stop and drop requests; false once the thread must end. Takes mutex_.
+  // Handles stop and drop requests and lends the connection (parked until it is given back);
+  // false once the thread must end. Takes mutex_.
   bool obey(std::unique_ptr<Connection>& connection);
+  // Lending (wait_lent). The thread answers a request (mutex_ held):
+  void answer_lend(Connection* connection);
+  // The thread waits until the loan ends, recalling it when an unsubscribe falls due, a command
+  // is queued or it must stop. Returns why a borrower's read failed (empty if none).
+  std::string park_while_lent(std::unique_lock<std::mutex>& lock);
+  // Pops the due entries of idle_ that no longer ask for an unsubscribe. mutex_ held.
+  void drop_stale_idle(std::chrono::steady_clock::time_point now) noexcept;
+  // The borrower: the lent connection, asking the thread for it first if needed; null if not
+  // lent. Takes mutex_.
+  Connection* borrow(WakeSlot& slot, std::size_t registrations,
+                     std::chrono::steady_clock::time_point until);
+  // The borrower ends the loan; `failure` non-empty: reading failed, the thread reconnects.
+  // mutex_ held.
+  void give_back(WakeSlot& slot, std::string failure) noexcept;
   // A new connection with every channel re-subscribed, or null after a failed attempt (having
   // waited `backoff`, which then doubles up to 1 s). Takes mutex_.
   std::unique_ptr<Connection> reconnect(std::chrono::milliseconds& backoff);
@@ -249,6 +289,16 @@ class Subscriber {
   // from then on nothing is subscribed and waiters poll. Kept for the Subscriber's life.
   bool refused_{false};
   SubscriberStats stats_;  // guarded by mutex_
+  // Lending (wait_lent), guarded by mutex_. While lent the thread is parked and the borrower
+  // alone uses the connection and what the thread alone uses otherwise (sent_).
+  enum class Lend : unsigned char { none, requested, lent };
+  Lend lend_{Lend::none};
+  const WakeSlot* borrower_{nullptr};
+  std::size_t borrower_registrations_{0};
+  Connection* lent_{nullptr};
+  std::string lent_failure_;         // why the borrower's read failed
+  std::size_t registrations_{0};     // (channel, waiter) pairs in channels_
+  std::condition_variable lend_cv_;  // lend_ changed
   std::thread thread_;
 };
 

@@ -97,6 +97,7 @@ void Subscriber::handle_error(std::string_view error) {
 
 void Subscriber::orphan(Channels::iterator it) noexcept {
   for (WakeSlot* slot : it->second.waiters) slot->relocate();
+  registrations_ -= it->second.waiters.size();
   channels_.erase(it);  // an Idle entry naming it is skipped when due
   confirmed_.notify_all();
 }

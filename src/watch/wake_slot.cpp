@@ -1,5 +1,7 @@
 // src/watch/wake_slot.cpp: WakeSlot (where one waiter is told a release happened) and the parser
 // of fair mode's hand-over messages; declared in watch/subscriber.hpp.
+#include <unistd.h>
+
 #include <cstdint>
 #include <string_view>
 
@@ -8,10 +10,23 @@
 namespace redlock {
 namespace detail {
 
+void WakeSlot::interrupt() noexcept {
+  // Under mutex_, so the fd cannot be given back (and closed) between the read and the write.
+  if (interrupt_fd_ < 0) return;
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = ::write(interrupt_fd_, &one, sizeof one);
+}
+
+void WakeSlot::interrupt_with(int event_fd) noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  interrupt_fd_ = event_fd;
+}
+
 void WakeSlot::notify() noexcept {
   {
     std::lock_guard<std::mutex> guard(mutex_);
     notified_ = true;
+    interrupt();
   }
   cv_.notify_all();
 }
@@ -25,6 +40,7 @@ void WakeSlot::offer_grant(std::string_view named, std::uint64_t seq,
     granted_ = true;
     grant_seq_ = seq;
     grant_fence_ = fence;
+    interrupt();
   }
   cv_.notify_all();
 }
@@ -78,6 +94,7 @@ void WakeSlot::relocate() noexcept {
     std::lock_guard<std::mutex> guard(mutex_);
     relocate_ = true;
     notified_ = true;  // releases may be missed until it subscribes again: retry now
+    interrupt();
   }
   cv_.notify_all();
 }
@@ -101,6 +118,14 @@ bool WakeSlot::pending() noexcept {
 bool WakeSlot::waited() noexcept {
   std::lock_guard<std::mutex> guard(mutex_);
   return waited_;
+}
+
+bool WakeSlot::take() noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  waited_ = true;
+  const bool was = notified_;
+  notified_ = false;
+  return was;
 }
 
 bool WakeSlot::wait_until(std::chrono::steady_clock::time_point deadline) {

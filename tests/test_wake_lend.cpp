@@ -1,0 +1,210 @@
+// A lone waiter reads its subscriber's connection itself (Subscriber::wait_lent): it is still
+// woken by releases and hand-overs, by cancel_waits(), and gives the connection back whenever the
+// subscriber thread is needed (another key's subscription, an unsubscribe falling due, a killed
+// connection).
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include <redlock/redlock.hpp>
+
+#include "api/access.hpp"
+#include "io/connection.hpp"  // ClientImpl::subscriber()
+#include "support/redis_server.hpp"
+#include "util/key_slot.hpp"     // helper_key
+#include "watch/subscriber.hpp"  // SubscriberStats::loans
+
+using namespace std::chrono_literals;
+using redlock::detail::helper_key;
+using redlock::test::key;
+using redlock::test::RedisServer;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Long enough that only a release message, never a timer, can end these waits in time.
+redlock::LockOptions long_lease(bool fair = false) {
+  redlock::LockOptions o;
+  o.ttl = 60s;
+  o.retry_delay = 10s;
+  o.fair = fair;
+  return o;
+}
+
+redlock::detail::SubscriberStats stats(redlock::Client& client) {
+  return redlock::detail::Access::client(client)->subscriber().stats();
+}
+
+long long subscribers(const RedisServer& server, const std::string& channel) {
+  const auto r = server.raw({"PUBSUB", "NUMSUB", channel});
+  return r.elements().size() == 2 ? r.elements()[1].integer() : -1;
+}
+
+bool eventually(const std::function<bool()>& condition, Clock::duration timeout = 5s) {
+  const auto deadline = Clock::now() + timeout;
+  while (!condition()) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+// A thread that waits for `k` in lock() and records when it got it.
+class Waiter {
+ public:
+  Waiter(redlock::Client& client, const std::string& k, redlock::LockOptions o)
+      : lock_(client, k, o), thread_([this] { run(); }) {}
+  ~Waiter() {
+    lock_.cancel_waits();
+    if (thread_.joinable()) thread_.join();
+  }
+  Waiter(const Waiter&) = delete;
+  Waiter& operator=(const Waiter&) = delete;
+
+  bool done() const { return done_.load(); }
+  bool cancelled() const { return cancelled_.load(); }
+  Clock::time_point at() const { return at_.load(); }
+  void cancel() { lock_.cancel_waits(); }
+
+ private:
+  void run() {
+    try {
+      lock_.lock();
+      at_ = Clock::now();
+      lock_.unlock();
+    } catch (const redlock::CancelledError&) {
+      at_ = Clock::now();
+      cancelled_ = true;
+    }
+    done_ = true;
+  }
+
+  redlock::Lock lock_;
+  std::atomic<bool> done_{false};
+  std::atomic<bool> cancelled_{false};
+  std::atomic<Clock::time_point> at_{};
+  std::thread thread_;
+};
+
+}  // namespace
+
+TEST_CASE("A lone waiter reads its subscription itself and wakes on the release",
+          "[redis][wake][lend]") {
+  const bool fair = GENERATE(false, true);
+  INFO((fair ? "fair mode (a hand-over)" : "default (a release message)"));
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("lend-lone");
+  redlock::Lock holder(client, k, long_lease(fair));
+  holder.lock();
+  Waiter waiter(client, k, long_lease(fair));
+  REQUIRE(eventually([&] { return stats(client).loans >= 1; }));  // the case under test
+  std::this_thread::sleep_for(50ms);
+  CHECK_FALSE(waiter.done());
+  const auto released = Clock::now();
+  holder.unlock();
+  REQUIRE(eventually([&] { return waiter.done(); }));
+  CHECK_FALSE(waiter.cancelled());
+  CHECK(waiter.at() - released < 1s);  // not the 10 s retry delay, nor the 60 s lease
+  CHECK(stats(client).reconnects == 1);
+}
+
+TEST_CASE("cancel_waits ends a waiter that reads its subscription itself", "[redis][wake][lend]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("lend-cancel");
+  redlock::Lock holder(client, k, long_lease());
+  holder.lock();
+  Waiter waiter(client, k, long_lease());
+  REQUIRE(eventually([&] { return stats(client).loans >= 1; }));
+  const auto cancelled = Clock::now();
+  waiter.cancel();
+  REQUIRE(eventually([&] { return waiter.done(); }));
+  CHECK(waiter.cancelled());
+  CHECK(waiter.at() - cancelled < 1s);
+  holder.unlock();
+}
+
+TEST_CASE("A waiter on a second key takes the lent connection back and both are woken",
+          "[redis][wake][lend]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k1 = key("lend-first");
+  const auto k2 = key("lend-second");
+  redlock::Lock h1(client, k1, long_lease());
+  redlock::Lock h2(client, k2, long_lease());
+  h1.lock();
+  h2.lock();
+  Waiter w1(client, k1, long_lease());
+  REQUIRE(eventually([&] { return stats(client).loans >= 1; }));
+  // The second key needs a SUBSCRIBE, which only the subscriber thread sends.
+  Waiter w2(client, k2, long_lease());
+  REQUIRE(eventually([&] { return subscribers(server, helper_key(k2, ":released")) == 1; }));
+  auto released = Clock::now();
+  h2.unlock();
+  REQUIRE(eventually([&] { return w2.done(); }));
+  CHECK(w2.at() - released < 1s);
+  CHECK_FALSE(w1.done());
+  released = Clock::now();
+  h1.unlock();
+  REQUIRE(eventually([&] { return w1.done(); }));
+  CHECK(w1.at() - released < 1s);
+}
+
+TEST_CASE("A lingering subscription is dropped on time while a lone waiter reads the connection",
+          "[redis][wake][lend]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k1 = key("lend-waiting");
+  const auto k2 = key("lend-lingering");
+  const auto channel2 = helper_key(k2, ":released");
+  {
+    // A wait on k2 leaves its subscription lingering (kLinger, 500 ms).
+    redlock::Lock h2(client, k2, long_lease());
+    h2.lock();
+    Waiter w2(client, k2, long_lease());
+    REQUIRE(eventually([&] { return subscribers(server, channel2) == 1; }));
+    h2.unlock();
+    REQUIRE(eventually([&] { return w2.done(); }));
+  }
+  redlock::Lock h1(client, k1, long_lease());
+  h1.lock();
+  const auto loans = stats(client).loans;
+  Waiter w1(client, k1, long_lease());
+  REQUIRE(eventually([&] { return stats(client).loans > loans; }));
+  REQUIRE(subscribers(server, channel2) == 1);
+  // Due 500 ms after w2 left: the thread takes the connection back to unsubscribe.
+  CHECK(eventually([&] { return subscribers(server, channel2) == 0; }, 3s));
+  CHECK_FALSE(w1.done());
+  const auto released = Clock::now();
+  h1.unlock();
+  REQUIRE(eventually([&] { return w1.done(); }));
+  CHECK(w1.at() - released < 1s);
+}
+
+TEST_CASE("A lone waiter's lent connection killed: the thread reconnects and the waiter wakes",
+          "[redis][wake][lend][fault]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("lend-killed");
+  redlock::Lock holder(client, k, long_lease());
+  holder.lock();
+  Waiter waiter(client, k, long_lease());
+  REQUIRE(eventually([&] { return stats(client).loans >= 1; }));
+  server.raw({"CLIENT", "KILL", "TYPE", "pubsub"});
+  // The waiter's read fails; the thread reconnects, subscribes again, and the waiter (woken to
+  // retry, since releases may have been missed) waits again.
+  REQUIRE(eventually([&] { return stats(client).reconnects == 2; }));
+  REQUIRE(eventually([&] { return subscribers(server, helper_key(k, ":released")) == 1; }));
+  std::this_thread::sleep_for(100ms);
+  CHECK_FALSE(waiter.done());
+  const auto released = Clock::now();
+  holder.unlock();
+  REQUIRE(eventually([&] { return waiter.done(); }));
+  CHECK_FALSE(waiter.cancelled());
+  CHECK(waiter.at() - released < 1s);
+}
