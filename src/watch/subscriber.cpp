@@ -147,24 +147,30 @@ void Subscriber::unwatch(const std::string& channel, WakeSlot* slot) noexcept {
   bool wake = false;
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    if (lend_ == Lend::lent && borrower_ == slot) give_back(*slot, std::string());
-    auto it = channels_.find(channel);
-    if (it == channels_.end()) return;
-    auto& waiters = it->second.waiters;
-    const auto at = std::find(waiters.begin(), waiters.end(), slot);
-    if (at == waiters.end()) return;
-    waiters.erase(at);
-    --registrations_;
-    // A wake-up this waiter will never act on belongs to someone else.
-    if (slot->pending() && !waiters.empty()) wake_one(it->second);
-    if (waiters.empty()) {
-      became_idle(it->first, it->second, slot->waited() ? Contended::yes : Contended::no);
-      // The thread schedules the unsubscribe after kLinger; it needs waking only if it may
-      // be sleeping past that (nothing else was due sooner).
-      wake = idle_.size() == 1;
-    }
+    // The borrower leaves: the thread gets its connection back, and runs its whole loop (the
+    // unsubscribe schedule included) before it sleeps again, so it needs no other wake-up.
+    const bool lent = lend_ == Lend::lent && borrower_ == slot;
+    wake = remove_waiter(channel, slot) && !lent;
+    if (lent) give_back(*slot, std::string());
   }
   if (wake) wake_thread();
+}
+
+bool Subscriber::remove_waiter(const std::string& channel, WakeSlot* slot) noexcept {
+  auto it = channels_.find(channel);
+  if (it == channels_.end()) return false;
+  auto& waiters = it->second.waiters;
+  const auto at = std::find(waiters.begin(), waiters.end(), slot);
+  if (at == waiters.end()) return false;
+  waiters.erase(at);
+  --registrations_;
+  // A wake-up this waiter will never act on belongs to someone else.
+  if (slot->pending() && !waiters.empty()) wake_one(it->second);
+  if (!waiters.empty()) return false;
+  became_idle(it->first, it->second, slot->waited() ? Contended::yes : Contended::no);
+  // The thread schedules the unsubscribe after kLinger; it needs waking only if it may be
+  // sleeping past that (nothing else was due sooner).
+  return idle_.size() == 1;
 }
 
 void Subscriber::became_idle(const std::string& name, Channel& channel, Contended contended) {

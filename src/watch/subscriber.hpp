@@ -270,6 +270,9 @@ class Subscriber {
   // channel, log one warning. Takes mutex_.
   void refuse(std::string_view error);
   void enqueue(Op op, const std::string& channel);  // mutex_ held
+  // unwatch() without the loan: true if the thread must be woken to schedule an unsubscribe.
+  // mutex_ held.
+  bool remove_waiter(const std::string& channel, WakeSlot* slot) noexcept;
   void wake_thread() noexcept;
 
   const SubscriberLink link_;
