@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include <redlock/observer.hpp>
 #include <redlock/redlock.hpp>
 
 #include "api/access.hpp"
@@ -90,6 +91,14 @@ class Waiter {
   std::thread thread_;
 };
 
+// Its first on_wake hook takes 3 s (a slow metrics sink).
+struct SlowFirstWake : redlock::Observer {
+  std::atomic<int> wakes{0};
+  void on_wake(const redlock::WakeEvent& /*event*/) noexcept override {
+    if (wakes++ == 0) std::this_thread::sleep_for(3s);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("A lone waiter reads its subscription itself and wakes on the release",
@@ -103,6 +112,9 @@ TEST_CASE("A lone waiter reads its subscription itself and wakes on the release"
   holder.lock();
   Waiter waiter(client, k, long_lease(fair));
   REQUIRE(eventually([&] { return stats(client).loans >= 1; }));  // the case under test
+  // A message that frees nothing: the waiter tries, is refused, and waits on a loan again.
+  if (!fair) server.raw({"PUBLISH", helper_key(k, ":released"), "not-a-release"});
+  REQUIRE(eventually([&] { return stats(client).loans >= (fair ? 1U : 2U); }));
   std::this_thread::sleep_for(50ms);
   CHECK_FALSE(waiter.done());
   const auto released = Clock::now();
@@ -207,4 +219,32 @@ TEST_CASE("A lone waiter's lent connection killed: the thread reconnects and the
   REQUIRE(eventually([&] { return waiter.done(); }));
   CHECK_FALSE(waiter.cancelled());
   CHECK(waiter.at() - released < 1s);
+}
+
+TEST_CASE("A woken waiter's slow observer hook does not hold up another key's waiter",
+          "[redis][wake][lend]") {
+  // Between two waits the connection is the subscriber thread's again: a new subscription and
+  // the releases it brings do not wait for the first waiter to come back.
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k1 = key("lend-slow-hook");
+  const auto k2 = key("lend-meanwhile");
+  redlock::Lock h1(client, k1, long_lease());
+  redlock::Lock h2(client, k2, long_lease());
+  h1.lock();
+  h2.lock();
+  auto observed = long_lease();
+  const auto hook = std::make_shared<SlowFirstWake>();
+  observed.observer = hook;
+  Waiter w1(client, k1, observed);
+  REQUIRE(eventually([&] { return stats(client).loans >= 1; }));
+  server.raw({"PUBLISH", helper_key(k1, ":released"), "not-a-release"});  // wakes w1, frees nothing
+  REQUIRE(eventually([&] { return hook->wakes.load() == 1; }));
+  Waiter w2(client, k2, long_lease());
+  CHECK(eventually([&] { return subscribers(server, helper_key(k2, ":released")) == 1; }, 1s));
+  const auto released = Clock::now();
+  h2.unlock();
+  REQUIRE(eventually([&] { return w2.done(); }, 15s));
+  CHECK(w2.at() - released < 1s);  // not after w1's hook (3 s), nor the 10 s retry delay
+  h1.unlock();
 }

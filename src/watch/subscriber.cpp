@@ -51,11 +51,16 @@ Subscriber::~Subscriber() {
   if (event_fd_ >= 0) ::close(event_fd_);
 }
 
-void Subscriber::wake_thread() noexcept {
+void Subscriber::signal_event_fd() noexcept {
   const std::uint64_t one = 1;
   if (event_fd_ >= 0) {
     [[maybe_unused]] const ssize_t n = ::write(event_fd_, &one, sizeof one);
   }
+}
+
+void Subscriber::wake_thread() noexcept {
+  signal_event_fd();
+  lend_cv_.notify_all();  // parked after a loan: it looks again (no system call if not)
 }
 
 void Subscriber::enqueue(Op op, const std::string& channel) {
@@ -70,6 +75,7 @@ void Subscriber::watch(const std::string& channel, WakeSlot* slot) {
     auto [it, inserted] = channels_.try_emplace(channel);
     it->second.waiters.push_back(slot);
     ++registrations_;
+    if (lend_ == Lend::returned) resume_thread();  // another waiter: the thread reads for both
     if (inserted && connected_) {
       try {
         enqueue(Op::subscribe, channel);
@@ -147,11 +153,11 @@ void Subscriber::unwatch(const std::string& channel, WakeSlot* slot) noexcept {
   bool wake = false;
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    // The borrower leaves: the thread gets its connection back, and runs its whole loop (the
-    // unsubscribe schedule included) before it sleeps again, so it needs no other wake-up.
-    const bool lent = lend_ == Lend::lent && borrower_ == slot;
-    wake = remove_waiter(channel, slot) && !lent;
-    if (lent) give_back(*slot, std::string());
+    wake = remove_waiter(channel, slot);
+    if (lend_ == Lend::returned) {
+      resume_thread();  // it runs its whole loop (the unsubscribe schedule too) before sleeping
+      wake = false;
+    }
   }
   if (wake) wake_thread();
 }
@@ -254,11 +260,13 @@ void Subscriber::run() noexcept {
 }
 
 bool Subscriber::obey(std::unique_ptr<Connection>& connection) {
-  std::string failure;
+  bool broken = false;
+  char reason[kReasonSize];
   {
     std::unique_lock<std::mutex> lock(mutex_);
     if (lend_ == Lend::requested) answer_lend(connection.get());
-    failure = park_while_lent(lock);
+    broken = park_while_lent(lock);
+    if (broken) std::memcpy(reason, lent_reason_, sizeof reason);
     if (stop_) return false;
     if (drop_requested_) {
       drop_requested_ = false;
@@ -266,7 +274,7 @@ bool Subscriber::obey(std::unique_ptr<Connection>& connection) {
       connected_ = false;
     }
   }
-  if (!failure.empty()) lost(connection, failure.c_str());
+  if (broken) lost(connection, reason);
   return true;
 }
 

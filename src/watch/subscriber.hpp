@@ -169,13 +169,15 @@ class Subscriber {
   // subscriber thread to the waiting thread. If `slot` is the only waiter here (registered on
   // `registrations` channels), the connection is up with nothing in flight, and pub/sub is
   // classic, the thread lends the connection and parks; this waits like
-  // slot.wait_until(until) and returns whether it was woken. The loan lasts across calls, until
-  // unwatch(slot), a recall (a watch, unwatch or stop that needs the thread: the event fd), or a
-  // read error (the thread then reconnects). Returns nullopt, at once or after the thread
-  // declined or recalled, if the caller must wait on the slot instead. Only the thread that
-  // waits on `slot` may call it. Never throws.
+  // slot.wait_until(until) and returns whether it was woken. The connection is given back
+  // before it returns, and earlier on a recall (a watch, unwatch or stop that needs the thread
+  // writes the event fd) or a read error (the thread then reconnects). Returns nullopt, at once
+  // or after the thread declined or recalled, if the caller must go on waiting on the slot.
+  // Only the thread that waits on `slot` may call it. Never throws.
   std::optional<bool> wait_lent(WakeSlot& slot, std::size_t registrations,
                                 std::chrono::steady_clock::time_point until) noexcept;
+  // The longest message kept of a borrower's failed read (truncated, never allocated).
+  static constexpr std::size_t kReasonSize = 160;
 
   SubscriberStats stats() const;
   // Test hook: closes the current connection as if the server had dropped it.
@@ -216,17 +218,23 @@ class Subscriber {
   // Lending (wait_lent). The thread answers a request (mutex_ held):
   void answer_lend(Connection* connection);
   // The thread waits until the loan ends, recalling it when an unsubscribe falls due, a command
-  // is queued or it must stop. Returns why a borrower's read failed (empty if none).
-  std::string park_while_lent(std::unique_lock<std::mutex>& lock);
+  // is queued or it must stop. Returns true if the borrower's read failed (lent_reason_ says
+  // why).
+  bool park_while_lent(std::unique_lock<std::mutex>& lock);
   // Pops the due entries of idle_ that no longer ask for an unsubscribe. mutex_ held.
   void drop_stale_idle(std::chrono::steady_clock::time_point now) noexcept;
-  // The borrower: the lent connection, asking the thread for it first if needed; null if not
-  // lent. Takes mutex_.
+  // The borrower asks the thread for the connection; null if it is not lent. Takes mutex_.
   Connection* borrow(WakeSlot& slot, std::size_t registrations,
-                     std::chrono::steady_clock::time_point until);
-  // The borrower ends the loan; `failure` non-empty: reading failed, the thread reconnects.
-  // mutex_ held.
-  void give_back(WakeSlot& slot, std::string failure) noexcept;
+                     std::chrono::steady_clock::time_point until) noexcept;
+  // The borrower reads what arrived; null, or why the read failed (in `reason`, or a literal).
+  const char* read_lent(Connection& connection, WakeSlot& slot,
+                        char (&reason)[kReasonSize]) noexcept;
+  // The borrower ends the loan; `failure` non-null: reading failed, the thread reconnects;
+  // `recalled`: the thread asked for it. Unless the thread is needed now, it stays parked
+  // (Lend::returned) and is resumed by whatever needs it, or lends again at once. mutex_ held.
+  void give_back(WakeSlot& slot, const char* failure, bool recalled) noexcept;
+  // The thread goes on with its loop. mutex_ held.
+  void resume_thread() noexcept;
   // A new connection with every channel re-subscribed, or null after a failed attempt (having
   // waited `backoff`, which then doubles up to 1 s). Takes mutex_.
   std::unique_ptr<Connection> reconnect(std::chrono::milliseconds& backoff);
@@ -273,7 +281,9 @@ class Subscriber {
   // unwatch() without the loan: true if the thread must be woken to schedule an unsubscribe.
   // mutex_ held.
   bool remove_waiter(const std::string& channel, WakeSlot* slot) noexcept;
+  // Writes the event fd, and wakes the thread if it is parked after a loan.
   void wake_thread() noexcept;
+  void signal_event_fd() noexcept;  // the event fd alone
 
   const SubscriberLink link_;
   std::deque<Outgoing> sent_;  // thread only: sent, not yet confirmed, in order
@@ -294,12 +304,15 @@ class Subscriber {
   SubscriberStats stats_;  // guarded by mutex_
   // Lending (wait_lent), guarded by mutex_. While lent the thread is parked and the borrower
   // alone uses the connection and what the thread alone uses otherwise (sent_).
-  enum class Lend : unsigned char { none, requested, lent };
+  // returned: the borrower gave the connection back between two of its waits, and the thread
+  // stays parked until something needs it (resume_thread) or the borrower waits again.
+  enum class Lend : unsigned char { none, requested, lent, returned };
   Lend lend_{Lend::none};
   const WakeSlot* borrower_{nullptr};
   std::size_t borrower_registrations_{0};
   Connection* lent_{nullptr};
-  std::string lent_failure_;         // why the borrower's read failed
+  bool lent_broken_{false};          // the borrower's read failed
+  char lent_reason_[kReasonSize]{};  // why
   std::size_t registrations_{0};     // (channel, waiter) pairs in channels_
   std::condition_variable lend_cv_;  // lend_ changed
   std::thread thread_;

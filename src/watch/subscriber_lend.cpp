@@ -14,7 +14,8 @@
 //   anyone who needs the thread (watch of a new channel, stop, drop, an unsubscribe falling due,
 //   the slot woken by someone else) writes the event fd: the waiter gives the connection back
 //
-// The loan outlives one wait (the waiter's attempt comes between two), and ends at unwatch().
+// The loan lasts one wait: between two waits (the waiter's attempt, an observer's hook) the
+// connection is the thread's again, so nothing the thread does waits on the waiter.
 #include <poll.h>
 #include <unistd.h>
 
@@ -22,6 +23,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <ctime>
 #include <exception>
 #include <optional>
@@ -38,101 +40,148 @@ namespace {
 using SteadyClock = std::chrono::steady_clock;
 
 constexpr std::chrono::milliseconds kAnswerWait{50};
+constexpr std::chrono::milliseconds kShortestLoan{2};  // a shorter wait is not worth the hand-over
 
-enum class Ready : unsigned char { data, recalled, timeout };
+struct Ready {
+  bool data{false};      // the connection is readable (or has decrypted bytes buffered)
+  bool recalled{false};  // the event fd was written (now drained): the thread is needed
+};
 
-// Waits until `connection` has data (first, if both), the event fd is written (drained: the
-// loan is recalled), or `until`.
+// Waits until `connection` has data, the event fd is written, or `until`; both may be set.
 Ready await(const Connection& connection, int event_fd, SteadyClock::time_point until) noexcept {
-  if (connection.transport.buffered()) return Ready::data;
+  Ready ready;
   pollfd fds[2] = {{event_fd, POLLIN, 0}, {connection.transport.fd(), POLLIN, 0}};
   timespec limit{};
-  timespec* timeout = nullptr;
-  if (until != SteadyClock::time_point::max()) {
+  const timespec* timeout = nullptr;
+  if (connection.transport.buffered()) {
+    timeout = &limit;  // only a look at the event fd
+  } else if (until != SteadyClock::time_point::max()) {
     const auto left =
         std::chrono::duration_cast<std::chrono::nanoseconds>(until - SteadyClock::now());
-    if (left.count() <= 0) return Ready::timeout;
+    if (left.count() <= 0) return ready;
     limit.tv_sec = static_cast<time_t>(left.count() / 1'000'000'000);
     limit.tv_nsec = static_cast<long>(left.count() % 1'000'000'000);
     timeout = &limit;
   }
   const int rc = ::ppoll(fds, 2, timeout, nullptr);
-  if (rc < 0) return errno == EINTR ? Ready::timeout : Ready::recalled;  // the thread copes
-  if (fds[1].revents != 0) return Ready::data;
-  if ((fds[0].revents & POLLIN) != 0) {
+  if (rc < 0 && errno != EINTR) ready.recalled = true;  // the thread copes with a broken poll
+  ready.data = connection.transport.buffered() || (rc > 0 && fds[1].revents != 0);
+  if (rc > 0 && (fds[0].revents & POLLIN) != 0) {
     std::uint64_t value = 0;
     [[maybe_unused]] const ssize_t n = ::read(event_fd, &value, sizeof value);
-    return Ready::recalled;
+    ready.recalled = true;
   }
-  return Ready::timeout;
+  return ready;
+}
+
+// Copies `what` into `out` (truncated, never allocating); returns out.
+const char* copy_reason(const char* what, char (&out)[Subscriber::kReasonSize]) noexcept {
+  std::snprintf(out, sizeof out, "%s", what);
+  return out;
 }
 
 }  // namespace
 
 std::optional<bool> Subscriber::wait_lent(WakeSlot& slot, std::size_t registrations,
                                           SteadyClock::time_point until) noexcept {
-  Connection* connection = nullptr;
-  try {
-    connection = borrow(slot, registrations, until);
-  } catch (...) {
-    return std::nullopt;
-  }
+  if (until - SteadyClock::now() < kShortestLoan) return std::nullopt;
+  Connection* const connection = borrow(slot, registrations, until);
   if (connection == nullptr) return std::nullopt;
-  for (;;) {
-    if (slot.pending() || SteadyClock::now() >= until) return slot.take();
+  char reason[kReasonSize];
+  const char* failure = nullptr;
+  bool recalled = false;
+  while (failure == nullptr && !recalled && !slot.pending() && SteadyClock::now() < until) {
     const Ready ready = await(*connection, event_fd_, until);
-    if (ready == Ready::timeout) continue;
-    std::string failure;
-    if (ready == Ready::data) {
-      slot.interrupt_with(-1);  // its own wake-up, below, need not write the event fd
-      try {
-        read_replies(*connection);
-        slot.interrupt_with(event_fd_);
-        continue;
-      } catch (const std::exception& e) {
-        failure = e.what();
-      } catch (...) {
-        failure = "read failed";
-      }
-    }
-    std::lock_guard<std::mutex> guard(mutex_);
-    give_back(slot, std::move(failure));
-    return std::nullopt;
+    if (ready.data) failure = read_lent(*connection, slot, reason);
+    recalled = ready.recalled;  // after the data it came with is read
   }
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    give_back(slot, failure, recalled);
+  }
+  if (failure != nullptr || (recalled && !slot.pending() && SteadyClock::now() < until)) {
+    return std::nullopt;  // the rest of the wait on the slot
+  }
+  return slot.take();
+}
+
+const char* Subscriber::read_lent(Connection& connection, WakeSlot& slot,
+                                  char (&reason)[kReasonSize]) noexcept {
+  slot.interrupt_with(-1);  // its own wake-up, below, need not write the event fd
+  const char* failure = nullptr;
+  try {
+    read_replies(connection);
+  } catch (const std::exception& e) {
+    failure = copy_reason(e.what(), reason);
+  } catch (...) {
+    failure = "read failed";
+  }
+  slot.interrupt_with(event_fd_);
+  return failure;
 }
 
 Connection* Subscriber::borrow(WakeSlot& slot, std::size_t registrations,
-                               SteadyClock::time_point until) {
+                               SteadyClock::time_point until) noexcept {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (lend_ == Lend::lent && borrower_ == &slot) return lent_;
-  if (lend_ != Lend::none || link_.pubsub != PubSub::classic || !connected_ || refused_ || stop_ ||
-      registrations_ != registrations) {
-    return nullptr;
+  const bool lendable = link_.pubsub == PubSub::classic && connected_ && !refused_ && !stop_ &&
+                        registrations_ == registrations;
+  if (lend_ == Lend::returned) {  // the thread is still parked: lent again at once
+    if (!lendable || drop_requested_ || !outgoing_.empty()) {
+      resume_thread();
+      return nullptr;
+    }
+    lend_ = Lend::lent;
+    borrower_ = &slot;
+    borrower_registrations_ = registrations;
+    ++stats_.loans;
+    slot.interrupt_with(event_fd_);
+    return lent_;
   }
+  if (lend_ != Lend::none || !lendable) return nullptr;
   lend_ = Lend::requested;
   borrower_ = &slot;
   borrower_registrations_ = registrations;
+  // A wake-up of the slot meanwhile writes the event fd too, so the thread answers at once.
+  slot.interrupt_with(event_fd_);
   wake_thread();
-  // The thread answers at the top of its loop, at once unless it is reconnecting; meanwhile the
-  // waiter does not hear its slot, so it waits for the answer only briefly.
+  // The thread answers at the top of its loop, at once unless it is writing or reconnecting.
   const auto answer_by = std::min(until, SteadyClock::now() + kAnswerWait);
-  lend_cv_.wait_until(lock, answer_by, [this] { return lend_ != Lend::requested; });
+  try {
+    lend_cv_.wait_until(lock, answer_by, [this] { return lend_ != Lend::requested; });
+  } catch (...) {
+  }
   if (lend_ == Lend::requested) {  // no answer in time: withdrawn
     lend_ = Lend::none;
     borrower_ = nullptr;
+  }
+  if (lend_ != Lend::lent || borrower_ != &slot) {
+    slot.interrupt_with(-1);
     return nullptr;
   }
-  if (lend_ != Lend::lent || borrower_ != &slot) return nullptr;
-  slot.interrupt_with(event_fd_);
   return lent_;
 }
 
-void Subscriber::give_back(WakeSlot& slot, std::string failure) noexcept {
+void Subscriber::give_back(WakeSlot& slot, const char* failure, bool recalled) noexcept {
   slot.interrupt_with(-1);
-  lend_ = Lend::none;
   borrower_ = nullptr;
+  if (failure != nullptr) {
+    lent_broken_ = true;
+    copy_reason(failure, lent_reason_);
+  }
+  // Returned without waking the thread (a wake-up would compete with the waiter's attempt for
+  // the CPU) unless it is needed now; whatever needs it later resumes it (resume_thread).
+  if (failure != nullptr || recalled || stop_ || drop_requested_ || !outgoing_.empty() ||
+      registrations_ != borrower_registrations_) {
+    resume_thread();
+  } else {
+    lend_ = Lend::returned;
+  }
+}
+
+void Subscriber::resume_thread() noexcept {
+  lend_ = Lend::none;
   lent_ = nullptr;
-  if (!failure.empty()) lent_failure_ = std::move(failure);
+  borrower_ = nullptr;
   lend_cv_.notify_all();
 }
 
@@ -150,23 +199,28 @@ void Subscriber::answer_lend(Connection* connection) {
   lend_cv_.notify_all();
 }
 
-std::string Subscriber::park_while_lent(std::unique_lock<std::mutex>& lock) {
+bool Subscriber::park_while_lent(std::unique_lock<std::mutex>& lock) {
   bool recalled = false;
-  while (lend_ == Lend::lent) {
+  while (lend_ == Lend::lent || lend_ == Lend::returned) {
     const auto now = SteadyClock::now();
     drop_stale_idle(now);
     const bool due = !idle_.empty() && idle_.front().since + kLinger <= now;
-    if (!recalled && (due || stop_ || drop_requested_ || !outgoing_.empty())) {
-      wake_thread();  // the borrower's poll hears it and gives the connection back
+    const bool needed = due || stop_ || drop_requested_ || !outgoing_.empty();
+    if (lend_ == Lend::returned && (needed || registrations_ != borrower_registrations_)) {
+      resume_thread();
+      break;
+    }
+    if (lend_ == Lend::lent && needed && !recalled) {
+      signal_event_fd();  // the borrower's poll hears it and gives the connection back
       recalled = true;
     }
-    if (recalled || idle_.empty()) {
+    if ((recalled && lend_ == Lend::lent) || idle_.empty()) {
       lend_cv_.wait(lock);
     } else {
       lend_cv_.wait_until(lock, idle_.front().since + kLinger);
     }
   }
-  return std::exchange(lent_failure_, std::string());
+  return std::exchange(lent_broken_, false);
 }
 
 void Subscriber::drop_stale_idle(SteadyClock::time_point now) noexcept {
