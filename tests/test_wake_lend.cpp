@@ -16,8 +16,9 @@
 #include "api/access.hpp"
 #include "io/connection.hpp"  // ClientImpl::subscriber()
 #include "support/redis_server.hpp"
-#include "util/key_slot.hpp"     // helper_key
-#include "watch/subscriber.hpp"  // SubscriberStats::loans
+#include "util/key_slot.hpp"        // helper_key
+#include "watch/release_watch.hpp"  // make_release_watch: the watch a fair waiter uses
+#include "watch/subscriber.hpp"     // SubscriberStats::loans
 
 using namespace std::chrono_literals;
 using redlock::detail::helper_key;
@@ -247,4 +248,30 @@ TEST_CASE("A woken waiter's slow observer hook does not hold up another key's wa
   REQUIRE(eventually([&] { return w2.done(); }, 15s));
   CHECK(w2.at() - released < 1s);  // not after w1's hook (3 s), nor the 10 s retry delay
   h1.unlock();
+}
+
+TEST_CASE("A fair waiter reads a hand-over that reached its returned connection before giving up",
+          "[redis][wake][lend][fair]") {
+  // A loan ends with the connection returned to a parked thread, so a hand-over sent during the
+  // waiter's last attempt sits unread; at its deadline the waiter looks for one (take_grant)
+  // and must find it: the server gave it the lock in time.
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const std::string release = "lend-grant:released";
+  const std::string grant = "lend-grant:granted";
+  const std::string sha1(40, 'a');
+  auto watch = redlock::detail::make_release_watch(
+      {redlock::detail::Access::client(client)},
+      redlock::detail::WatchChannels{release, grant, "lend-grant"}, Clock::now() + 2s, sha1);
+  CHECK_FALSE(watch->wait_until(Clock::now() + 30ms));  // lent, timed out, returned
+  REQUIRE(stats(client).loans >= 1);
+  const auto messages = stats(client).messages;
+  server.raw({"PUBLISH", grant, "grant:1:7:" + sha1});
+  std::this_thread::sleep_for(100ms);
+  CHECK(stats(client).messages == messages);  // unread: the thread is parked, the waiter away
+  std::uint64_t seq = 0;
+  std::uint64_t fence = 0;
+  REQUIRE(watch->take_grant(seq, fence));
+  CHECK(seq == 1);
+  CHECK(fence == 7);
 }

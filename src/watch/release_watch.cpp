@@ -74,6 +74,13 @@ class SubscriptionWatch final : public SlotWatch {
     }
     return slot_.wait_until(until);
   }
+  bool take_grant(std::uint64_t& seq, std::uint64_t& fence) noexcept override {
+    if (slot_.take_grant(seq, fence)) return true;
+    if (channels_.grant.empty() || watched_.size() != 1) return false;
+    // Read what reached a connection this waiter was lent, e.g. during its last attempt.
+    watched_.front()->drain_returned(slot_);
+    return slot_.take_grant(seq, fence);
+  }
   bool behind_others() const noexcept override {
     if (watched_.empty()) return false;
     for (const Subscriber* s : watched_) {

@@ -176,6 +176,10 @@ class Subscriber {
   // Only the thread that waits on `slot` may call it. Never throws.
   std::optional<bool> wait_lent(WakeSlot& slot, std::size_t registrations,
                                 std::chrono::steady_clock::time_point until) noexcept;
+  // The waiter whose slot this is, with the connection returned by its last wait_lent (the
+  // thread still parked), reads what arrived since: a fair waiter at its deadline, so that a
+  // hand-over sent in time is not missed. Does nothing otherwise. Never throws.
+  void drain_returned(WakeSlot& slot) noexcept;
   // The longest message kept of a borrower's failed read (truncated, never allocated).
   static constexpr std::size_t kReasonSize = 160;
 
@@ -223,16 +227,21 @@ class Subscriber {
   bool park_while_lent(std::unique_lock<std::mutex>& lock);
   // Pops the due entries of idle_ that no longer ask for an unsubscribe. mutex_ held.
   void drop_stale_idle(std::chrono::steady_clock::time_point now) noexcept;
-  // The borrower asks the thread for the connection; null if it is not lent. Takes mutex_.
+  // The borrower asks the thread for the connection (only if `ask`: when it is returned, no
+  // asking is needed); null if it is not lent. Takes mutex_.
   Connection* borrow(WakeSlot& slot, std::size_t registrations,
-                     std::chrono::steady_clock::time_point until) noexcept;
+                     std::chrono::steady_clock::time_point until, bool ask) noexcept;
+  // True if the thread must have the connection back: a command to send, an unsubscribe due,
+  // stop, drop, or another waiter (registrations_ differ from the borrower's). mutex_ held.
+  bool thread_needed(std::chrono::steady_clock::time_point now) noexcept;
+  bool recall_needed() noexcept;  // thread_needed, taking mutex_
   // The borrower reads what arrived; null, or why the read failed (in `reason`, or a literal).
   const char* read_lent(Connection& connection, WakeSlot& slot,
                         char (&reason)[kReasonSize]) noexcept;
-  // The borrower ends the loan; `failure` non-null: reading failed, the thread reconnects;
-  // `recalled`: the thread asked for it. Unless the thread is needed now, it stays parked
-  // (Lend::returned) and is resumed by whatever needs it, or lends again at once. mutex_ held.
-  void give_back(WakeSlot& slot, const char* failure, bool recalled) noexcept;
+  // The borrower ends the loan; `failure` non-null: reading failed, the thread reconnects.
+  // Unless the thread is needed now, it stays parked (Lend::returned) and is resumed by
+  // whatever needs it, or lends again at once. mutex_ held.
+  void give_back(WakeSlot& slot, const char* failure) noexcept;
   // The thread goes on with its loop. mutex_ held.
   void resume_thread() noexcept;
   // A new connection with every channel re-subscribed, or null after a failed attempt (having

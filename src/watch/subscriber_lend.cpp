@@ -11,11 +11,17 @@
 //   thread: obey()    -> answer_lend(): lend_ = lent (or none: declined), parks on lend_cv_
 //   waiter: polls the connection and the event fd; reads and handles what arrives (the same
 //           read_replies the thread runs), until its slot is woken or its deadline
-//   anyone who needs the thread (watch of a new channel, stop, drop, an unsubscribe falling due,
-//   the slot woken by someone else) writes the event fd: the waiter gives the connection back
+//   anyone who needs the thread (watch of a new channel, stop, drop, an unsubscribe falling due)
+//   writes the event fd: the waiter gives the connection back (a write that only woke the
+//   waiter's own slot is not a recall)
 //
-// The loan lasts one wait: between two waits (the waiter's attempt, an observer's hook) the
-// connection is the thread's again, so nothing the thread does waits on the waiter.
+// The loan lasts one wait. At its end the connection goes back without waking the thread
+// (Lend::returned: a wake-up would compete with the waiter's attempt for the CPU), unless the
+// thread is needed now (thread_needed); the thread stays parked until something needs it
+// (resume_thread: another waiter, a command to send, an unsubscribe due, stop, drop), and a
+// waiter that waits again is lent it at once. Nothing but that waiter can need the connection
+// while it is returned; a fair waiter whose deadline passed reads what came meanwhile
+// (drain_returned) before it gives up, so a hand-over sent in time is not missed.
 #include <poll.h>
 #include <unistd.h>
 
@@ -39,8 +45,8 @@ namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 
-constexpr std::chrono::milliseconds kAnswerWait{50};
-constexpr std::chrono::milliseconds kShortestLoan{2};  // a shorter wait is not worth the hand-over
+constexpr std::chrono::milliseconds kAnswerWait{10};
+constexpr std::chrono::milliseconds kShortestLoan{2};  // a shorter wait is not worth asking
 
 struct Ready {
   bool data{false};      // the connection is readable (or has decrypted bytes buffered)
@@ -84,8 +90,8 @@ const char* copy_reason(const char* what, char (&out)[Subscriber::kReasonSize]) 
 
 std::optional<bool> Subscriber::wait_lent(WakeSlot& slot, std::size_t registrations,
                                           SteadyClock::time_point until) noexcept {
-  if (until - SteadyClock::now() < kShortestLoan) return std::nullopt;
-  Connection* const connection = borrow(slot, registrations, until);
+  const bool worth_asking = until - SteadyClock::now() >= kShortestLoan;
+  Connection* const connection = borrow(slot, registrations, until, worth_asking);
   if (connection == nullptr) return std::nullopt;
   char reason[kReasonSize];
   const char* failure = nullptr;
@@ -93,16 +99,49 @@ std::optional<bool> Subscriber::wait_lent(WakeSlot& slot, std::size_t registrati
   while (failure == nullptr && !recalled && !slot.pending() && SteadyClock::now() < until) {
     const Ready ready = await(*connection, event_fd_, until);
     if (ready.data) failure = read_lent(*connection, slot, reason);
-    recalled = ready.recalled;  // after the data it came with is read
+    // After the data it came with is read. The write may only have woken this waiter's slot
+    // (cancel_waits, a wake-up passed on): the state says whether the thread is needed.
+    recalled = ready.recalled && recall_needed();
   }
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    give_back(slot, failure, recalled);
+    give_back(slot, failure);
   }
   if (failure != nullptr || (recalled && !slot.pending() && SteadyClock::now() < until)) {
     return std::nullopt;  // the rest of the wait on the slot
   }
   return slot.take();
+}
+
+void Subscriber::drain_returned(WakeSlot& slot) noexcept {
+  Connection* connection = nullptr;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (lend_ != Lend::returned) return;  // the thread reads (or nothing is lent)
+    lend_ = Lend::lent;
+    borrower_ = &slot;
+    connection = lent_;
+  }
+  char reason[kReasonSize];
+  const char* failure = nullptr;
+  pollfd fd{connection->transport.fd(), POLLIN, 0};
+  if (connection->transport.buffered() || ::poll(&fd, 1, 0) > 0) {
+    failure = read_lent(*connection, slot, reason);
+  }
+  std::lock_guard<std::mutex> guard(mutex_);
+  give_back(slot, failure);
+}
+
+bool Subscriber::recall_needed() noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return thread_needed(SteadyClock::now());
+}
+
+bool Subscriber::thread_needed(SteadyClock::time_point now) noexcept {
+  drop_stale_idle(now);
+  const bool due = !idle_.empty() && idle_.front().since + kLinger <= now;
+  return due || stop_ || drop_requested_ || !outgoing_.empty() ||
+         registrations_ != borrower_registrations_;
 }
 
 const char* Subscriber::read_lent(Connection& connection, WakeSlot& slot,
@@ -121,30 +160,30 @@ const char* Subscriber::read_lent(Connection& connection, WakeSlot& slot,
 }
 
 Connection* Subscriber::borrow(WakeSlot& slot, std::size_t registrations,
-                               SteadyClock::time_point until) noexcept {
+                               SteadyClock::time_point until, bool ask) noexcept {
   std::unique_lock<std::mutex> lock(mutex_);
-  const bool lendable = link_.pubsub == PubSub::classic && connected_ && !refused_ && !stop_ &&
-                        registrations_ == registrations;
+  const bool lendable =
+      link_.pubsub == PubSub::classic && connected_ && !refused_ && registrations_ == registrations;
   if (lend_ == Lend::returned) {  // the thread is still parked: lent again at once
-    if (!lendable || drop_requested_ || !outgoing_.empty()) {
+    borrower_registrations_ = registrations;
+    if (!lendable || thread_needed(SteadyClock::now())) {
       resume_thread();
       return nullptr;
     }
     lend_ = Lend::lent;
     borrower_ = &slot;
-    borrower_registrations_ = registrations;
     ++stats_.loans;
     slot.interrupt_with(event_fd_);
     return lent_;
   }
-  if (lend_ != Lend::none || !lendable) return nullptr;
+  if (lend_ != Lend::none || !lendable || stop_ || !ask) return nullptr;
   lend_ = Lend::requested;
   borrower_ = &slot;
   borrower_registrations_ = registrations;
   // A wake-up of the slot meanwhile writes the event fd too, so the thread answers at once.
   slot.interrupt_with(event_fd_);
   wake_thread();
-  // The thread answers at the top of its loop, at once unless it is writing or reconnecting.
+  // The thread answers at the top of its loop, at once unless it is writing.
   const auto answer_by = std::min(until, SteadyClock::now() + kAnswerWait);
   try {
     lend_cv_.wait_until(lock, answer_by, [this] { return lend_ != Lend::requested; });
@@ -161,21 +200,24 @@ Connection* Subscriber::borrow(WakeSlot& slot, std::size_t registrations,
   return lent_;
 }
 
-void Subscriber::give_back(WakeSlot& slot, const char* failure, bool recalled) noexcept {
+void Subscriber::give_back(WakeSlot& slot, const char* failure) noexcept {
   slot.interrupt_with(-1);
   borrower_ = nullptr;
   if (failure != nullptr) {
     lent_broken_ = true;
     copy_reason(failure, lent_reason_);
-  }
-  // Returned without waking the thread (a wake-up would compete with the waiter's attempt for
-  // the CPU) unless it is needed now; whatever needs it later resumes it (resume_thread).
-  if (failure != nullptr || recalled || stop_ || drop_requested_ || !outgoing_.empty() ||
-      registrations_ != borrower_registrations_) {
     resume_thread();
-  } else {
-    lend_ = Lend::returned;
+    return;
   }
+  if (thread_needed(SteadyClock::now())) {
+    resume_thread();
+    return;
+  }
+  // Every reason to write the event fd was just checked from the state; what is left in it
+  // (a write that woke this waiter's slot) would only cut the next loan short.
+  std::uint64_t value = 0;
+  [[maybe_unused]] const ssize_t n = ::read(event_fd_, &value, sizeof value);
+  lend_ = Lend::returned;
 }
 
 void Subscriber::resume_thread() noexcept {
@@ -206,7 +248,7 @@ bool Subscriber::park_while_lent(std::unique_lock<std::mutex>& lock) {
     drop_stale_idle(now);
     const bool due = !idle_.empty() && idle_.front().since + kLinger <= now;
     const bool needed = due || stop_ || drop_requested_ || !outgoing_.empty();
-    if (lend_ == Lend::returned && (needed || registrations_ != borrower_registrations_)) {
+    if (lend_ == Lend::returned && thread_needed(now)) {
       resume_thread();
       break;
     }
