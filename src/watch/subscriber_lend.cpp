@@ -50,7 +50,8 @@ constexpr std::chrono::milliseconds kShortestLoan{2};  // a shorter wait is not 
 
 struct Ready {
   bool data{false};      // the connection is readable (or has decrypted bytes buffered)
-  bool recalled{false};  // the event fd was written (now drained): the thread is needed
+  bool recalled{false};  // the event fd was written (now drained): the thread may be needed
+  bool failed{false};    // poll itself failed: the thread takes over (and reconnects)
 };
 
 // Waits until `connection` has data, the event fd is written, or `until`; both may be set.
@@ -70,7 +71,7 @@ Ready await(const Connection& connection, int event_fd, SteadyClock::time_point 
     timeout = &limit;
   }
   const int rc = ::ppoll(fds, 2, timeout, nullptr);
-  if (rc < 0 && errno != EINTR) ready.recalled = true;  // the thread copes with a broken poll
+  ready.failed = rc < 0 && errno != EINTR;
   ready.data = connection.transport.buffered() || (rc > 0 && fds[1].revents != 0);
   if (rc > 0 && (fds[0].revents & POLLIN) != 0) {
     std::uint64_t value = 0;
@@ -98,6 +99,7 @@ std::optional<bool> Subscriber::wait_lent(WakeSlot& slot, std::size_t registrati
   bool recalled = false;
   while (failure == nullptr && !recalled && !slot.pending() && SteadyClock::now() < until) {
     const Ready ready = await(*connection, event_fd_, until);
+    if (ready.failed) failure = copy_reason("poll failed", reason);
     if (ready.data) failure = read_lent(*connection, slot, reason);
     // After the data it came with is read. The write may only have woken this waiter's slot
     // (cancel_waits, a wake-up passed on): the state says whether the thread is needed.
