@@ -257,12 +257,13 @@ TEST_CASE("A fair waiter reads a hand-over that reached its returned connection 
   // and must find it: the server gave it the lock in time.
   RedisServer server;
   redlock::Client client(server.endpoint());
-  const std::string release = "lend-grant:released";
-  const std::string grant = "lend-grant:granted";
+  const std::string k = key("lend-grant");  // channels an ACL user of the test suite may use
+  const std::string release = k + ":released";
+  const std::string grant = k + ":granted";
   const std::string sha1(40, 'a');
   auto watch = redlock::detail::make_release_watch(
-      {redlock::detail::Access::client(client)},
-      redlock::detail::WatchChannels{release, grant, "lend-grant"}, Clock::now() + 2s, sha1);
+      {redlock::detail::Access::client(client)}, redlock::detail::WatchChannels{release, grant, k},
+      Clock::now() + 2s, sha1);
   CHECK_FALSE(watch->wait_until(Clock::now() + 30ms));  // lent, timed out, returned
   REQUIRE(stats(client).loans >= 1);
   const auto messages = stats(client).messages;
