@@ -15,6 +15,7 @@
 
 #include "api/access.hpp"
 #include "io/connection.hpp"
+#include "support/fault_proxy.hpp"
 #include "support/redis_server.hpp"
 
 using namespace std::chrono_literals;
@@ -141,6 +142,39 @@ TEST_CASE("A paused Redlock node costs no outage wherever it is listed",
     CHECK(log.naming(address(endpoints[i])).empty());
   }
   group[4].resume();
+}
+
+TEST_CASE("A fan-out whose lead node is slow still reaches it, and counts the others",
+          "[redis][redlock][fault]") {
+  // A fan-out reads its nodes one at a time in request order, each read waiting a few
+  // milliseconds at most (the lead wait); a node slower than that hands the rest of the batch
+  // to the poll on every node, and the early finish's grace then cuts it. Its request must
+  // still run there, the other nodes' replies must count, and a slow node is no timeout.
+  ServerGroup group(5);
+  for (std::size_t slow : {std::size_t{0}, std::size_t{2}}) {
+    auto endpoints = group.endpoints();
+    redlock::test::FaultProxy proxy("127.0.0.1", endpoints[slow].port);
+    endpoints[slow].port = proxy.port();
+    std::vector<redlock::Client> clients(endpoints.begin(), endpoints.end());
+    const auto k = key("slow-lead-" + std::to_string(slow));
+    redlock::Redlock lock(clients, k, redlock::LockOptions{});
+    UnreachableLog log;
+    for (int round = 0; round < 5; ++round) {
+      INFO("slow node at position " << slow << ", round " << round);
+      proxy.clear();
+      REQUIRE(lock.try_lock());
+      std::this_thread::sleep_for(20ms);  // a cut grant's SET reaches its node
+      for (std::size_t n = 0; n < 5; ++n) REQUIRE(group[n].raw({"EXISTS", k}).integer() == 1);
+      proxy.set_delay(15ms);               // each way: its reply comes 30 ms after the request
+      CHECK(lock.release());               // the four others count
+      std::this_thread::sleep_for(100ms);  // the release reaches the slow node
+      for (std::size_t n = 0; n < 5; ++n) {
+        INFO("node " << n);
+        CHECK(group[n].raw({"EXISTS", k}).integer() == 0);
+      }
+    }
+    CHECK(log.naming(address(endpoints[slow])).empty());  // never taken for a timeout
+  }
 }
 
 TEST_CASE("A Redlock release reaches a node that is in timeout back-off",

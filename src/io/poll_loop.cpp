@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 
 #include <fmt/format.h>
 
@@ -82,14 +83,17 @@ void drain(Pending& p) {
   }
 }
 
-void read_step(Pending& p, ReadMode mode = ReadMode::now) {
+// Reads what node p's server sent. False if nothing had arrived (nor did within the waiting
+// read's bound, with ReadMode::waiting).
+bool read_step(Pending& p, ReadMode mode = ReadMode::now) {
   const IoResult result = read_some(*p.connection, mode);
-  if (result.error == IoError::again) return;
+  if (result.error == IoError::again) return false;
   if (result.error != IoError::none) {
     fail(p, transport_error(result, address(p), "read from", command_timeout(p)));
-    return;
+    return true;
   }
   drain(p);
+  return true;
 }
 
 // One step of the transport's handshake (TLS); then the request goes out.
@@ -125,7 +129,8 @@ void step(Pending& p) {
     case Stage::writing:
       return write_step(p);
     case Stage::reading:
-      return read_step(p);
+      read_step(p);
+      return;
   }
 }
 
@@ -272,6 +277,52 @@ int poll_timeout(const PerNode<Pending*>& owners, Clock::time_point next, Clock:
   return static_cast<int>(std::max<std::int64_t>(wait.count(), 0));
 }
 
+enum class Lead : unsigned char {
+  none,     // no node to lead with (a connect or a write is in progress): poll every node
+  stepped,  // the lead node read (or was interrupted); look again
+  gave_up,  // the lead node was late: poll every node for the rest of this batch
+};
+
+// Waits up to `left` for node p's socket alone, then reads it. False if nothing came.
+bool poll_one(Pending& p, Clock::duration left) {
+  const auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(left);
+  const timespec timeout{static_cast<time_t>(wait.count() / 1'000'000'000),
+                         static_cast<long>(wait.count() % 1'000'000'000)};
+  pollfd fd = watch(p);
+  const int rc = ::ppoll(&fd, 1, &timeout, nullptr);
+  if (rc < 0 && errno == EINTR) return true;
+  if (rc <= 0) return false;  // a failed ppoll: the poll on every node reports it
+  read_step(p);
+  return true;
+}
+
+// One lead wait of a fan-out. Rather than poll every node (three system calls for each wait:
+// a read that finds nothing, the poll, the read), it reads one node at a time in the order the
+// requests went out (the first node still waited for), with a read that may wait
+// (Transport::read_waiting, bounded by kWaitingRead): one system call a node, as a client that
+// reads each node in turn. A lead node that sends nothing within that bound ends the lead waits,
+// and the poll on every node takes over for the rest of the batch: a paused node costs this
+// once per batch at most, and only until a grace first cuts it (a lagging node never leads).
+// With less than twice that bound left before the next deadline (an early finish's grace, a
+// command timeout), the lead node is read without waiting and, if nothing had arrived, polled
+// alone until that deadline. A read that waits may overrun the deadline by up to a clock tick
+// (see kWaitingRead), only on a node that has just gone silent: the grace then cuts it.
+Lead lead_step(const PerNode<Pending*>& owners, Clock::time_point next_deadline,
+               Clock::time_point now) {
+  Pending* lead = nullptr;
+  for (Pending* p : owners) {
+    if (p->stage != Stage::reading) return Lead::none;
+    if (lead == nullptr && !p->trailing && !p->batch->node->lagging()) lead = p;
+  }
+  if (lead == nullptr) return Lead::none;
+  if (next_deadline - now >= 2 * kWaitingRead) {
+    return read_step(*lead, ReadMode::waiting) ? Lead::stepped : Lead::gave_up;
+  }
+  if (read_step(*lead) || lead->connection->transport.buffered()) return Lead::stepped;
+  return next_deadline > now && poll_one(*lead, next_deadline - now) ? Lead::stepped
+                                                                     : Lead::gave_up;
+}
+
 // True for a node whose request is written and that has not read anything yet.
 bool waits_first_reply(const Pending& p) {
   return p.stage == Stage::reading && !p.waited && p.replies.empty();
@@ -309,6 +360,7 @@ void run_poll_loop(Pending* pending, std::size_t count, Clock::time_point start,
   PerNode<pollfd> fds;
   PerNode<Pending*> owners;
   auto grace = Clock::time_point::max();
+  bool leading = count > 1;
   for (;;) {
     const auto now = Clock::now();
     if (early != nullptr && grace == Clock::time_point::max()) {
@@ -317,11 +369,16 @@ void run_poll_loop(Pending* pending, std::size_t count, Clock::time_point start,
     const auto next_deadline = collect(pending, count, now, grace, fds, owners);
     if (fds.empty()) return;
     if (count == 1 && waits_first_reply(*owners[0])) {
-      // One node, its request just written: one blocking read (bounded by command_timeout, the
+      // One node, its request just written: one blocking read (bounded by kWaitingRead, the
       // socket's receive timeout) instead of poll + read. Later reads use the poll.
       owners[0]->waited = true;
       read_step(*owners[0], ReadMode::waiting);
       continue;
+    }
+    if (leading) {
+      const Lead lead = lead_step(owners, next_deadline, now);
+      if (lead == Lead::stepped) continue;
+      leading = lead == Lead::none;
     }
     const int rc = ::poll(fds.data(), fds.size(), poll_timeout(owners, next_deadline, now));
     if (rc < 0) {

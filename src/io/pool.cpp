@@ -233,7 +233,8 @@ std::unique_ptr<Connection> ClientImpl::adopt(Dial& dial) const {
   logf(LogLevel::debug, "redlock: connected to {}", address_);
   auto connection = std::make_unique<Connection>(endpoint_.reply_limits);
   connection->transport = std::move(transport);
-  connection->transport.allow_waiting(endpoint_.command_timeout);  // a failure costs a poll
+  // A failure costs a poll.
+  connection->transport.allow_waiting(std::min(endpoint_.command_timeout, kWaitingRead));
   connection->timeout = endpoint_.command_timeout;
   connection->authenticated = handshake_.empty();
   connection->epoch = dial.epoch;

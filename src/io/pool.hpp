@@ -169,6 +169,11 @@ class ClientImpl {
   bool skip(std::chrono::steady_clock::time_point now) noexcept;
   // True while the node has timed out and not answered since. Thread-safe.
   bool suspect() const noexcept { return backoff_ms_.load(std::memory_order_relaxed) != 0; }
+  // True while the node is suspect, or its last fan-out cut it after the grace (and it has not
+  // answered one in time since). Thread-safe.
+  bool lagging() const noexcept {
+    return suspect() || abandoned_in_a_row_.load(std::memory_order_relaxed) != 0;
+  }
 
  private:
   void build_handshake();

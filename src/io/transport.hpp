@@ -43,6 +43,12 @@ struct IoResult {
 // Maps an errno value to its IoError class.
 IoError classify(int code) noexcept;
 
+// The longest a read_waiting() call waits for its first byte, as set on each pooled connection
+// (less if the endpoint's command_timeout is shorter): short, so that a fan-out reading its
+// nodes in turn does not wait long on a paused one. The kernel rounds it up to a clock tick
+// (4 ms at HZ=250), so such a read may take that long.
+constexpr std::chrono::milliseconds kWaitingRead{2};
+
 // Where a handshake (TLS) stands; plain sockets are ready at once.
 enum class Handshake : unsigned char { ready, want_read, want_write, failed };
 
@@ -95,9 +101,9 @@ class Transport {
   IoResult read(char* into, std::size_t capacity) noexcept;
   // Writes as much of [from, from + length) as the socket takes, without SIGPIPE. Never blocks.
   IoResult write(const char* from, std::size_t length) noexcept;
-  // Lets read_waiting() block for at most `limit`. Every other operation stays non-blocking (they
-  // pass MSG_DONTWAIT, also inside a SecureLayer). Returns false if the socket could not be
-  // configured (then never wait).
+  // Lets read_waiting() block for at most `limit` (the pool passes kWaitingRead at most). Every
+  // other operation stays non-blocking (they pass MSG_DONTWAIT, also inside a SecureLayer). Returns
+  // false if the socket could not be configured (then never wait).
   bool allow_waiting(std::chrono::milliseconds limit) noexcept;
   // Like read(), but waits up to the allow_waiting() limit for the first byte (one system call
   // instead of poll + read, for a single node awaiting its reply); `again` when the limit passed.
