@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -175,6 +176,44 @@ TEST_CASE("A fan-out whose lead node is slow still reaches it, and counts the ot
     }
     CHECK(log.naming(address(endpoints[slow])).empty());  // never taken for a timeout
   }
+}
+
+TEST_CASE(
+    "A silent lead node does not stretch the grace: a node 10 ms slower than the others "
+    "is cut",
+    "[redis][redlock][fault]") {
+  // The lead wait on node 0 gives up after a clock tick or two, by which time the others'
+  // replies have long been there. Reckoned from then, the grace (3x the time to the outcome, at
+  // least 5 ms) would cover node 0's 20 ms round trip, and a slow node would never be cut nor
+  // backed off: every acquire would wait for it.
+  struct SlowNodes : redlock::Observer {
+    void on_node(const redlock::NodeEvent& event) noexcept override {
+      if (event.health != redlock::NodeHealth::slow) return;
+      std::lock_guard<std::mutex> guard(mutex);
+      slow.emplace_back(event.address);
+    }
+    std::mutex mutex;
+    std::vector<std::string> slow;
+  };
+  ServerGroup group(5);
+  auto endpoints = group.endpoints();
+  redlock::test::FaultProxy proxy("127.0.0.1", endpoints[0].port);
+  endpoints[0].port = proxy.port();
+  std::vector<redlock::Client> clients(endpoints.begin(), endpoints.end());
+  redlock::Redlock lock(clients, key("slow-lead-grace"), redlock::LockOptions{});
+  REQUIRE(lock.try_lock());  // connections open, node 0 healthy so far
+  lock.unlock();
+  auto observer = std::make_shared<SlowNodes>();
+  redlock::set_observer(observer);
+  proxy.set_delay(10ms);  // each way
+  bool cut = false;
+  for (int i = 0; i < 10 && !cut; ++i) {
+    if (lock.try_lock()) lock.unlock();  // each cuts node 0 twice; three in a row: back-off
+    std::lock_guard<std::mutex> guard(observer->mutex);
+    cut = std::count(observer->slow.begin(), observer->slow.end(), address(endpoints[0])) > 0;
+  }
+  redlock::set_observer(nullptr);
+  CHECK(cut);
 }
 
 TEST_CASE("A Redlock release reaches a node that is in timeout back-off",

@@ -303,10 +303,9 @@ bool poll_one(Pending& p, Clock::duration left) {
 // reads each node in turn. A lead node that sends nothing within that bound ends the lead waits,
 // and the poll on every node takes over for the rest of the batch: a paused node costs this
 // once per batch at most, and only until a grace first cuts it (a lagging node never leads).
-// With less than twice that bound left before the next deadline (an early finish's grace, a
+// With less than kWaitingReadBound left before the next deadline (an early finish's grace, a
 // command timeout), the lead node is read without waiting and, if nothing had arrived, polled
-// alone until that deadline. A read that waits may overrun the deadline by up to a clock tick
-// (see kWaitingRead), only on a node that has just gone silent: the grace then cuts it.
+// alone until that deadline. Plain connections only (TLS ones poll every node).
 Lead lead_step(const PerNode<Pending*>& owners, Clock::time_point next_deadline,
                Clock::time_point now) {
   Pending* lead = nullptr;
@@ -314,11 +313,11 @@ Lead lead_step(const PerNode<Pending*>& owners, Clock::time_point next_deadline,
     if (p->stage != Stage::reading) return Lead::none;
     if (lead == nullptr && !p->trailing && !p->batch->node->lagging()) lead = p;
   }
-  if (lead == nullptr) return Lead::none;
-  if (next_deadline - now >= 2 * kWaitingRead) {
+  if (lead == nullptr || !lead->connection->transport.waits_briefly()) return Lead::none;
+  if (next_deadline - now >= kWaitingReadBound) {
     return read_step(*lead, ReadMode::waiting) ? Lead::stepped : Lead::gave_up;
   }
-  if (read_step(*lead) || lead->connection->transport.buffered()) return Lead::stepped;
+  if (read_step(*lead)) return Lead::stepped;
   return next_deadline > now && poll_one(*lead, next_deadline - now) ? Lead::stepped
                                                                      : Lead::gave_up;
 }
@@ -361,10 +360,13 @@ void run_poll_loop(Pending* pending, std::size_t count, Clock::time_point start,
   PerNode<Pending*> owners;
   auto grace = Clock::time_point::max();
   bool leading = count > 1;
+  // The lead wait that gave up: the other nodes' replies may have been there all along, so the
+  // grace is reckoned from before it (a silent lead node does not stretch the stragglers' grace).
+  Clock::duration lost{};
   for (;;) {
     const auto now = Clock::now();
     if (early != nullptr && grace == Clock::time_point::max()) {
-      grace = grace_end(pending, count, start, now, *early);
+      grace = grace_end(pending, count, start, now - lost, *early);
     }
     const auto next_deadline = collect(pending, count, now, grace, fds, owners);
     if (fds.empty()) return;
@@ -378,7 +380,11 @@ void run_poll_loop(Pending* pending, std::size_t count, Clock::time_point start,
     if (leading) {
       const Lead lead = lead_step(owners, next_deadline, now);
       if (lead == Lead::stepped) continue;
-      leading = lead == Lead::none;
+      if (lead == Lead::gave_up) {
+        leading = false;
+        lost = Clock::now() - now;
+        continue;  // collect() again, at the time it is now
+      }
     }
     const int rc = ::poll(fds.data(), fds.size(), poll_timeout(owners, next_deadline, now));
     if (rc < 0) {

@@ -233,8 +233,11 @@ std::unique_ptr<Connection> ClientImpl::adopt(Dial& dial) const {
   logf(LogLevel::debug, "redlock: connected to {}", address_);
   auto connection = std::make_unique<Connection>(endpoint_.reply_limits);
   connection->transport = std::move(transport);
-  // A failure costs a poll.
-  connection->transport.allow_waiting(std::min(endpoint_.command_timeout, kWaitingRead));
+  // Plain sockets wait briefly (a fan-out's lead wait, see kWaitingRead); a failure costs a poll.
+  const auto limit = connection->transport.secured()
+                         ? endpoint_.command_timeout
+                         : std::min(endpoint_.command_timeout, kWaitingRead);
+  connection->transport.allow_waiting(limit);
   connection->timeout = endpoint_.command_timeout;
   connection->authenticated = handshake_.empty();
   connection->epoch = dial.epoch;

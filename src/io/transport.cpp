@@ -99,6 +99,7 @@ bool Transport::allow_waiting(std::chrono::milliseconds limit) noexcept {
   const int flags = ::fcntl(fd_, F_GETFL);
   may_wait_ = flags >= 0 && ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0 &&
               ::fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK) == 0;
+  wait_limit_ = limit;
   return may_wait_;
 }
 

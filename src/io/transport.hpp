@@ -43,11 +43,15 @@ struct IoResult {
 // Maps an errno value to its IoError class.
 IoError classify(int code) noexcept;
 
-// The longest a read_waiting() call waits for its first byte, as set on each pooled connection
-// (less if the endpoint's command_timeout is shorter): short, so that a fan-out reading its
-// nodes in turn does not wait long on a paused one. The kernel rounds it up to a clock tick
-// (4 ms at HZ=250), so such a read may take that long.
+// The longest a read_waiting() call waits for its first byte on a plain connection from the
+// pool (less if the endpoint's command_timeout is shorter): short, so that a fan-out reading its
+// nodes in turn does not wait long on a paused one. TLS connections keep command_timeout (a
+// TLS read may take several socket reads, each waiting up to the limit).
 constexpr std::chrono::milliseconds kWaitingRead{2};
+// What such a read may really take: the kernel rounds the limit up to a clock tick and its timer
+// fires at the tick after (measured 4-12 ms at HZ=250; up to 20 ms at HZ=100). Only a caller
+// with this much time left before its deadline waits that way.
+constexpr std::chrono::milliseconds kWaitingReadBound{25};
 
 // Where a handshake (TLS) stands; plain sockets are ready at once.
 enum class Handshake : unsigned char { ready, want_read, want_write, failed };
@@ -92,6 +96,8 @@ class Transport {
   // Puts an encrypting layer over the socket (before the handshake, and before allow_waiting,
   // which then refuses). Null keeps the socket plain.
   void secure(std::unique_ptr<SecureLayer> layer) noexcept { layer_ = std::move(layer); }
+  // True if an encrypting layer is set.
+  bool secured() const noexcept { return layer_ != nullptr; }
   // One step of the handshake. Never blocks.
   Handshake handshake() noexcept;
   // Why the handshake failed (the layer's description), or "".
@@ -101,7 +107,7 @@ class Transport {
   IoResult read(char* into, std::size_t capacity) noexcept;
   // Writes as much of [from, from + length) as the socket takes, without SIGPIPE. Never blocks.
   IoResult write(const char* from, std::size_t length) noexcept;
-  // Lets read_waiting() block for at most `limit` (the pool passes kWaitingRead at most). Every
+  // Lets read_waiting() block for at most `limit`. Every
   // other operation stays non-blocking (they pass MSG_DONTWAIT, also inside a SecureLayer). Returns
   // false if the socket could not be configured (then never wait).
   bool allow_waiting(std::chrono::milliseconds limit) noexcept;
@@ -109,6 +115,8 @@ class Transport {
   // instead of poll + read, for a single node awaiting its reply); `again` when the limit passed.
   // Only after allow_waiting() returned true; otherwise it is read().
   IoResult read_waiting(char* into, std::size_t capacity) noexcept;
+  // True if read_waiting() waits, for kWaitingRead at most.
+  bool waits_briefly() const noexcept { return may_wait_ && wait_limit_ <= kWaitingRead; }
   // The poll events to wait for before retrying an operation that answered `again` in the
   // direction `natural` (POLLIN for reads, POLLOUT for writes).
   short wanted(short natural) const noexcept;
@@ -126,7 +134,8 @@ class Transport {
   void close() noexcept;
 
   int fd_{-1};
-  bool may_wait_{false};  // allow_waiting() succeeded
+  bool may_wait_{false};                     // allow_waiting() succeeded
+  std::chrono::milliseconds wait_limit_{0};  // what it was given
   std::unique_ptr<SecureLayer> layer_;
 };
 
