@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <ctime>
 
 #include <fmt/format.h>
 
@@ -283,19 +282,6 @@ enum class Lead : unsigned char {
   gave_up,  // the lead node was late: poll every node for the rest of this batch
 };
 
-// Waits up to `left` for node p's socket alone, then reads it. False if nothing came.
-bool poll_one(Pending& p, Clock::duration left) {
-  const auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(left);
-  const timespec timeout{static_cast<time_t>(wait.count() / 1'000'000'000),
-                         static_cast<long>(wait.count() % 1'000'000'000)};
-  pollfd fd = watch(p);
-  const int rc = ::ppoll(&fd, 1, &timeout, nullptr);
-  if (rc < 0 && errno == EINTR) return true;
-  if (rc <= 0) return false;  // a failed ppoll: the poll on every node reports it
-  read_step(p);
-  return true;
-}
-
 // One lead wait of a fan-out. Rather than poll every node (three system calls for each wait:
 // a read that finds nothing, the poll, the read), it reads one node at a time in the order the
 // requests went out (the first node still waited for), with a read that may wait
@@ -304,8 +290,9 @@ bool poll_one(Pending& p, Clock::duration left) {
 // and the poll on every node takes over for the rest of the batch: a paused node costs this
 // once per batch at most, and only until a grace first cuts it (a lagging node never leads).
 // With less than kWaitingReadBound left before the next deadline (an early finish's grace, a
-// command timeout), the lead node is read without waiting and, if nothing had arrived, polled
-// alone until that deadline. Plain connections only (TLS ones poll every node).
+// command timeout), the lead node is read without waiting, and if nothing had arrived the poll
+// takes over (it waits for every node, and cuts each at its own deadline). Plain connections
+// only (TLS ones poll every node).
 Lead lead_step(const PerNode<Pending*>& owners, Clock::time_point next_deadline,
                Clock::time_point now) {
   Pending* lead = nullptr;
@@ -317,9 +304,7 @@ Lead lead_step(const PerNode<Pending*>& owners, Clock::time_point next_deadline,
   if (next_deadline - now >= kWaitingReadBound) {
     return read_step(*lead, ReadMode::waiting) ? Lead::stepped : Lead::gave_up;
   }
-  if (read_step(*lead)) return Lead::stepped;
-  return next_deadline > now && poll_one(*lead, next_deadline - now) ? Lead::stepped
-                                                                     : Lead::gave_up;
+  return read_step(*lead) ? Lead::stepped : Lead::gave_up;
 }
 
 // True for a node whose request is written and that has not read anything yet.
