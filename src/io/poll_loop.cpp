@@ -301,10 +301,9 @@ Lead lead_step(const PerNode<Pending*>& owners, Clock::time_point next_deadline,
     if (lead == nullptr && !p->trailing && !p->batch->node->lagging()) lead = p;
   }
   if (lead == nullptr || !lead->connection->transport.waits_briefly()) return Lead::none;
-  if (next_deadline - now >= kWaitingReadBound) {
-    return read_step(*lead, ReadMode::waiting) ? Lead::stepped : Lead::gave_up;
-  }
-  return read_step(*lead) ? Lead::stepped : Lead::gave_up;
+  const ReadMode mode =
+      next_deadline - now >= kWaitingReadBound ? ReadMode::waiting : ReadMode::now;
+  return read_step(*lead, mode) ? Lead::stepped : Lead::gave_up;
 }
 
 // True for a node whose request is written and that has not read anything yet.

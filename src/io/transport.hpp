@@ -107,9 +107,9 @@ class Transport {
   IoResult read(char* into, std::size_t capacity) noexcept;
   // Writes as much of [from, from + length) as the socket takes, without SIGPIPE. Never blocks.
   IoResult write(const char* from, std::size_t length) noexcept;
-  // Lets read_waiting() block for at most `limit`. Every
-  // other operation stays non-blocking (they pass MSG_DONTWAIT, also inside a SecureLayer). Returns
-  // false if the socket could not be configured (then never wait).
+  // Lets read_waiting() block for at most `limit`. Every other operation stays non-blocking (they
+  // pass MSG_DONTWAIT, also inside a SecureLayer). Returns false if the socket could not be
+  // configured (then never wait).
   bool allow_waiting(std::chrono::milliseconds limit) noexcept;
   // Like read(), but waits up to the allow_waiting() limit for the first byte (one system call
   // instead of poll + read, for a single node awaiting its reply); `again` when the limit passed.

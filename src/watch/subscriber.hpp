@@ -234,6 +234,8 @@ class Subscriber {
   // True if the thread must have the connection back: a command to send, an unsubscribe due,
   // stop, drop, or another waiter (registrations_ differ from the borrower's). mutex_ held.
   bool thread_needed(std::chrono::steady_clock::time_point now) noexcept;
+  // thread_needed but for other waiters: a command, an unsubscribe due, stop or drop. mutex_ held.
+  bool thread_work_due(std::chrono::steady_clock::time_point now) noexcept;
   bool recall_needed() noexcept;  // thread_needed, taking mutex_
   // The borrower reads what arrived; null, or why the read failed (in `reason`, or a literal).
   const char* read_lent(Connection& connection, WakeSlot& slot,

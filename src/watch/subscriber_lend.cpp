@@ -140,10 +140,13 @@ bool Subscriber::recall_needed() noexcept {
 }
 
 bool Subscriber::thread_needed(SteadyClock::time_point now) noexcept {
+  return thread_work_due(now) || registrations_ != borrower_registrations_;
+}
+
+bool Subscriber::thread_work_due(SteadyClock::time_point now) noexcept {
   drop_stale_idle(now);
   const bool due = !idle_.empty() && idle_.front().since + kLinger <= now;
-  return due || stop_ || drop_requested_ || !outgoing_.empty() ||
-         registrations_ != borrower_registrations_;
+  return due || stop_ || drop_requested_ || !outgoing_.empty();
 }
 
 const char* Subscriber::read_lent(Connection& connection, WakeSlot& slot,
@@ -246,11 +249,9 @@ void Subscriber::answer_lend(Connection* connection) {
 bool Subscriber::park_while_lent(std::unique_lock<std::mutex>& lock) {
   bool recalled = false;
   while (lend_ == Lend::lent || lend_ == Lend::returned) {
-    const auto now = SteadyClock::now();
-    drop_stale_idle(now);
-    const bool due = !idle_.empty() && idle_.front().since + kLinger <= now;
-    const bool needed = due || stop_ || drop_requested_ || !outgoing_.empty();
-    if (lend_ == Lend::returned && thread_needed(now)) {
+    // While lent, the borrower reads for every waiter: only work of the thread's own recalls it.
+    const bool needed = thread_work_due(SteadyClock::now());
+    if (lend_ == Lend::returned && (needed || registrations_ != borrower_registrations_)) {
       resume_thread();
       break;
     }
