@@ -16,6 +16,7 @@
 #include <redlock/options.hpp>
 
 #include "core/quorum.hpp"
+#include "util/small_vector.hpp"
 
 namespace redlock {
 namespace detail {
@@ -99,14 +100,16 @@ class HoldState {
   // Watchdog side: the renewal's result is in. Applies it (capped as above) only if the hold is
   // not ending.
   void end_renewal(bool confirmed) {
+    bool ender_waits = false;
     {
       std::lock_guard<std::mutex> guard(mutex_);
       renewing_ = false;
+      ender_waits = ending_;  // only begin_end() waits for a renewal, and it set ending_ first
       if (end_extend_locked(renewal_id_, confirmed && !ending_)) {
         renewals_.fetch_add(1, std::memory_order_relaxed);
       }
     }
-    cv_.notify_all();
+    if (ender_waits) cv_.notify_all();
   }
   // Owner side (extend(ttl)): an extend with `floor` is about to be sent. Lowers the validity to
   // `floor` at once if that is sooner (the server may apply it any moment). Returns its id.
@@ -243,9 +246,13 @@ class HoldState {
   // Ends extend `id`; if `apply`, sets the validity to the least floor among the extends that
   // overlapped it (its own included). Returns `apply`.
   bool end_extend_locked(std::uint64_t id, bool apply) {
-    in_flight_.erase(std::remove_if(in_flight_.begin(), in_flight_.end(),
-                                    [id](const Extend& e) { return e.id == id; }),
-                     in_flight_.end());
+    // Order does not matter (only the least floor does): the last takes the place of `id`'s.
+    for (std::size_t i = 0; i < in_flight_.size(); ++i) {
+      if (in_flight_[i].id != id) continue;
+      in_flight_[i] = in_flight_.back();
+      in_flight_.resize(in_flight_.size() - 1);
+      break;
+    }
     if (apply) set_valid_until(overlap_floor_);
     return apply;
   }
@@ -261,9 +268,11 @@ class HoldState {
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;
-  bool renewing_{false};                          // guarded by mutex_
-  bool ending_{false};                            // guarded by mutex_
-  std::vector<Extend> in_flight_;                 // guarded by mutex_: extends sent, no result
+  bool renewing_{false};  // guarded by mutex_
+  bool ending_{false};    // guarded by mutex_
+  // Guarded by mutex_: extends sent, no result yet. Rarely more than the watchdog's renewal and
+  // one extend(ttl): no allocation per hold.
+  SmallVector<Extend, 2> in_flight_;
   SteadyClock::time_point overlap_floor_{};       // guarded by mutex_: least floor since idle
   std::uint64_t next_extend_id_{0};               // guarded by mutex_
   std::uint64_t renewal_id_{0};                   // guarded by mutex_: the watchdog's extend

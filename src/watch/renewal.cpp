@@ -80,7 +80,7 @@ const std::vector<WatchdogImpl::Entry*>& WatchdogImpl::entries_of(
     for (std::size_t slot : slots) entries.push_back(entries_[slot].get());
   }
   for (const Entry* entry : entries) {  // see util/prefetch.hpp
-    prefetch_bytes(entry->hold.get(), 2 * kCacheLine);
+    prefetch_object(entry->hold.get());
     prefetch_bytes(entry->backend.get(), 2 * kCacheLine);
   }
   return entries;
@@ -103,6 +103,10 @@ void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::tim
     }
     renewing.push_back(Renewing{slot, entry});
     items.push_back(RenewItem{entry->backend.get(), &entry->hold->token(), {}, 0});
+    // The key's and the token's bytes (heap blocks of their own) are copied into the batch's
+    // commands once every lease has begun: fetched meanwhile.
+    __builtin_prefetch(entry->hold->token().data());
+    __builtin_prefetch(entry->backend->key().data());
   }
   // Every begin_renewal() above must be matched by an end_renewal(), also if something below
   // throws (bad_alloc): otherwise a release would wait for this renewal forever.
