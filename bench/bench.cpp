@@ -31,8 +31,8 @@
 //      alternating, library vs a raw waiter (its own SUBSCRIBEd context, SET on each release
 //      message), next to PINGs back to back and after 1 ms idle.
 //   4. Watchdog: many leases (auto_renew) on distinct keys on one Watchdog, left alone for about
-//      two renewal periods, then released, in 3 rounds; WatchdogStats (renewals, round trips,
-//      lateness) and the watchdog threads' CPU per renewal (read from
+//      two renewal periods, then released, in 5 rounds (1 with --quick); WatchdogStats (renewals,
+//      round trips, lateness) and the watchdog threads' CPU per renewal (read from
 //      /proc/self/task/<tid>/schedstat at the window's edges). Floors: pipelined EVALSHA of the
 //      same extend script in batches of the watchdog's mean batch size, back to back (median of
 //      5 passes) and paced at the watchdog's mean batch rate (sleep_until between batches, as
@@ -834,7 +834,7 @@ void section_watchdog(const Config& config, Report& report) {
   // like it (its mean batch size at its mean batch rate) on the quiet server; medians of the
   // rounds. Interleaved, as in sections 1-2, so that a slow stretch of the machine falls on
   // both sides.
-  const int rounds = config.quick ? 1 : 3;
+  const int rounds = config.quick ? 1 : 5;
   const auto n = static_cast<std::size_t>(config.leases);
   std::vector<DogRound> library;
   std::vector<double> paced_cpu;
