@@ -30,12 +30,12 @@ using namespace std::chrono_literals;
 int run(const redlock::Endpoint& endpoint) {
   // Problems redlock cannot throw (a failed release in a destructor, a reconnect) go to one
   // process-wide handler. The default is silent; print warnings and errors.
-  redlock::set_log_handler([](redlock::LogLevel level, std::string_view message) {
-    if (level >= redlock::LogLevel::warn) {
-      std::fprintf(stderr, "[redlock %s] %.*s\n", redlock::to_string(level),
-                   static_cast<int>(message.size()), message.data());
-    }
-  });
+  redlock::set_log_handler(
+      [](redlock::LogLevel level, std::string_view message) {
+        std::fprintf(stderr, "[redlock %s] %.*s\n", redlock::to_string(level),
+                     static_cast<int>(message.size()), message.data());
+      },
+      redlock::LogLevel::warn);  // below it, nothing is even formatted
 
   redlock::Client client(endpoint);  // connects lazily, on the first command
   redlock::LockOptions options;

@@ -44,15 +44,16 @@ long long ms_since(Clock::time_point start) {
 int run(const std::vector<redlock::Endpoint>& endpoints) {
   // Warnings and errors, each distinct message once: a dead node is reported on every attempt,
   // which would drown everything else. (The handler may run on any thread, hence the mutex.)
-  redlock::set_log_handler([](redlock::LogLevel level, std::string_view message) {
-    static std::mutex mutex;
-    static std::set<std::string, std::less<>> seen;
-    if (level < redlock::LogLevel::warn) return;
-    std::lock_guard<std::mutex> guard(mutex);
-    if (!seen.emplace(message).second) return;
-    std::fprintf(stderr, "[redlock %s] %.*s\n", redlock::to_string(level),
-                 static_cast<int>(message.size()), message.data());
-  });
+  redlock::set_log_handler(
+      [](redlock::LogLevel level, std::string_view message) {
+        static std::mutex mutex;
+        static std::set<std::string, std::less<>> seen;
+        std::lock_guard<std::mutex> guard(mutex);
+        if (!seen.emplace(message).second) return;
+        std::fprintf(stderr, "[redlock %s] %.*s\n", redlock::to_string(level),
+                     static_cast<int>(message.size()), message.data());
+      },
+      redlock::LogLevel::warn);
 
   // One Client per instance. A Client is a cheap, thread-safe handle: share it, copy it.
   std::vector<redlock::Client> clients;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -322,6 +323,38 @@ TEST_CASE("The log hook receives messages and a throwing handler is contained", 
   redlock::set_log_handler(nullptr);
   CHECK(calls.load() >= 1);
   CHECK(std::string(redlock::to_string(redlock::LogLevel::warn)) == "warn");
+}
+
+TEST_CASE("The log hook's least level: messages below it never reach the handler",
+          "[redis][client]") {
+  std::mutex mutex;
+  std::vector<redlock::LogLevel> levels;
+  auto record = [&](redlock::LogLevel level, std::string_view) {
+    std::lock_guard<std::mutex> guard(mutex);
+    levels.push_back(level);
+  };
+  RedisServer server;
+  redlock::set_log_handler(record, redlock::LogLevel::warn);
+  {
+    redlock::Client client(server.endpoint());
+    client.ping();  // "connected" at debug level: dropped
+    redlock::Lock lock(client, redlock::test::key("log-level"));
+    lock.unlock();  // not held: a warning
+  }
+  {
+    std::lock_guard<std::mutex> guard(mutex);
+    REQUIRE(!levels.empty());
+    for (const auto level : levels) CHECK(level >= redlock::LogLevel::warn);
+    levels.clear();
+  }
+  redlock::set_log_handler(record);  // the default level: everything
+  {
+    redlock::Client client(server.endpoint());
+    client.ping();
+  }
+  redlock::set_log_handler(nullptr);
+  std::lock_guard<std::mutex> guard(mutex);
+  CHECK(std::find(levels.begin(), levels.end(), redlock::LogLevel::debug) != levels.end());
 }
 
 TEST_CASE("Redlock refuses one server named twice: by another spelling or another address",

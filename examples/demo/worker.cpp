@@ -200,9 +200,9 @@ int run_worker(const WorkerConfig& config) {
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (config.parent > 0 && ::getppid() != config.parent) return 1;
 
-  redlock::set_log_handler([](redlock::LogLevel level, std::string_view message) {
-    if (level >= redlock::LogLevel::warn) g_channel.send("L " + one_line(message));
-  });
+  redlock::set_log_handler(
+      [](redlock::LogLevel, std::string_view message) { g_channel.send("L " + one_line(message)); },
+      redlock::LogLevel::warn);
 
   try {
     std::vector<redlock::Client> nodes;

@@ -12,11 +12,13 @@ namespace {
 // another thread installs a new one.
 std::mutex g_mutex;
 std::shared_ptr<const LogHandler> g_handler;  // guarded by g_mutex
-std::atomic<bool> g_enabled{false};
+// The least level passed on, or kSilent without a handler: callers test it before formatting.
+constexpr int kSilent = static_cast<int>(LogLevel::error) + 1;
+std::atomic<int> g_min_level{kSilent};
 
 }  // namespace
 
-void set_log_handler(LogHandler handler) noexcept {
+void set_log_handler(LogHandler handler, LogLevel min_level) noexcept {
   std::shared_ptr<const LogHandler> next;
   if (handler) {
     try {
@@ -27,7 +29,7 @@ void set_log_handler(LogHandler handler) noexcept {
   }
   std::lock_guard<std::mutex> guard(g_mutex);
   g_handler = std::move(next);
-  g_enabled.store(static_cast<bool>(g_handler), std::memory_order_release);
+  g_min_level.store(g_handler ? static_cast<int>(min_level) : kSilent, std::memory_order_release);
 }
 
 const char* to_string(LogLevel level) noexcept {
@@ -46,7 +48,9 @@ const char* to_string(LogLevel level) noexcept {
 
 namespace detail {
 
-bool log_enabled() noexcept { return g_enabled.load(std::memory_order_acquire); }
+bool log_enabled(LogLevel level) noexcept {
+  return static_cast<int>(level) >= g_min_level.load(std::memory_order_acquire);
+}
 
 void log_message(LogLevel level, std::string_view message) noexcept {
   std::shared_ptr<const LogHandler> handler;
@@ -54,7 +58,7 @@ void log_message(LogLevel level, std::string_view message) noexcept {
     std::lock_guard<std::mutex> guard(g_mutex);
     handler = g_handler;
   }
-  if (!handler) return;
+  if (!handler || !log_enabled(level)) return;
   try {
     (*handler)(level, message);
   } catch (...) {  // a throwing handler must not take a destructor or the watchdog down

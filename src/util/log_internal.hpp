@@ -12,14 +12,15 @@
 namespace redlock {
 namespace detail {
 
-// True if a handler is installed (lets callers skip formatting when nobody listens).
-bool log_enabled() noexcept;
+// True if a handler is installed and takes `level` (lets callers skip formatting when nobody
+// listens).
+bool log_enabled(LogLevel level) noexcept;
 // Passes `message` to the handler; swallows anything it throws.
 void log_message(LogLevel level, std::string_view message) noexcept;
 
 template <class... Args>
 void logf(LogLevel level, fmt::format_string<Args...> format, Args&&... args) noexcept {
-  if (!log_enabled()) return;
+  if (!log_enabled(level)) return;
   try {
     log_message(level, fmt::format(format, std::forward<Args>(args)...));
   } catch (...) {  // formatting failed (bad_alloc): nothing sensible to do in a log path

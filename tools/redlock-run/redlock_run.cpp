@@ -1491,12 +1491,16 @@ int redlock_run(int argc, char** argv) {
 
     const bool quiet = config.quiet;
     const bool verbose = config.verbose;
-    redlock::set_log_handler([quiet, verbose](redlock::LogLevel level, std::string_view message) {
-      const auto shown = verbose ? redlock::LogLevel::info : redlock::LogLevel::warn;
-      // A lost lease is reported by the Supervisor, with what it does about it.
-      const bool ours = message.find(" lost (") != std::string_view::npos;
-      if (!quiet && level >= shown && !ours) say(in_our_words(std::string(message)));
-    });
+    const auto shown = verbose ? redlock::LogLevel::info : redlock::LogLevel::warn;
+    if (!quiet) {
+      redlock::set_log_handler(
+          [](redlock::LogLevel, std::string_view message) {
+            // A lost lease is reported by the Supervisor, with what it does about it.
+            const bool ours = message.find(" lost (") != std::string_view::npos;
+            if (!ours) say(in_our_words(std::string(message)));
+          },
+          shown);
+    }
     return with_metrics(config, [&] { return run(config, rt); });
   } catch (const UsageError& e) {
     say(e.what());
