@@ -1,5 +1,6 @@
 // Tests for the fault-injecting TCP proxy (tests/support/fault_proxy.hpp), driven through a real
 // redis-server with plain hiredis (not the library under test).
+#include "support/eventually.hpp"
 #include "support/fault_proxy.hpp"
 #include "support/redis_server.hpp"
 
@@ -23,6 +24,7 @@
 namespace {
 
 using namespace std::chrono_literals;
+using redlock::test::eventually;
 using redlock::test::FaultProxy;
 using Clock = std::chrono::steady_clock;
 
@@ -66,17 +68,6 @@ bool ping(redisContext* c) {
 bool fresh_ping(int port) {
   ContextPtr c = connect_to(port);
   return c && ping(c.get());
-}
-
-// Polls pred until it holds or timeout passes.
-template <typename Pred>
-bool eventually(Pred pred, std::chrono::milliseconds timeout = 2000ms) {
-  const auto deadline = Clock::now() + timeout;
-  for (;;) {
-    if (pred()) return true;
-    if (Clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(5ms);
-  }
 }
 
 // A real redis-server on a random loopback port, killed by its destructor.

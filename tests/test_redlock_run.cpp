@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/eventually.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
 #include "support/sentinel_set.hpp"
@@ -40,6 +41,7 @@
 
 using namespace std::chrono_literals;
 using redlock::detail::helper_key;
+using redlock::test::eventually;
 using redlock::test::key;
 using redlock::test::RedisServer;
 using redlock::test::ServerGroup;
@@ -74,15 +76,6 @@ std::string slurp(const std::string& path) {
 }
 
 bool exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
-
-bool eventually(const std::function<bool()>& condition, Clock::duration timeout = 5s) {
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return condition();
-}
 
 // One redlock-run process: stdin /dev/null, stdout and stderr captured in files. Dies with the
 // test process (PR_SET_PDEATHSIG), and is killed by the destructor if still running (its

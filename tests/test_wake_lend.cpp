@@ -15,6 +15,7 @@
 
 #include "api/access.hpp"
 #include "io/connection.hpp"  // ClientImpl::subscriber()
+#include "support/eventually.hpp"
 #include "support/redis_server.hpp"
 #include "util/key_slot.hpp"        // helper_key
 #include "watch/release_watch.hpp"  // make_release_watch: the watch a fair waiter uses
@@ -22,6 +23,7 @@
 
 using namespace std::chrono_literals;
 using redlock::detail::helper_key;
+using redlock::test::eventually;
 using redlock::test::key;
 using redlock::test::RedisServer;
 using Clock = std::chrono::steady_clock;
@@ -44,15 +46,6 @@ redlock::detail::SubscriberStats stats(redlock::Client& client) {
 long long subscribers(const RedisServer& server, const std::string& channel) {
   const auto r = server.raw({"PUBSUB", "NUMSUB", channel});
   return r.elements().size() == 2 ? r.elements()[1].integer() : -1;
-}
-
-bool eventually(const std::function<bool()>& condition, Clock::duration timeout = 5s) {
-  const auto deadline = Clock::now() + timeout;
-  while (!condition()) {
-    if (Clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
 }
 
 // A thread that waits for `k` in lock() and records when it got it.

@@ -14,14 +14,15 @@
 namespace redlock {
 namespace test {
 
-// Returns true as soon as done() does (polled every 10 ms), false if it has not within `within`.
+// Returns true as soon as done() does (polled every 5 ms), false if it has not within `within`
+// (done() is asked once more when the time is up).
 template <class Done>
-bool eventually(Done done, std::chrono::milliseconds within = std::chrono::seconds(5)) {
+bool eventually(Done done, std::chrono::steady_clock::duration within = std::chrono::seconds(5)) {
   const auto until = std::chrono::steady_clock::now() + within;
   for (;;) {
     if (done()) return true;
     if (std::chrono::steady_clock::now() >= until) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
 
