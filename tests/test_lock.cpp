@@ -20,6 +20,7 @@
 #include "api/access.hpp"
 #include "core/engine.hpp"
 #include "support/clock.hpp"
+#include "support/eventually.hpp"
 #include "support/fault_proxy.hpp"
 #include "support/redis_server.hpp"
 
@@ -272,6 +273,25 @@ TEST_CASE("An expired hold cannot release or extend the next holder's lock",
   CHECK_FALSE(first.extend());
   CHECK_FALSE(first.release());
   CHECK(holder_of(server, k) == token);
+  CHECK(second.owns_lock());
+  second.unlock();
+}
+
+// Review 3, item 1, for every backend: a release that finds the lease taken is false and a loss.
+TEST_CASE("A release after the key was taken over is false and reports the loss", "[redis][lock]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const auto k = key("taken-over");
+  std::atomic<int> losses{0};
+  redlock::LockOptions o = fast(30s);
+  o.on_lost = [&](const redlock::LostEvent&) { ++losses; };
+  redlock::Lock first(client, k, o);
+  redlock::Lock second(client, k, fast(30s));
+  REQUIRE(first.try_lock());
+  server.raw({"DEL", k});  // an operator, or a failover that lost the write
+  REQUIRE(second.try_lock());
+  CHECK_FALSE(first.release());
+  CHECK(redlock::test::eventually([&] { return losses.load() == 1; }));
   CHECK(second.owns_lock());
   second.unlock();
 }

@@ -2,6 +2,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include <redlock/lock.hpp>
 #include <redlock/postgres.hpp>
 
+#include "support/eventually.hpp"
 #include "support/postgres_server.hpp"
 #include "support/redis_server.hpp"
 
@@ -374,6 +376,45 @@ TEST_CASE("postgres::Lock, session mode: a terminated backend loses the lock, an
   CHECK_FALSE(a.owns_lock());
   CHECK(b.try_lock());  // free at once: no ttl to wait out
   b.unlock();
+}
+
+// Review 3, item 1: a release after the lease was lost and taken over must not say "kept".
+TEST_CASE("postgres::Lock, session mode: release() after a terminated backend is false, and lost",
+          "[postgres]") {
+  REQUIRE_POSTGRES();
+  PostgresServer server;
+  redlock::postgres::Database db(server.uri() + "?mode=session");
+  std::atomic<int> losses{0};
+  redlock::LockOptions o = short_ttl(30000ms);  // no renewal: only the release can notice
+  o.fencing = true;
+  o.on_lost = [&](const redlock::LostEvent&) { ++losses; };
+  redlock::postgres::Lock a(db, "taken-over", o);
+  redlock::postgres::Lock b(db, "taken-over", o);
+  REQUIRE(a.try_lock());
+  const std::uint64_t fence = a.fence();
+  server.psql(
+      "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted");
+  REQUIRE(b.try_lock());  // the session died, and the advisory lock with it
+  CHECK(b.fence() > fence);
+  CHECK_FALSE(a.release());  // was true: the dead connection was taken for a kept hold
+  CHECK(redlock::test::eventually([&] { return losses.load() == 1; }));
+  CHECK(b.release());
+}
+
+TEST_CASE("postgres::Lock: release() of a lease an operator took over is false, and lost",
+          "[postgres]") {
+  REQUIRE_POSTGRES();
+  PostgresServer server;
+  redlock::postgres::Database db(server.uri());
+  std::atomic<int> losses{0};
+  redlock::LockOptions o = short_ttl(30000ms);
+  o.on_lost = [&](const redlock::LostEvent&) { ++losses; };
+  redlock::postgres::Lock a(db, "edited", o);
+  REQUIRE(a.try_lock());
+  REQUIRE(server.psql("UPDATE redlock_leases SET token = 'someone else' WHERE name = 'edited' "
+                      "RETURNING name") == "edited");
+  CHECK_FALSE(a.release());  // was true: the refused release left "kept" at its default
+  CHECK(redlock::test::eventually([&] { return losses.load() == 1; }));
 }
 
 TEST_CASE("postgres::Lock, session mode: a crashed holder's lock is free at once", "[postgres]") {

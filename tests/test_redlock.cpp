@@ -155,6 +155,24 @@ TEST_CASE("Redlock basics: quorum, validity below ttl minus drift, release every
   CHECK(holders(group, k) == 0);
 }
 
+// Review 3, item 1, for every backend: a release that finds the lease gone on a majority.
+TEST_CASE("Redlock release after a majority lost the key is false and reports the loss",
+          "[redis][redlock]") {
+  ServerGroup group(3);
+  const auto k = key("majority-lost");
+  std::atomic<int> losses{0};
+  redlock::LockOptions o = fast(30s);
+  o.on_lost = [&](const redlock::LostEvent&) { ++losses; };
+  redlock::Redlock lock(clients_for(group.endpoints()), k, o);
+  REQUIRE(lock.try_lock());
+  REQUIRE(holders(group, k) == 3);
+  group[0].raw({"DEL", k});
+  group[1].raw({"DEL", k});
+  CHECK_FALSE(lock.release());
+  CHECK(redlock::test::eventually([&] { return losses.load() == 1; }));
+  CHECK(holders(group, k) == 0);  // the node that still had it was released
+}
+
 TEST_CASE("scoped_lock over a Lock and a Redlock", "[redis][redlock]") {
   ServerGroup group(3);
   redlock::Redlock quorum(clients_for(group.endpoints()), key("scoped-q"), fast());

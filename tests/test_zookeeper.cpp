@@ -26,6 +26,7 @@
 #include "api/access.hpp"
 #include "backends/zookeeper/zk_names.hpp"
 #include "backends/zookeeper/zk_session.hpp"
+#include "support/eventually.hpp"
 #include "support/fault_proxy.hpp"
 #include "support/redis_server.hpp"
 #include "support/zookeeper_server.hpp"
@@ -204,6 +205,33 @@ TEST_CASE("zookeeper: try_lock, re-entrancy, fence, and no znode left by a refus
   REQUIRE(a.lease().lost());  // not held by this thread any more
   b.unlock();
   REQUIRE(queue_length(uri, chroot + "/res") == 0);
+}
+
+// Review 3, item 1, for every backend: the holder's znode deleted by someone else.
+TEST_CASE("zookeeper: a release after the znode was deleted and taken is false, and lost",
+          "[zookeeper]") {
+  REQUIRE_ZOOKEEPER();
+  auto& server = shared_server();
+  const std::string chroot = fresh_chroot();
+  const std::string uri = uri_of(server, chroot, 4000);
+  redlock::zookeeper::Session s1(uri), s2(uri);
+  std::atomic<int> losses{0};
+  redlock::LockOptions o;
+  o.on_lost = [&](const redlock::LostEvent&) { ++losses; };
+  redlock::zookeeper::Lock a(s1, "res", o), b(s2, "res");
+  REQUIRE(a.try_lock());
+  {
+    redlock::detail::ZkSession operator_session(uri);
+    std::vector<std::string> children;
+    redlock::detail::zk_children(*operator_session.conn(), chroot + "/res", &children);
+    REQUIRE(children.size() == 1);
+    REQUIRE(redlock::detail::zk_delete(*operator_session.conn(), chroot + "/res/" + children[0]) ==
+            0);
+  }
+  REQUIRE(b.try_lock());
+  CHECK_FALSE(a.release());
+  CHECK(redlock::test::eventually([&] { return losses.load() == 1; }));
+  b.unlock();
 }
 
 TEST_CASE("zookeeper: waiters are served first come, first served (50 waiters)", "[zookeeper]") {
