@@ -70,8 +70,11 @@ struct ReleaseResult {
   std::size_t refused{0};      // nodes that answered "not ours" (silent nodes count in neither)
   std::size_t listeners{0};    // most subscribers (waiting processes) any node announced it to
   std::exception_ptr failure;  // as in AcquireResult
-  // No quorum can have lost the lease before this release (refusals leave a quorum possible).
-  bool quorum_kept{true};
+  // The backend positively confirmed that no quorum can have lost the lease before this release
+  // (its own delete succeeded, or refusals still leave a quorum possible). False by default: a
+  // backend that does not set it (a dead connection, a refusal, a failure) reports the hold as
+  // not kept, never a lease another client may hold by now.
+  bool quorum_kept{false};
   LostReason reason{LostReason::refused};  // why not kept (meaningful when !quorum_kept)
 };
 

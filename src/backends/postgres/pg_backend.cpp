@@ -85,6 +85,7 @@ class PgLeaseBackend final : public PgBackendBase {
       const bool released = fair_ ? r.row.size() == 2 && r.row[0] == "t" : r.affected == 1;
       out.released = released ? 1 : 0;
       out.refused = released ? 0 : 1;
+      out.quorum_kept = released;
     } catch (const Error&) {
       out.failure = std::current_exception();
     }

@@ -109,6 +109,7 @@ class PgSessionBackend final : public PgBackendBase {
                                 {lock_key_, channel_}, broken);
       out.released = r.row.size() == 2 && r.row[0] == "t" ? 1 : 0;
       out.refused = 1 - out.released;
+      out.quorum_kept = out.released == 1;  // only an unlock that found our lock confirms it
       broken = broken || out.released == 0;
     } catch (const ConnectionError&) {
       out.refused = 1;  // the session died: the lock went with it
