@@ -428,6 +428,29 @@ TEST_CASE("A waiter wakes when a permit is released, not at its retry delay",
   CHECK(when - released < 3s);
 }
 
+// Review 3, item 3: the Semaphore's wait is the Lock's wait (lock/acquire_loop), so it applies
+// the same unavailability rule: a server that cannot answer for a while is not contention, and
+// a wait rides it out for up to max_unavailable (10 s by default).
+TEST_CASE("A Semaphore wait rides out a paused server as a Lock wait does",
+          "[redis][semaphore][fault]") {
+  Setup setup("sem-paused");
+  auto& [server, client, k] = setup;
+  redlock::Semaphore holder(client, k, 1, fast(1s));
+  redlock::Semaphore waiter(client, k, 1, fast(10s));
+  redlock::Lock lock_holder(client, k + ":lock", fast(1s));
+  redlock::Lock lock_waiter(client, k + ":lock", fast(10s));
+  REQUIRE(holder.try_acquire());
+  REQUIRE(lock_holder.try_lock());
+  auto permit = std::async(std::launch::async, [&] { return waiter.try_acquire_for(15s); });
+  auto lock = std::async(std::launch::async, [&] { return lock_waiter.try_lock_for(15s); });
+  std::this_thread::sleep_for(200ms);  // both wait
+  server.raw({"CLIENT", "PAUSE", "1500", "ALL"});  // attempts time out (command_timeout 200 ms)
+  CHECK(lock.get());
+  CHECK(permit.get());  // threw TimeoutError at the first timed-out attempt
+  lock_waiter.unlock();
+  waiter.release();
+}
+
 TEST_CASE("cancel_waits ends waits in progress and later ones, a held permit stays",
           "[redis][semaphore]") {
   Setup setup("sem-cancel");
