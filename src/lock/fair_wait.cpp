@@ -12,7 +12,7 @@ namespace redlock {
 namespace detail {
 
 FairWait::FairWait(LeaseBackend& backend, FairWake wake)
-    : WaitStrategy(backend), wake_(wake), token_(make_token()) {}
+    : backend_(backend), wake_(wake), token_(make_token()) {}
 
 FairWait::~FairWait() = default;
 

@@ -44,6 +44,7 @@ class FairWait final : public WaitStrategy {
 
   void retire_token();
 
+  LeaseBackend& backend_;
   const FairWake wake_;
   std::string token_;  // moved into the hold once an attempt is granted
   std::uint64_t seq_{0};

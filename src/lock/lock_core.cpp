@@ -13,6 +13,7 @@
 
 #include "api/access.hpp"
 #include "core/engine.hpp"
+#include "lock/acquire_loop.hpp"
 #include "lock/fair_wait.hpp"
 #include "lock/hold_end.hpp"
 #include "lock/observed.hpp"
@@ -60,7 +61,6 @@ ThreadHolds& thread_holds() {
   return holds;
 }
 
-constexpr auto kNoDeadline = SteadyClock::time_point::max();
 constexpr CallWords kWords{"lock() of ",
                            " by the thread that owns it, but its hold was lost; unlock() it first"};
 
@@ -109,140 +109,24 @@ bool LockCore::gated_acquire(Call call, SteadyClock::time_point deadline, Acquir
   return held;
 }
 
-// The wait strategy is chosen once per call and lives on this stack frame.
+// The wait strategy is chosen once per call and lives on this stack frame; the loop is the one
+// every waiting primitive shares (lock/acquire_loop).
 bool LockCore::attempts(Call call, SteadyClock::time_point deadline, AcquireEvent* event) {
-  const auto round = [&](WaitStrategy& wait) {
-    Round r{call,
-            deadline,
-            wait,
-            Unavailability(backend_->key(), call, deadline, options_.max_unavailable),
-            std::chrono::milliseconds(-1),
-            event};
-    r.crowded = crowded_.load(std::memory_order_relaxed);
-    return attempts(r);
+  const AcquireLoop::Waiter waiter{ownership_, options_, backend_->key(), kWords, backend_->fair()};
+  const bool crowded = crowded_.load(std::memory_order_relaxed);
+  const auto run = [&](WaitStrategy& wait) {
+    return AcquireLoop(waiter, *this, wait, call, deadline, event, crowded).run();
   };
   if (backend_->fair()) {
     FairWait wait(*backend_, options_.wake_on_release ? FairWake::releases : FairWake::timer);
-    return round(wait);
+    return run(wait);
   }
   if (options_.wake_on_release) {
     WakeOnReleaseWait wait(*backend_);
-    return round(wait);
+    return run(wait);
   }
   PollingWait wait(*backend_);
-  return round(wait);
-}
-
-// Waiting means: watch for releases first, then try again (and queue, in fair mode). A release
-// after the watch is confirmed cannot be missed; one before it is seen by the attempt (in fair
-// mode the key then holds our token, and the attempt re-arms it). When watching is free (this
-// process is subscribed already) the watch comes first and the very first attempt counts.
-// Unavailability (the servers cannot be reached) ends try_lock() with the error; a wait rides it
-// out until its deadline, and throws it if the last attempt failed that way.
-bool LockCore::attempts(Round& r) {
-  WaitStrategy& wait = r.wait;
-  try {
-    if (r.call != Call::try_lock && wait.watch_is_free()) {
-      wait.start_watch(ownership_, r.deadline);
-      if (wait.hears_releases() && wait.behind_others()) return queue_behind(r);
-    }
-    if (settle(r, wait.attempt(wait.watching() ? Attempt::contended : Attempt::first))) return true;
-    if (r.call == Call::try_lock) return false;
-    if (!wait.watching()) {
-      if (r.deadline != kNoDeadline && SteadyClock::now() >= r.deadline) {
-        return r.unavailable.give_up();
-      }
-      wait.start_watch(ownership_, r.deadline);
-      if (!ownership_.cancelled() && settle(r, wait.attempt(Attempt::contended))) return true;
-    }
-    return wait_loop(r);
-  } catch (...) {
-    wait.leave();
-    throw;
-  }
-}
-
-// Threads of this process that watched earlier wait for the lock (on other Lock objects): a
-// release wakes them in arrival order, so this call waits its turn instead of an attempt that
-// would be refused. It trusts the releases it hears; a lease that ends unannounced (a crashed
-// holder) is tried again after this lock's own ttl, which a holder with the same options cannot
-// exceed.
-bool LockCore::queue_behind(Round& r) {
-  r.holder_pttl = options_.ttl;
-  return wait_loop(r);
-}
-
-bool LockCore::wait_loop(Round& r) {
-  for (;;) {
-    if (ownership_.cancelled()) {
-      r.wait.leave();  // passes on a hand-over that came meanwhile
-      return cancelled_result(r.call, backend_->key(), kWords);
-    }
-    const auto now = SteadyClock::now();
-    if (r.deadline != kNoDeadline && now >= r.deadline) {
-      if (take_hand_over(r)) return true;  // it came in time
-      r.wait.leave();
-      return r.unavailable.give_up();
-    }
-    const bool woken = [&] {
-      const BlockedWait blocked;
-      return r.wait.wait_until(next_wake(r, now));
-    }();
-    if (ownership_.cancelled()) continue;
-    if (take_hand_over(r)) return true;
-    if (woken && r.event) observe_wake(WakeKind::released);
-    if (woken) yield_to_elders(r);
-    const unsigned refused = r.refused;
-    if (settle(r, r.wait.attempt(Attempt::contended))) return true;
-    if (woken && r.refused > refused) r.crowded = true;  // another waiter won this release
-  }
-}
-
-// Jittered retry_delay, never past the holder's lease end (it may end by expiry, unannounced)
-// nor past the deadline. A wait that hears releases sleeps until the lease end (a release wakes
-// it sooner); retry_delay only when the lease end is unknown.
-SteadyClock::time_point LockCore::next_wake(const Round& r, SteadyClock::time_point now) const {
-  auto wait = jittered(std::chrono::nanoseconds(options_.retry_delay));
-  if (r.holder_pttl.count() >= 0) {
-    const auto lease_end = std::chrono::nanoseconds(r.holder_pttl + std::chrono::milliseconds(1));
-    wait = r.wait.hears_releases() ? lease_end : std::min(wait, lease_end);
-  }
-  const auto until = now + wait;
-  return r.deadline == kNoDeadline ? until : std::min(until, r.deadline);
-}
-
-// Applies one attempt's outcome: a failure goes to the unavailability rule, a grant is taken.
-bool LockCore::settle(Round& r, Try attempt) {
-  r.holder_pttl = attempt.result.holder_pttl;
-  r.round_trip = SteadyClock::now() - attempt.sent;
-  if (r.event) {
-    ++r.event->attempts;
-    r.event->granted = attempt.result.granted;
-  }
-  if (attempt.result.failure) {
-    r.unavailable.failed(attempt.result.failure);
-    return false;
-  }
-  r.unavailable.answered();
-  if (!attempt.result.held) ++r.refused;
-  return attempt.result.held && take(attempt.result, std::move(attempt.token), attempt.sent);
-}
-
-bool LockCore::take_hand_over(Round& r) {
-  Try handed;
-  if (!r.wait.hand_over(handed) || !take(handed.result, std::move(handed.token), handed.sent)) {
-    return false;
-  }
-  if (r.event) {
-    r.event->handed_over = true;
-    observe_wake(WakeKind::handed_over);
-  }
-  return true;
-}
-
-void LockCore::observe_wake(WakeKind kind) const noexcept {
-  Observer* const observer = observer_of(options_);
-  if (observer) observer->on_wake(WakeEvent{backend_->key(), kind});
+  return run(wait);
 }
 
 bool LockCore::take(const AcquireResult& result, std::string token, SteadyClock::time_point start) {
@@ -298,35 +182,12 @@ bool LockCore::release() {
   return end.kept;
 }
 
-namespace {
-// About as long as a woken waiter needs to answer a release: 4 round trips, 250 us .. 5 ms.
-SteadyClock::duration answer_time(SteadyClock::duration round_trip) {
-  return std::clamp<SteadyClock::duration>(4 * round_trip, std::chrono::microseconds(250),
-                                           std::chrono::milliseconds(5));
-}
-}  // namespace
-
 // Waiters heard a release that started at `release_start`. Hold back this object's next acquire
 // for as long as a woken waiter needs to answer.
 void LockCore::hold_back_after(SteadyClock::time_point release_start) {
   const auto pause = answer_time(SteadyClock::now() - release_start);
   courtesy_until_.store((SteadyClock::now() + pause).time_since_epoch().count(),
                         std::memory_order_release);
-}
-
-// Elder first: every process waiting for a lock hears a release at about the same moment, and
-// without an order the one whose subscription the server writes to first wins nearly every
-// race (one process took 10-15x another's share). A crowded wait (other processes wait too: a
-// release of this object reached several, or another waiter won a release this one heard)
-// holds back its attempt by (8 - refused) / 8 of answer_time: a process refused more often has
-// waited through more releases and answers first; one that just arrived waits the longest. A lone
-// waiter (the ping-pong hand-off) is never crowded and pays nothing; fair mode has its queue.
-void LockCore::yield_to_elders(const Round& r) const {
-  constexpr unsigned kLevels = 8;  // refused 8 times or more: no pause
-  if (!r.crowded || r.refused >= kLevels || backend_->fair() || !options_.wake_on_release) return;
-  auto until = SteadyClock::now() + answer_time(r.round_trip) * (kLevels - r.refused) / kLevels;
-  if (r.deadline != kNoDeadline) until = std::min(until, r.deadline);
-  std::this_thread::sleep_until(until);
 }
 
 bool LockCore::extend(std::chrono::milliseconds ttl) {

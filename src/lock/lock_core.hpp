@@ -1,6 +1,6 @@
 // src/lock/lock_core.hpp: LockCore, what a Lock or Redlock object is: a lease backend, the
 // object's ownership (lock/ownership.hpp) and the acquire loop over a wait strategy
-// (lock/wait.hpp), plus the watchdog hand-off and loss reporting.
+// (lock/acquire_loop.hpp over lock/wait.hpp), plus the watchdog hand-off and loss reporting.
 #ifndef REDLOCK_SRC_LOCK_LOCK_CORE_HPP
 #define REDLOCK_SRC_LOCK_LOCK_CORE_HPP
 
@@ -15,6 +15,7 @@
 
 #include "core/backend.hpp"
 #include "core/hold.hpp"
+#include "lock/acquire_loop.hpp"
 #include "lock/ownership.hpp"
 #include "lock/wait.hpp"
 
@@ -24,7 +25,7 @@ namespace detail {
 class ClientImpl;
 class LeaseEngine;
 
-class LockCore : public std::enable_shared_from_this<LockCore> {
+class LockCore : public std::enable_shared_from_this<LockCore>, private AcquireLoop::Taker {
  public:
   // Throws std::invalid_argument for bad options or duplicate nodes.
   LockCore(std::vector<std::shared_ptr<ClientImpl>> nodes, std::string key, LockOptions options);
@@ -47,32 +48,11 @@ class LockCore : public std::enable_shared_from_this<LockCore> {
   const LeaseBackend& backend() const noexcept { return *backend_; }
 
  private:
-  // One acquire call's state across its attempts.
-  struct Round {
-    Call call;
-    SteadyClock::time_point deadline;
-    WaitStrategy& wait;
-    Unavailability unavailable;
-    std::chrono::milliseconds holder_pttl{-1};  // from the last attempt (-1: unknown)
-    AcquireEvent* event;                        // counts attempts for an observer (or nullptr)
-    // Elder-first wake order (yield_to_elders): attempts the servers refused in this call, and
-    // whether other processes are known to wait for the lock too.
-    unsigned refused{0};
-    bool crowded{false};
-    SteadyClock::duration round_trip{};  // of the last attempt
-  };
   bool gated_acquire(Call call, SteadyClock::time_point deadline, AcquireEvent* event);
   bool attempts(Call call, SteadyClock::time_point deadline, AcquireEvent* event);
-  bool attempts(Round& round);
-  bool wait_loop(Round& round);
-  bool queue_behind(Round& round);
-  bool settle(Round& round, Try attempt);
-  bool take_hand_over(Round& round);
-  void observe_wake(WakeKind kind) const noexcept;
-  SteadyClock::time_point next_wake(const Round& round, SteadyClock::time_point now) const;
-  bool take(const AcquireResult& result, std::string token, SteadyClock::time_point start);
+  // A granted attempt becomes this object's hold (and is renewed with auto_renew).
+  bool take(const AcquireResult& result, std::string token, SteadyClock::time_point start) override;
   void hold_back_after(SteadyClock::time_point release_start);
-  void yield_to_elders(const Round& round) const;
   void report_lost(const std::shared_ptr<HoldState>& hold, LostReason reason);
 
   LockOptions options_;
@@ -81,7 +61,7 @@ class LockCore : public std::enable_shared_from_this<LockCore> {
   // No acquire attempt before this (anti-barging), steady_clock ticks since its epoch.
   std::atomic<SteadyClock::rep> courtesy_until_{0};
   // This object's last release was announced to more than one waiting process: its next wait
-  // starts crowded (yield_to_elders).
+  // starts crowded (AcquireLoop::yield_to_elders).
   std::atomic<bool> crowded_{false};
 };
 

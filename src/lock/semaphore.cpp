@@ -1,8 +1,8 @@
-// src/lock/semaphore.cpp: Semaphore: acquiring and waiting for a permit (jittered backoff bounded
-// by the earliest slot expiry, plus wake-on-release), its validity, renewal hand-off, release and
-// loss. The permits are a PermitBackend (core/backend.hpp; Redis's is core/permits); thread
-// ownership, the local queue, cancellation and the end of a hold are a Lock's (lock/ownership,
-// lock/hold_end).
+// src/lock/semaphore.cpp: Semaphore: acquiring and waiting for a permit (the one acquire loop,
+// lock/acquire_loop, over the permits' wait strategy: jittered backoff bounded by the earliest
+// slot expiry, plus wake-on-release), its validity, renewal hand-off, release and loss. The permits
+// are a PermitBackend (core/backend.hpp; Redis's is core/permits); thread ownership, the local
+// queue, cancellation and the end of a hold are a Lock's (lock/ownership, lock/hold_end).
 #include <redlock/semaphore.hpp>
 
 #include <algorithm>
@@ -18,6 +18,7 @@
 #include "core/engine.hpp"
 #include "core/hold.hpp"
 #include "core/permits.hpp"
+#include "lock/acquire_loop.hpp"
 #include "lock/hold_end.hpp"
 #include "lock/observed.hpp"
 #include "lock/ownership.hpp"
@@ -57,7 +58,39 @@ LockOptions validated(std::size_t limit, const std::string& key, LockOptions opt
 constexpr CallWords kWords{"acquire() of a permit of ",
                            " by the thread that owns one, but it was lost; release() it first"};
 
-class SemaphoreCore {
+// A Semaphore's wait strategy: each attempt asks the permits for the first free one with a new
+// token; a wait watches the permits' release channel (wake_on_release), or a timer. It never
+// relies on hearing releases alone: a permit may end by expiry, so it retries within
+// retry_delay, and never later than the earliest permit's expiry.
+class PermitWait final : public WaitStrategy {
+ public:
+  PermitWait(PermitBackend& permits, bool wake_on_release) noexcept
+      : permits_(permits), wake_(wake_on_release) {}
+
+  // A failure to reach the server is the attempt's result (the unavailability rule decides).
+  Try attempt(Attempt /*how*/) override {
+    Try out;
+    out.token = make_token();
+    out.sent = SteadyClock::now();
+    try {
+      out.result = permits_.acquire(out.token);
+    } catch (const Error&) {
+      out.result.failure = std::current_exception();
+    }
+    return out;
+  }
+
+ protected:
+  std::unique_ptr<ReleaseWatch> make_watch(SteadyClock::time_point deadline) override {
+    return wake_ ? permits_.watch(deadline) : make_timer_watch();
+  }
+
+ private:
+  PermitBackend& permits_;
+  const bool wake_;
+};
+
+class SemaphoreCore final : private AcquireLoop::Taker {
  public:
   SemaphoreCore(Client client, std::string key, std::size_t limit, LockOptions options);
 
@@ -72,15 +105,8 @@ class SemaphoreCore {
   const LockOptions& options() const noexcept { return options_; }
 
  private:
-  struct Attempt {
-    bool held{false};
-    std::chrono::milliseconds holder_pttl{-1};
-  };
   bool gated_acquire(Call call, SteadyClock::time_point deadline, AcquireEvent* event);
-  Attempt attempt(AcquireEvent* event);
-  bool wait_loop(Call call, SteadyClock::time_point deadline, AcquireEvent* event);
-  std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline);
-  void take(const AcquireResult& result, std::string token, SteadyClock::time_point start);
+  bool take(const AcquireResult& result, std::string token, SteadyClock::time_point start) override;
   void report_lost(const std::shared_ptr<HoldState>& hold, LostReason reason);
 
   std::string key_;
@@ -112,7 +138,9 @@ bool SemaphoreCore::gated_acquire(Call call, SteadyClock::time_point deadline,
                                   AcquireEvent* event) {
   bool held = false;
   try {
-    held = wait_loop(call, deadline, event);
+    PermitWait wait(*permits_, options_.wake_on_release);
+    const AcquireLoop::Waiter waiter{ownership_, options_, key_, kWords, false};
+    held = AcquireLoop(waiter, *this, wait, call, deadline, event, false).run();
   } catch (...) {
     ownership_.open_gate();
     throw;
@@ -121,60 +149,12 @@ bool SemaphoreCore::gated_acquire(Call call, SteadyClock::time_point deadline,
   return held;
 }
 
-// Subscribed to the permits' release channel with wake_on_release, else a timer only.
-std::unique_ptr<ReleaseWatch> SemaphoreCore::watch(SteadyClock::time_point deadline) {
-  if (!options_.wake_on_release) return make_timer_watch();
-  return permits_->watch(deadline);
-}
-
-// Waiting means: watch for releases first, then try again, so a release between a refused
-// attempt and the wait cannot be missed. A wait never sleeps past the earliest slot expiry
-// (expiry is not announced), nor past the caller's deadline.
-bool SemaphoreCore::wait_loop(Call call, SteadyClock::time_point deadline, AcquireEvent* event) {
-  Attempt a = attempt(event);
-  if (a.held || call == Call::try_lock) return a.held;
-  const bool forever = deadline == SteadyClock::time_point::max();
-  const std::unique_ptr<ReleaseWatch> watch = this->watch(deadline);
-  const Ownership::Watching registered(ownership_, *watch);
-  const auto base = std::chrono::nanoseconds(options_.retry_delay);
-  while (!ownership_.cancelled()) {
-    a = attempt(event);
-    if (a.held) return true;
-    const auto now = SteadyClock::now();
-    if (!forever && now >= deadline) return false;
-    auto wait = jittered(base);
-    if (a.holder_pttl.count() >= 0) {
-      wait = std::min<std::chrono::nanoseconds>(wait, a.holder_pttl + std::chrono::milliseconds(1));
-    }
-    const bool woken = watch->wait_until(forever ? now + wait : std::min(now + wait, deadline));
-    if (woken && event && !ownership_.cancelled()) {
-      observer_of(options_)->on_wake(WakeEvent{key_, WakeKind::released});
-    }
-  }
-  return cancelled_result(call, key_, kWords);
-}
-
-SemaphoreCore::Attempt SemaphoreCore::attempt(AcquireEvent* event) {
-  std::string token = make_token();
-  const auto start = SteadyClock::now();
-  const AcquireResult result = permits_->acquire(token);
-  if (event) {
-    ++event->attempts;
-    event->granted = result.held ? 1 : 0;
-  }
-  Attempt out;
-  out.held = result.held;
-  out.holder_pttl = result.holder_pttl;
-  if (result.held) take(result, std::move(token), start);
-  return out;
-}
-
-void SemaphoreCore::take(const AcquireResult& result, std::string token,
+bool SemaphoreCore::take(const AcquireResult& result, std::string token,
                          SteadyClock::time_point start) {
   auto hold =
       std::make_shared<HoldState>(std::move(token), result.fence, start, result.valid_until);
   ownership_.own(Held{hold, result.slot});
-  if (!options_.auto_renew) return;
+  if (!options_.auto_renew) return true;
   const std::shared_ptr<LeaseBackend> lease = permits_->permit(result.slot);
   try {
     // on_lost names the semaphore's key, not the slot key the watchdog renews.
@@ -197,6 +177,7 @@ void SemaphoreCore::take(const AcquireResult& result, std::string token,
     }
     throw;
   }
+  return true;
 }
 
 void SemaphoreCore::report_lost(const std::shared_ptr<HoldState>& hold, LostReason reason) {

@@ -1,7 +1,8 @@
-// src/lock/wait.hpp: how one acquire call of a Lock or Redlock makes its attempts and waits
-// between them, as one strategy interface with three kinds: polling (a timer), wake-on-release
-// (a subscription to the lock's releases) and fair (lock/fair_wait.hpp: the server's queue and
-// hand-overs); plus the unavailability rule every kind shares.
+// src/lock/wait.hpp: how one acquire call makes its attempts and waits between them, as one
+// strategy interface: for a lock, polling (a timer), wake-on-release (a subscription to the
+// lock's releases) and fair (lock/fair_wait.hpp: the server's queue and hand-overs); for a
+// Semaphore, its permits (lock/semaphore.cpp); plus the unavailability rule every kind shares.
+// The loop over a strategy is lock/acquire_loop.hpp.
 //
 // A strategy is one call's object on the caller's stack (no allocation until a wait begins); it
 // is not thread-safe, except that cancel_waits() may wake its watch from any thread.
@@ -30,7 +31,7 @@ struct Try {
 
 class WaitStrategy {
  public:
-  explicit WaitStrategy(LeaseBackend& backend) noexcept : backend_(backend) {}
+  WaitStrategy() = default;
   virtual ~WaitStrategy() = default;
   WaitStrategy(const WaitStrategy&) = delete;
   WaitStrategy& operator=(const WaitStrategy&) = delete;
@@ -65,7 +66,6 @@ class WaitStrategy {
  protected:
   virtual std::unique_ptr<ReleaseWatch> make_watch(SteadyClock::time_point deadline) = 0;
 
-  LeaseBackend& backend_;
   std::unique_ptr<ReleaseWatch> watch_;
 
  private:
@@ -75,11 +75,13 @@ class WaitStrategy {
 // Retries at jittered retry_delay; nothing is subscribed.
 class PollingWait : public WaitStrategy {
  public:
-  using WaitStrategy::WaitStrategy;
+  explicit PollingWait(LeaseBackend& backend) noexcept : backend_(backend) {}
   Try attempt(Attempt how) override;
 
  protected:
   std::unique_ptr<ReleaseWatch> make_watch(SteadyClock::time_point deadline) override;
+
+  LeaseBackend& backend_;
 };
 
 // As polling, and a release announced by the holder wakes the wait at once; while subscribed

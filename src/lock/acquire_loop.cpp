@@ -1,0 +1,161 @@
+// src/lock/acquire_loop.cpp: the acquire loop shared by Lock, Redlock, other backends' locks and
+// Semaphore (see acquire_loop.hpp).
+#include "lock/acquire_loop.hpp"
+
+#include <algorithm>
+#include <thread>
+
+#include "util/blocked_waits.hpp"
+#include "util/observe.hpp"
+#include "util/token.hpp"
+
+namespace redlock {
+namespace detail {
+namespace {
+constexpr auto kNoDeadline = SteadyClock::time_point::max();
+}  // namespace
+
+SteadyClock::duration answer_time(SteadyClock::duration round_trip) {
+  return std::clamp<SteadyClock::duration>(4 * round_trip, std::chrono::microseconds(250),
+                                           std::chrono::milliseconds(5));
+}
+
+AcquireLoop::AcquireLoop(const Waiter& waiter, Taker& taker, WaitStrategy& wait, Call call,
+                         SteadyClock::time_point deadline, AcquireEvent* event, bool crowded)
+    : who_(waiter),
+      taker_(taker),
+      wait_(wait),
+      call_(call),
+      deadline_(deadline),
+      unavailable_(waiter.key, call, deadline, waiter.options.max_unavailable),
+      event_(event),
+      crowded_(crowded) {}
+
+// Waiting means: watch for releases first, then try again (and queue, in fair mode). A release
+// after the watch is confirmed cannot be missed; one before it is seen by the attempt (in fair
+// mode the key then holds our token, and the attempt re-arms it). When watching is free (this
+// process is subscribed already) the watch comes first and the very first attempt counts.
+// Unavailability (the servers cannot be reached) ends try_lock() with the error; a wait rides it
+// out until its deadline, and throws it if the last attempt failed that way.
+bool AcquireLoop::run() {
+  try {
+    if (call_ != Call::try_lock && wait_.watch_is_free()) {
+      wait_.start_watch(who_.ownership, deadline_);
+      if (wait_.hears_releases() && wait_.behind_others()) return queue_behind();
+    }
+    if (settle(wait_.attempt(wait_.watching() ? Attempt::contended : Attempt::first))) return true;
+    if (call_ == Call::try_lock) return false;
+    if (!wait_.watching()) {
+      if (deadline_ != kNoDeadline && SteadyClock::now() >= deadline_) {
+        return unavailable_.give_up();
+      }
+      wait_.start_watch(who_.ownership, deadline_);
+      if (!who_.ownership.cancelled() && settle(wait_.attempt(Attempt::contended))) return true;
+    }
+    return wait_loop();
+  } catch (...) {
+    wait_.leave();
+    throw;
+  }
+}
+
+// Threads of this process that watched earlier wait for the lock (on other objects): a release
+// wakes them in arrival order, so this call waits its turn instead of an attempt that would be
+// refused. It trusts the releases it hears; a lease that ends unannounced (a crashed holder) is
+// tried again after this lock's own ttl, which a holder with the same options cannot exceed.
+bool AcquireLoop::queue_behind() {
+  holder_pttl_ = who_.options.ttl;
+  return wait_loop();
+}
+
+bool AcquireLoop::wait_loop() {
+  for (;;) {
+    if (who_.ownership.cancelled()) {
+      wait_.leave();  // passes on a hand-over that came meanwhile
+      return cancelled_result(call_, who_.key, who_.words);
+    }
+    const auto now = SteadyClock::now();
+    if (deadline_ != kNoDeadline && now >= deadline_) {
+      if (take_hand_over()) return true;  // it came in time
+      wait_.leave();
+      return unavailable_.give_up();
+    }
+    const bool woken = [&] {
+      const BlockedWait blocked;
+      return wait_.wait_until(next_wake(now));
+    }();
+    if (who_.ownership.cancelled()) continue;
+    if (take_hand_over()) return true;
+    if (woken && event_) observe_wake(WakeKind::released);
+    if (woken) yield_to_elders();
+    const unsigned refused = refused_;
+    if (settle(wait_.attempt(Attempt::contended))) return true;
+    if (woken && refused_ > refused) crowded_ = true;  // another waiter won this release
+  }
+}
+
+// Jittered retry_delay, never past the holder's lease end (it may end by expiry, unannounced)
+// nor past the deadline. A wait that hears releases sleeps until the lease end (a release wakes
+// it sooner); retry_delay only when the lease end is unknown.
+SteadyClock::time_point AcquireLoop::next_wake(SteadyClock::time_point now) const {
+  auto wait = jittered(std::chrono::nanoseconds(who_.options.retry_delay));
+  if (holder_pttl_.count() >= 0) {
+    const auto lease_end = std::chrono::nanoseconds(holder_pttl_ + std::chrono::milliseconds(1));
+    wait = wait_.hears_releases() ? lease_end : std::min(wait, lease_end);
+  }
+  const auto until = now + wait;
+  return deadline_ == kNoDeadline ? until : std::min(until, deadline_);
+}
+
+// Applies one attempt's outcome: a failure goes to the unavailability rule, a grant is taken.
+bool AcquireLoop::settle(Try attempt) {
+  holder_pttl_ = attempt.result.holder_pttl;
+  round_trip_ = SteadyClock::now() - attempt.sent;
+  if (event_) {
+    ++event_->attempts;
+    event_->granted = attempt.result.granted;
+  }
+  if (attempt.result.failure) {
+    unavailable_.failed(attempt.result.failure);
+    return false;
+  }
+  unavailable_.answered();
+  if (!attempt.result.held) ++refused_;
+  return attempt.result.held && taker_.take(attempt.result, std::move(attempt.token), attempt.sent);
+}
+
+bool AcquireLoop::take_hand_over() {
+  Try handed;
+  if (!wait_.hand_over(handed) ||
+      !taker_.take(handed.result, std::move(handed.token), handed.sent)) {
+    return false;
+  }
+  if (event_) {
+    event_->handed_over = true;
+    observe_wake(WakeKind::handed_over);
+  }
+  return true;
+}
+
+void AcquireLoop::observe_wake(WakeKind kind) const noexcept {
+  Observer* const observer = observer_of(who_.options);
+  if (observer) observer->on_wake(WakeEvent{who_.key, kind});
+}
+
+// Elder first: every process waiting for a lock hears a release at about the same moment, and
+// without an order the one whose subscription the server writes to first wins nearly every
+// race (one process took 10-15x another's share). A crowded wait (other processes wait too: a
+// release of this object reached several, or another waiter won a release this one heard)
+// holds back its attempt by (8 - refused) / 8 of answer_time: a process refused more often has
+// waited through more releases and answers first; one that just arrived waits the longest. A lone
+// waiter (the ping-pong hand-off) is never crowded and pays nothing; fair mode has its queue.
+void AcquireLoop::yield_to_elders() const {
+  constexpr unsigned kLevels = 8;  // refused 8 times or more: no pause
+  if (!crowded_ || refused_ >= kLevels || who_.fair || !who_.options.wake_on_release) return;
+  auto until = SteadyClock::now() + answer_time(round_trip_) * (kLevels - refused_) / kLevels;
+  if (deadline_ != kNoDeadline) until = std::min(until, deadline_);
+  std::this_thread::sleep_until(until);
+}
+
+}  // namespace detail
+}  // namespace redlock

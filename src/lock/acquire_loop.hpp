@@ -1,0 +1,90 @@
+// src/lock/acquire_loop.hpp: the one acquire loop of every waiting primitive: a Lock or Redlock
+// (lock/lock_core), a lock on another backend, and a Semaphore's permits (lock/semaphore). It
+// makes the attempts of one acquire call through a wait strategy (lock/wait.hpp), sleeps between
+// them until a release is announced, a hand-over comes (fair mode), the holder's lease would end
+// or retry_delay, and applies the unavailability rule (max_unavailable) to every attempt. What
+// a grant becomes (a hold, a permit) is the caller's, through AcquireLoop::Taker.
+//
+// An AcquireLoop is one call's object on the caller's stack; it is not thread-safe, except that
+// cancel_waits() (Ownership::cancel) may end its wait from any thread.
+#ifndef REDLOCK_SRC_LOCK_ACQUIRE_LOOP_HPP
+#define REDLOCK_SRC_LOCK_ACQUIRE_LOOP_HPP
+
+#include <chrono>
+#include <string>
+
+#include <redlock/observer.hpp>
+#include <redlock/options.hpp>
+
+#include "lock/ownership.hpp"
+#include "lock/wait.hpp"
+
+namespace redlock {
+namespace detail {
+
+// About as long as a woken waiter needs to answer a release: 4 round trips, 250 us .. 5 ms.
+SteadyClock::duration answer_time(SteadyClock::duration round_trip);
+
+class AcquireLoop {
+ public:
+  // What a granted attempt becomes: returns true if the caller now holds it (false: it was
+  // given back, e.g. renewal could not start). May throw; the loop then leaves the queue.
+  class Taker {
+   public:
+    virtual bool take(const AcquireResult& result, std::string token,
+                      SteadyClock::time_point sent) = 0;
+
+   protected:
+    ~Taker() = default;
+  };
+
+  // The waiting object: its ownership (cancellation, the watch's registration), options
+  // (retry_delay, max_unavailable, wake_on_release, observer), key and words for errors, and
+  // whether its backend queues fairly. All must outlive the loop.
+  struct Waiter {
+    Ownership& ownership;
+    const LockOptions& options;
+    const std::string& key;
+    const CallWords& words;
+    bool fair;
+  };
+
+  // `deadline` max(): no deadline. `crowded`: other processes are known to wait for the same
+  // lock (the elder-first order, yield_to_elders). `event` counts attempts for an observer, or
+  // nullptr.
+  AcquireLoop(const Waiter& waiter, Taker& taker, WaitStrategy& wait, Call call,
+              SteadyClock::time_point deadline, AcquireEvent* event, bool crowded);
+
+  // Runs the call: true if held; false for contention (try_lock, a deadline) or a cancelled
+  // try_lock_for; throws CancelledError for a cancelled lock(), the attempt's failure once the
+  // unavailability rule gives up (try_lock: at once), and ServerError at once.
+  bool run();
+
+ private:
+  bool wait_loop();
+  bool queue_behind();
+  bool settle(Try attempt);
+  bool take_hand_over();
+  void observe_wake(WakeKind kind) const noexcept;
+  SteadyClock::time_point next_wake(SteadyClock::time_point now) const;
+  void yield_to_elders() const;
+
+  const Waiter& who_;
+  Taker& taker_;
+  WaitStrategy& wait_;
+  const Call call_;
+  const SteadyClock::time_point deadline_;
+  Unavailability unavailable_;
+  std::chrono::milliseconds holder_pttl_{-1};  // from the last attempt (-1: unknown)
+  AcquireEvent* const event_;
+  // Elder-first wake order (yield_to_elders): attempts the servers refused in this call, and
+  // whether other processes are known to wait for the lock too.
+  unsigned refused_{0};
+  bool crowded_;
+  SteadyClock::duration round_trip_{};  // of the last attempt
+};
+
+}  // namespace detail
+}  // namespace redlock
+
+#endif  // REDLOCK_SRC_LOCK_ACQUIRE_LOOP_HPP
