@@ -20,6 +20,7 @@
 #include <redlock/postgres.hpp>
 
 #include "support/eventually.hpp"
+#include "support/fault_proxy.hpp"
 #include "support/postgres_server.hpp"
 #include "support/redis_server.hpp"
 
@@ -446,6 +447,60 @@ TEST_CASE("postgres::Lock, session mode: a crashed holder's lock is free at once
   ::waitpid(child, nullptr, 0);
   CHECK(waiter.try_lock_for(10s));  // long before the 60 s ttl
   waiter.unlock();
+}
+
+// Review 3, item 7: the statements a Database runs when it connects (SET statement_timeout),
+// before its first lock (the lease table's probe and DDL) and for its LISTEN connection have a
+// client deadline: a server that stops answering at that moment (the fault proxy black-holes it
+// when the statement goes out) costs connect_timeout + statement_timeout + 1 s at most, also to
+// a second caller queued behind the DDL mutex. On main the SET and the probe blocked until the
+// connection was reset.
+TEST_CASE("postgres::Database: a server silent at connect, probe or LISTEN costs a bounded wait",
+          "[postgres][fault]") {
+  REQUIRE_POSTGRES();
+  PostgresServer server;
+  redlock::test::FaultProxy proxy("127.0.0.1", server.port());
+  const std::string uri =
+      "postgresql://postgres@127.0.0.1:" + std::to_string(proxy.port()) + "/postgres";
+  redlock::postgres::DatabaseOptions options;
+  options.statement_timeout = 500ms;  // connect_timeout 2 s: the bound is 3.5 s
+  const auto bounded = [&](const char* pattern, auto&& operation) {
+    INFO("the server stops answering at " << pattern);
+    proxy.clear();
+    proxy.set_blackhole_on(pattern);
+    auto done = std::async(std::launch::async, operation);
+    const bool in_time = done.wait_for(12s) == std::future_status::ready;
+    if (!in_time) proxy.reset_all();  // unblocks the stuck call, so the case can fail
+    CHECK(in_time);
+    CHECK_THROWS_AS(done.get(), redlock::Error);
+  };
+  SECTION("SET statement_timeout at connect") {
+    redlock::postgres::Database db(uri, options);
+    bounded("statement_timeout", [&] { db.ensure_table(); });
+  }
+  SECTION("the lease table's probe, and a second caller behind the DDL mutex") {
+    redlock::postgres::Database db(uri, options);
+    auto second = std::async(std::launch::async, [&] {
+      std::this_thread::sleep_for(200ms);
+      redlock::postgres::Lock lock(db, "probe");
+      return lock.try_lock();
+    });
+    bounded("to_regclass", [&] { db.ensure_table(); });
+    REQUIRE(second.wait_for(12s) == std::future_status::ready);
+    CHECK_THROWS_AS(second.get(), redlock::Error);
+  }
+  SECTION("LISTEN of a waiter") {
+    redlock::postgres::Database direct(server.uri(), options);
+    redlock::postgres::Lock holder(direct, "listen");
+    REQUIRE(holder.try_lock());
+    redlock::postgres::Database db(uri, options);
+    db.ensure_table();
+    bounded("LISTEN", [&] {
+      redlock::postgres::Lock waiter(db, "listen");
+      if (!waiter.try_lock_for(1s)) throw redlock::TimeoutError("contention, as expected");
+    });
+    holder.unlock();
+  }
 }
 
 TEST_CASE("postgres::Database: a bad mode in the URI names it", "[postgres][unit]") {

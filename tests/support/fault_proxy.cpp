@@ -221,6 +221,11 @@ void FaultProxy::set_rewrite(std::string from, std::string to) {
   rewrite_to_ = std::move(to);
 }
 
+void FaultProxy::set_blackhole_on(std::string pattern) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  blackhole_on_ = std::move(pattern);
+}
+
 void FaultProxy::set_refuse(bool on) {
   refuse_.store(on);
   wake();
@@ -239,6 +244,10 @@ void FaultProxy::clear() {
   drop_after_request_.store(false);
   drops_left_.store(0);
   refuse_.store(false);
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    blackhole_on_.clear();
+  }
   wake();
 }
 
@@ -450,6 +459,10 @@ void FaultProxy::read_side(Pair& p, bool from_client, const Faults& faults) {
     std::string data(buffer_.data(), static_cast<std::size_t>(n));
     if (from_client) {
       std::lock_guard<std::mutex> guard(mutex_);
+      if (!blackhole_on_.empty() && data.find(blackhole_on_) != std::string::npos) {
+        blackhole_.store(true);
+        return;
+      }
       for (std::size_t at = rewrite_from_.empty() ? std::string::npos : data.find(rewrite_from_);
            at != std::string::npos; at = data.find(rewrite_from_, at + rewrite_to_.size())) {
         data.replace(at, rewrite_to_.size(), rewrite_to_);

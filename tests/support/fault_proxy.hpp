@@ -85,6 +85,10 @@ class FaultProxy {
   // Rewrites client->server data: each `from` found within one chunk becomes `to`. Both must
   // have the same length (throws std::invalid_argument otherwise); an empty `from` turns it off.
   void set_rewrite(std::string from, std::string to);
+  // Black-holes everything (as set_blackhole(true)) from the moment a client->server chunk
+  // containing `pattern` is read; that chunk is not forwarded: the server stops answering just
+  // as that request would reach it. An empty `pattern` turns it off.
+  void set_blackhole_on(std::string pattern);
   // Close new connections immediately after accept().
   void set_refuse(bool on);
   // Closes every current connection pair with RST. Returns once that is done.
@@ -137,6 +141,7 @@ class FaultProxy {
   std::atomic<bool> stop_{false};
   std::string rewrite_from_;  // guarded by mutex_
   std::string rewrite_to_;    // guarded by mutex_
+  std::string blackhole_on_;  // guarded by mutex_
 
   std::atomic<std::size_t> connections_{0};
   std::atomic<std::uint64_t> bytes_forwarded_{0};
