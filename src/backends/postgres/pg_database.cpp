@@ -109,85 +109,6 @@ std::string without_mode(std::string uri, postgres::DatabaseOptions& options) {
 
 }  // namespace
 
-PgDatabase::PgDatabase(std::string uri, postgres::DatabaseOptions options)
-    : uri_(without_mode(std::move(uri), options)), options_(std::move(options)) {
-  if (uri_.empty()) throw std::invalid_argument("uri: empty");
-  if (!valid_table_name(options_.table))
-    throw std::invalid_argument("options.table: not a plain SQL identifier: " + options_.table);
-  if (options_.statement_timeout.count() <= 0)
-    throw std::invalid_argument("options.statement_timeout: must be > 0");
-  if (options_.pool_size == 0) throw std::invalid_argument("options.pool_size: must be > 0");
-}
-
-PgDatabase::~PgDatabase() {
-  for (PGconn* conn : idle_) PQfinish(conn);
-  for (PGconn* conn : idle_dedicated_) PQfinish(conn);
-}
-
-PGconn* PgDatabase::connect() {
-  auto seconds = std::max<long long>(
-      2, std::chrono::duration_cast<std::chrono::seconds>(options_.statement_timeout).count() + 1);
-  std::string timeout = std::to_string(seconds);
-  const char* keys[] = {"dbname", "connect_timeout", nullptr};
-  const char* values[] = {uri_.c_str(), timeout.c_str(), nullptr};
-  PGconn* conn = PQconnectdbParams(keys, values, 1);
-  if (!conn) throw std::bad_alloc();
-  if (PQstatus(conn) != CONNECTION_OK) {
-    std::string message = trimmed(PQerrorMessage(conn));
-    PQfinish(conn);
-    if (message.find("timeout expired") != std::string::npos)
-      throw TimeoutError("postgres: connect timed out: " + message);
-    throw ConnectionError("postgres: could not connect: " + message);
-  }
-  PQsetNoticeProcessor(
-      conn, [](void*, const char*) {}, nullptr);  // "already exists, skipping"
-  std::string set = "SET statement_timeout = " + std::to_string(options_.statement_timeout.count());
-  PGresult* res = PQexec(conn, set.c_str());
-  if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-    try {
-      throw_failure("SET statement_timeout", conn, res);
-    } catch (...) {
-      PQfinish(conn);
-      throw;
-    }
-  }
-  PQclear(res);
-  return conn;
-}
-
-PGconn* PgDatabase::take() {
-  {
-    std::unique_lock<std::mutex> lock(mutex_);
-    freed_.wait(lock, [&] { return !idle_.empty() || open_ < options_.pool_size; });
-    if (!idle_.empty()) {
-      PGconn* conn = idle_.back();
-      idle_.pop_back();
-      return conn;
-    }
-    ++open_;
-  }
-  try {
-    return connect();
-  } catch (...) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    --open_;
-    freed_.notify_one();
-    throw;
-  }
-}
-
-void PgDatabase::give_back(PGconn* conn, bool healthy) noexcept {
-  if (!healthy || PQstatus(conn) != CONNECTION_OK) {
-    PQfinish(conn);
-    std::lock_guard<std::mutex> lock(mutex_);
-    --open_;
-  } else {
-    std::lock_guard<std::mutex> lock(mutex_);
-    idle_.push_back(conn);
-  }
-  freed_.notify_one();
-}
-
 namespace {
 
 // One statement on `conn`. Throws as PgDatabase::exec; `broken` says the connection is unusable.
@@ -226,6 +147,89 @@ PgResult run(PGconn* conn, const std::string& what, const std::string& sql,
 }
 
 }  // namespace
+
+PgDatabase::PgDatabase(std::string uri, postgres::DatabaseOptions options)
+    : uri_(without_mode(std::move(uri), options)), options_(std::move(options)) {
+  if (uri_.empty()) throw std::invalid_argument("uri: empty");
+  if (!valid_table_name(options_.table))
+    throw std::invalid_argument("options.table: not a plain SQL identifier: " + options_.table);
+  if (options_.statement_timeout.count() <= 0)
+    throw std::invalid_argument("options.statement_timeout: must be > 0");
+  if (options_.pool_size == 0) throw std::invalid_argument("options.pool_size: must be > 0");
+}
+
+PgDatabase::~PgDatabase() {
+  for (PGconn* conn : idle_) PQfinish(conn);
+  for (PGconn* conn : idle_dedicated_) PQfinish(conn);
+}
+
+Clock::time_point PgDatabase::client_deadline() const {
+  return Clock::now() + options_.statement_timeout + std::chrono::seconds(1);
+}
+
+PGconn* PgDatabase::connect() {
+  auto seconds = std::max<long long>(
+      2, std::chrono::duration_cast<std::chrono::seconds>(options_.statement_timeout).count() + 1);
+  std::string timeout = std::to_string(seconds);
+  const char* keys[] = {"dbname", "connect_timeout", nullptr};
+  const char* values[] = {uri_.c_str(), timeout.c_str(), nullptr};
+  PGconn* conn = PQconnectdbParams(keys, values, 1);
+  if (!conn) throw std::bad_alloc();
+  if (PQstatus(conn) != CONNECTION_OK) {
+    std::string message = trimmed(PQerrorMessage(conn));
+    PQfinish(conn);
+    if (message.find("timeout expired") != std::string::npos)
+      throw TimeoutError("postgres: connect timed out: " + message);
+    throw ConnectionError("postgres: could not connect: " + message);
+  }
+  PQsetNoticeProcessor(
+      conn, [](void*, const char*) {}, nullptr);  // "already exists, skipping"
+  // With the client deadline of any statement: a server that stops answering now must not
+  // block the caller (review 3, item 7: a blocking PQexec waited for ever).
+  const std::string set =
+      "SET statement_timeout = " + std::to_string(options_.statement_timeout.count());
+  bool broken = true;
+  try {
+    run(conn, "SET statement_timeout", set, {}, client_deadline(), broken);
+  } catch (...) {
+    PQfinish(conn);
+    throw;
+  }
+  return conn;
+}
+
+PGconn* PgDatabase::take() {
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    freed_.wait(lock, [&] { return !idle_.empty() || open_ < options_.pool_size; });
+    if (!idle_.empty()) {
+      PGconn* conn = idle_.back();
+      idle_.pop_back();
+      return conn;
+    }
+    ++open_;
+  }
+  try {
+    return connect();
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    --open_;
+    freed_.notify_one();
+    throw;
+  }
+}
+
+void PgDatabase::give_back(PGconn* conn, bool healthy) noexcept {
+  if (!healthy || PQstatus(conn) != CONNECTION_OK) {
+    PQfinish(conn);
+    std::lock_guard<std::mutex> lock(mutex_);
+    --open_;
+  } else {
+    std::lock_guard<std::mutex> lock(mutex_);
+    idle_.push_back(conn);
+  }
+  freed_.notify_one();
+}
 
 namespace {
 
@@ -268,7 +272,7 @@ PgResult PgDatabase::exec(const std::string& what, const std::string& sql,
   if (!table_ready_.load(std::memory_order_acquire)) ensure_table();
   for (int tries = 0;; ++tries) {
     PGconn* conn = take();
-    auto deadline = Clock::now() + options_.statement_timeout + std::chrono::seconds(1);
+    auto deadline = client_deadline();
     bool broken = true;
     try {
       PgResult out = run(conn, what, sql, params, deadline, broken);
@@ -323,7 +327,7 @@ PGconn* PgDatabase::dedicated() {
 
 PgResult PgDatabase::exec_on(PGconn* conn, const std::string& what, const std::string& sql,
                              const std::vector<std::string>& params, bool& broken) {
-  const auto deadline = Clock::now() + options_.statement_timeout + std::chrono::seconds(1);
+  const auto deadline = client_deadline();
   return run(conn, what, sql, params, deadline, broken);
 }
 
@@ -338,40 +342,38 @@ void PgDatabase::retire(PGconn* conn, bool healthy) noexcept {
   PQfinish(conn);
 }
 
+// Runs on a pooled connection with the client deadline of any statement, so a silent server
+// holds the DDL mutex (and the callers queued on it) for that long at most.
 void PgDatabase::ensure_table() {
   std::lock_guard<std::mutex> once(ddl_mutex_);
   if (table_ready_.load(std::memory_order_acquire)) return;
   const std::string& t = options_.table;
-  // The advisory lock serialises creators in other processes (CREATE ... IF NOT EXISTS races).
-  std::string sql = "BEGIN; SELECT pg_advisory_xact_lock(7270451); CREATE SEQUENCE IF NOT EXISTS " +
-                    t + "_fence; " + "CREATE TABLE IF NOT EXISTS " + t +
-                    " (name text PRIMARY KEY, token text NOT NULL, "
-                    "expires_at timestamptz NOT NULL, fence bigint NOT NULL); "
-                    "CREATE TABLE IF NOT EXISTS " +
-                    t +
-                    "_queue (name text NOT NULL, token text NOT NULL, seq bigserial, expires_at "
-                    "timestamptz NOT NULL, PRIMARY KEY (name, token)); COMMIT";
-  PGconn* conn = take();
+  // One statement (a DO block is its own transaction); the advisory lock serialises creators in
+  // other processes (CREATE ... IF NOT EXISTS races).
+  const std::string ddl =
+      "DO $redlock$ BEGIN PERFORM pg_advisory_xact_lock(7270451); CREATE SEQUENCE IF NOT EXISTS " +
+      t + "_fence; CREATE TABLE IF NOT EXISTS " + t +
+      " (name text PRIMARY KEY, token text NOT NULL, "
+      "expires_at timestamptz NOT NULL, fence bigint NOT NULL); CREATE TABLE IF NOT EXISTS " +
+      t +
+      "_queue (name text NOT NULL, token text NOT NULL, seq bigserial, expires_at "
+      "timestamptz NOT NULL, PRIMARY KEY (name, token)); END $redlock$";
   // An existing table needs no DDL (and a user without CREATE on the schema may use it).
-  std::string probe = "SELECT to_regclass('" + t + "') IS NOT NULL AND to_regclass('" + t +
-                      "_fence') IS NOT NULL AND to_regclass('" + t + "_queue') IS NOT NULL";
-  PGresult* res = PQexec(conn, probe.c_str());
-  bool exists = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
-                std::string(PQgetvalue(res, 0, 0)) == "t";
-  PQclear(res);
-  res = exists ? PQexec(conn, "SELECT 1") : PQexec(conn, sql.c_str());
-  ExecStatusType status = PQresultStatus(res);
-  if (status == PGRES_TUPLES_OK) status = PGRES_COMMAND_OK;
-  if (status != PGRES_COMMAND_OK) {
-    try {
-      throw_failure(("creating the lease table " + t).c_str(), conn, res);
-    } catch (...) {
-      give_back(conn, false);  // its transaction may be left aborted
-      throw;
+  const std::string probe = "SELECT to_regclass('" + t + "') IS NOT NULL AND to_regclass('" + t +
+                            "_fence') IS NOT NULL AND to_regclass('" + t + "_queue') IS NOT NULL";
+  PGconn* conn = take();
+  bool broken = true;
+  try {
+    const PgResult exists =
+        run(conn, "probing the lease table " + t, probe, {}, client_deadline(), broken);
+    if (exists.row.empty() || exists.row[0] != "t") {
+      run(conn, "creating the lease table " + t, ddl, {}, client_deadline(), broken);
     }
+  } catch (...) {
+    give_back(conn, !broken);
+    throw;
   }
-  PQclear(res);
-  give_back(conn, true);
+  give_back(conn, !broken);
   table_ready_.store(true, std::memory_order_release);
 }
 

@@ -80,6 +80,9 @@ class PgDatabase {
   pg_conn* take();
   void give_back(pg_conn* conn, bool healthy) noexcept;
   pg_conn* connect();
+  // When the client gives up on a statement sent now: statement_timeout + 1 s (a stopped
+  // server never answers, and the server-side timeout cannot fire).
+  std::chrono::steady_clock::time_point client_deadline() const;
   void abandon(pg_conn* conn, const PgUndo& undo) noexcept;
 
   std::string uri_;
