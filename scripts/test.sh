@@ -17,10 +17,11 @@ source "$REDLOCK_ROOT/scripts/deps.sh"
 quick=0
 [ "${1:-}" = "--quick" ] && quick=1
 if [ $quick -eq 1 ]; then
-  redlock_install_deps || exit 1
+  redlock_install_deps "${REDLOCK_DEPS_TEST[@]}" || exit 1
 else
-  # doxygen: the API reference; ccache, dpkg-dev (dpkg-shlibdeps) and file: the consumer stage.
-  redlock_install_deps clang libclang-rt-14-dev valgrind doxygen ccache dpkg-dev file || exit 1
+  # ccache, dpkg-dev (dpkg-shlibdeps) and file: the consumer stage. The docs stage installs its own.
+  redlock_install_deps "${REDLOCK_DEPS_TEST[@]}" clang libclang-rt-14-dev valgrind ccache \
+    dpkg-dev file || exit 1
 fi
 jobs="$(nproc)"
 passed=0
