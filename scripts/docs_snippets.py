@@ -4,6 +4,10 @@
   scripts/docs_snippets.py compile [--build DIR]   every ```cpp block compiles and links
   scripts/docs_snippets.py run [--build DIR]       every redlock-run line runs
   scripts/docs_snippets.py links [--site DIR]      every relative link and #anchor resolves
+  scripts/docs_snippets.py png FILE...             each screenshot shows a rendered page
+
+png: decodes each PNG (8-bit RGB or RGBA, as Chromium writes them) and fails when it is blank:
+fewer than 16 distinct colours, or fewer than 2% of its pixels unlike the most common colour.
 
 links: mkdocs 1.4 checks that a linked page exists, not its #anchor. This checks every relative
 link of README.md, CHANGELOG.md and docs/*.md: the file exists, and an #anchor is the id of a
@@ -255,14 +259,78 @@ def check_links(site):
     return bad == 0
 
 
+def png_pixels(path):
+    """Returns (width, height, rows of bytes, bytes per pixel) of an 8-bit RGB(A) PNG."""
+    import struct
+    import zlib
+    data = open(path, "rb").read()
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError("not a PNG")
+    pos, idat, header = 8, b"", None
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        chunk = data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", chunk)
+        elif kind == b"IDAT":
+            idat += chunk
+        pos += 12 + length
+    width, height, depth, colour, _, _, interlace = header
+    if depth != 8 or colour not in (2, 6) or interlace:
+        raise ValueError(f"unsupported PNG (depth {depth}, colour type {colour})")
+    bpp = 3 if colour == 2 else 4
+    raw, stride, rows, prev = zlib.decompress(idat), width * bpp, [], bytearray(width * bpp)
+    for y in range(height):
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b, c = prev[i], prev[i - bpp] if i >= bpp else 0
+            if kind == 1:
+                line[i] = (line[i] + a) & 255
+            elif kind == 2:
+                line[i] = (line[i] + b) & 255
+            elif kind == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(bytes(line))
+        prev = line
+    return width, height, rows, bpp
+
+
+def check_pngs(paths):
+    from collections import Counter
+    ok = True
+    for path in paths:
+        try:
+            width, height, rows, bpp = png_pixels(path)
+        except (OSError, ValueError) as e:
+            print(f"FAILED {path}: {e}")
+            ok = False
+            continue
+        colours = Counter(row[i:i + 3] for row in rows for i in range(0, len(row), bpp))
+        common = colours.most_common(1)[0][1]
+        unlike = 1 - common / (width * height)
+        good = len(colours) >= 16 and unlike >= 0.02
+        ok = ok and good
+        print(f"{'ok    ' if good else 'FAILED'} {path}: {width}x{height}, {len(colours)} colours, "
+              f"{unlike:.1%} of the pixels unlike the background")
+    return ok
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", choices=["compile", "run", "links"])
+    parser.add_argument("what", choices=["compile", "run", "links", "png"])
+    parser.add_argument("files", nargs="*")
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--site", default=os.path.join(ROOT, "build-docs", "site"))
     args = parser.parse_args()
     build = os.path.abspath(args.build)
-    if args.what == "links":
+    if args.what == "png":
+        ok = check_pngs(args.files)
+    elif args.what == "links":
         ok = check_links(os.path.abspath(args.site))
     else:
         ok = compile_all(build) if args.what == "compile" else run_all(build)
