@@ -21,7 +21,7 @@ REDLOCK_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$REDLOCK_ROOT/scripts/deps.sh"
 quick=0
 [ "${1:-}" = "--quick" ] && quick=1
-quick_excluded='torture|tls|acl|slow|bench|example'
+quick_excluded='torture|tls|acl|slow|sentinel|cluster|postgres|bench|example'
 if [ $quick -eq 1 ]; then
   redlock_install_deps "${REDLOCK_DEPS_TEST[@]}" || exit 1
 else
