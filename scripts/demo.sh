@@ -69,7 +69,7 @@ cmake -S "$REDLOCK_ROOT" -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev
 if [ ! -x "$demo_bin" ]; then
   echo "redlock: building redlock-demo (first run, $first_build_time on 2 cores; progress below)" >&2
   cmake --build "$build_dir" -j"$(nproc)" --target redlock-demo |
-    sed -n 's/^\(\[ *[0-9]*%\]\) Building CXX object .*\/\([^/]*\)\.o$/  \1 \2/p' >&2
+    sed -un 's/^\(\[ *[0-9]*%\]\) Building CXX object .*\/\([^/]*\)\.o$/  \1 \2/p' >&2
   echo "redlock: built $demo_bin" >&2
 else
   cmake --build "$build_dir" -j"$(nproc)" --target redlock-demo >/dev/null
