@@ -41,9 +41,9 @@ Options (passed to redlock-demo):
   --metrics DIR         each worker writes its Prometheus metrics to DIR/worker-N.prom
   -h, --help            this text (without building anything)
 
-The first run installs what is missing (g++, cmake, hiredis, fmt, OpenSSL, CLI11, Catch2,
-redis-server, redis-tools; no Java, no PostgreSQL) and builds redlock-demo into build/:
-FIRST_BUILD_TIME on 2 cores. Later runs start at once.
+The first run installs what is missing (g++, cmake, hiredis, fmt, OpenSSL's headers, CLI11,
+Catch2, redis-server, redis-tools; openssl with --tls; no Java, no PostgreSQL) and builds
+redlock-demo into build/: FIRST_BUILD_TIME on 2 cores. Later runs start at once.
 
 Exit status: 0 pass, 1 a lost update or an overlap, 64 usage, 69 servers could not be started
 or reached, 130 interrupted. Once built, build/examples/redlock-demo --help says the same.
@@ -61,7 +61,11 @@ for arg in "$@"; do
 done
 
 source "$REDLOCK_ROOT/scripts/deps.sh"
-redlock_install_deps  # the build tools and redis-server: every topology needs only those
+# The build tools and redis-server (with redis-cli, for the cluster) are all any topology needs;
+# --tls adds openssl for the throwaway certificates.
+extra=()
+for arg in "$@"; do [ "$arg" = "--tls" ] && extra+=("${REDLOCK_DEPS_TLS[@]}"); done
+redlock_install_deps "${extra[@]}"
 
 # Builds only redlock-demo and what it links (the library, the examples' helpers), printing
 # cmake's progress lines on a first build and nothing on a rebuild that has little to do.
