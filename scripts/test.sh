@@ -16,7 +16,7 @@
 # and ends with one line "stages: N passed, M failed". `--quick` runs stage 1 only, without the
 # ctest labels in quick_excluded below (torture runs, the TLS and ACL re-runs, [slow] cases,
 # the Sentinel, Cluster and PostgreSQL cases, the bench smoke run, the examples and demo runs):
-# unit and real-server cases, about 3 minutes on 2 cores once built.
+# unit and real-server cases, about 1.5 minutes on 2 cores once built.
 set -uo pipefail
 REDLOCK_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$REDLOCK_ROOT/scripts/deps.sh"
