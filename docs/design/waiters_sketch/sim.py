@@ -24,6 +24,7 @@ class Conn:
         if t==b'*': return [s.read() for _ in range(int(v))]
     def cmd(s,*a): s.s.sendall(enc(*a)); return s.read()
 N=int(sys.argv[1]); CYC=int(sys.argv[2]); claim=1000
+KILL=int(sys.argv[3]) if len(sys.argv)>3 else 0  # waiters whose process 'dies' (subscription closed) mid-run
 K=['L','{L}:q','{L}:qi','{L}:fence']
 c=Conn(); c.cmd('DEL',*K)
 SA=c.cmd('SCRIPT','LOAD',src('acquire.lua')).decode(); SR=c.cmd('SCRIPT','LOAD',src('release.lua')).decode()
@@ -39,21 +40,26 @@ def rel(i): return c.cmd('EVALSHA',SR,4,*K,token(i),claim,'{L}:released')
 holder=0; assert acq(0,0)[0]==1
 for i in range(1,N): r=acq(i,1); assert r[0]==0
 c.cmd('CONFIG','RESETSTAT'); c.cmd('CONFIG','RESETSTAT')
+dead=set()
 for k in range(CYC):
+    if k==CYC//2 and KILL:
+        for i in range(N):
+            if len(dead)<KILL and i!=holder: subs[i].s.close(); dead.add(i)
+        subs=[x if i not in dead else None for i,x in enumerate(subs)]
     r=rel(holder); old=holder; gen[old]+=1
     # find the grant: read from whichever subscription got 'g:'
     grantee=None
     while grantee is None:
-        rd,_,_=select.select([x.s for x in subs],[],[],1)
+        rd,_,_=select.select([x.s for x in subs if x],[],[],1)
         if not rd: break
         for i,x in enumerate(subs):
-            if x.s in rd:
+            if x and x.s in rd:
                 if b'g:' in x.s.recv(65536): grantee=i
     assert grantee is not None, r
     cl=c.cmd('EVAL',"if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0",1,'L',token(grantee),30000); assert cl==1, cl
     n[grantee]+=1
     # the old holder comes back and queues (it is still subscribed)
-    r=acq(old,1); assert r[0]==0, r
+    if old not in dead: r=acq(old,1); assert r[0]==0, r
     holder=grantee
 st=c.cmd('INFO','commandstats').decode()
 tot=0; parts=[]
@@ -62,4 +68,5 @@ for line in st.splitlines():
         name=line.split(':')[0][8:]; calls=int(line.split('calls=')[1].split(',')[0])
         if name in ('config','info'): continue
         tot+=calls; parts.append('%s=%.2f'%(name,calls/CYC))
-print('N=%d cmds/acq=%.2f min/max=%d/%d'%(N,tot/CYC,min(n),max(n)),' '.join(parts))
+live=[n[i] for i in range(N) if i not in dead]
+print('N=%d killed=%d cmds/acq=%.2f min/max(live)=%d/%d'%(N,len(dead),tot/CYC,min(live),max(live)),' '.join(parts))
