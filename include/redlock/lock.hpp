@@ -23,9 +23,9 @@
 // hold as it exits (best effort, logged as a warning), so a new thread with a recycled
 // std::thread::id never inherits it.
 //
-// What a lease can promise, and what it cannot, is in the README ("Safety model"): in short, a
-// holder paused for longer than validity() may still believe it holds the lock. Use fence()
-// tokens where that matters.
+// What a lease can promise, and what it cannot, is in docs/safety.md ("The model in a page"): in
+// short, a holder paused for longer than validity() may still believe it holds the lock. Use
+// fence() tokens where that matters.
 #ifndef REDLOCK_LOCK_HPP
 #define REDLOCK_LOCK_HPP
 

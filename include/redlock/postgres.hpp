@@ -21,7 +21,8 @@ class PgDatabase;
 
 namespace postgres {
 
-// How a Lock holds its lock (see the README: "PostgreSQL" and "Redis, Redlock or ZooKeeper?").
+// How a Lock holds its lock (see docs/backends.md: "PostgreSQL" and "Redis, Redlock or
+// ZooKeeper?").
 enum class Mode {
   // A row in the lease table with an expiry by the server's clock: it survives its holder's
   // connection (and a server restart); a crashed holder blocks others until the ttl passes.

@@ -1,8 +1,8 @@
 // redlock/semaphore.hpp: Semaphore, at most `limit` concurrent holders of a key on one Redis
 // instance, each with its own lease, fence and renewal.
 //
-// Design (helper names as in the README's Keys: `<key>:permit:...` when the key has a hash tag): a
-// permit is an ordinary lease on one of `limit` slot keys, `{<key>}:permit:1` ..
+// Design (helper names as in docs/operations.md, "Key layout": `<key>:permit:...` when the key has
+// a hash tag): a permit is an ordinary lease on one of `limit` slot keys, `{<key>}:permit:1` ..
 // `{<key>}:permit:<limit>`. One script takes the first free slot (SET PX ttl) and returns its
 // number, so the server's own key expiry (server time) ends a crashed holder's permit, and
 // everything after the grant is the machinery a Lock uses: the compare-and-pexpire extend, the
@@ -22,7 +22,7 @@
 //   }                                                     // released here
 //
 // One Redis instance only: a Redlock semaphore (a quorum of servers agreeing on a slot) is not
-// offered. What a lease can promise is in the README ("Safety model"); it holds for each permit.
+// offered. What a lease can promise is in docs/safety.md; it holds for each permit.
 //
 // Threads: an object holds at most one permit and is shared by the threads of a process like a
 // std::mutex, exactly like a Lock: the thread that acquired owns the permit and may acquire

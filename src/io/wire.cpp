@@ -147,7 +147,8 @@ std::string_view hint_for(std::string_view message) {
     return "; check Endpoint::username and Endpoint::password";
   }
   if (message.rfind("NOPERM", 0) == 0) {
-    return "; the ACL user lacks a permission redlock needs (see README, 'Minimal Redis ACL')";
+    return "; the ACL user lacks a permission redlock needs (see docs/operations.md, 'Minimal "
+           "Redis ACL')";
   }
   if (message.rfind("WRONGTYPE", 0) == 0) {
     return "; the key holds a value that is not a lock: use another key";

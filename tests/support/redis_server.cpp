@@ -603,7 +603,7 @@ bool restricted_user_mode() {
 }
 
 std::vector<std::string> minimal_acl_rules() {
-  // Exactly the README's "Minimal Redis ACL", for keys and channels under the test prefix.
+  // Exactly docs/operations.md's "Minimal Redis ACL", for keys and channels under the test prefix.
   // Helper keys and channels are named {<key>}:... (in the key's cluster slot): hence the
   // patterns with a leading '{'.
   return {"on", std::string(">") + kRestrictedPassword, "~rltest:*", "~{rltest:*", "&rltest:*",
