@@ -60,14 +60,16 @@ plain() {
     redlock_build "$dir" && (cd "$dir" && ctest --output-on-failure -j2 --timeout 600)
   fi
 }
-# The sanitizer stages run everything but the torture runs and the lock suites' re-runs over TLS
-# (label tls): those keep the suites' 200 ms connect timeout for the handshake too, which a
-# sanitized build's handshake CPU can exceed. The TLS cases of test_tls.cpp (1 s timeouts) run.
+# The sanitizer stages run the cases that can find races and memory errors, not the re-runs:
+# everything but the torture runs, the lock suites' re-runs over TLS (label tls: they keep the
+# suites' 200 ms connect timeout for the handshake too, which a sanitized build's handshake CPU
+# can exceed; the TLS cases of test_tls.cpp, with 1 s timeouts, run) and as the minimal ACL user
+# (label acl: the same code paths as the plain run, only the login differs), and the docs checks.
 sanitized() {  # sanitized DIR SANITIZERS
   local dir="$REDLOCK_ROOT/$1"
   redlock_build "$dir" -DCMAKE_CXX_COMPILER=clang++ -DREDLOCK_SANITIZE="$2" \
     -DREDLOCK_BUILD_BENCH=OFF >/dev/null &&
-    (cd "$dir" && ctest --output-on-failure -j2 --timeout 900 -LE 'torture|tls')
+    (cd "$dir" && ctest --output-on-failure -j2 --timeout 900 -LE 'torture|tls|acl|docs')
 }
 memcheck() {
   # Threads, sockets and child processes under valgrind are slow: a subset without timing bounds.
