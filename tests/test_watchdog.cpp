@@ -481,7 +481,10 @@ class CountingStore final : public redlock::detail::LeaseBackend {
     return 1;
   }
   redlock::detail::ReleaseResult release(const std::string&, redlock::detail::Announce) override {
-    return {};
+    redlock::detail::ReleaseResult kept;
+    kept.released = 1;
+    kept.quorum_kept = true;  // the seam's contract: only a confirmed release says kept
+    return kept;
   }
   bool watch_live() const noexcept override { return false; }
   std::unique_ptr<redlock::detail::ReleaseWatch> watch(TimePoint, std::string) override {

@@ -151,7 +151,7 @@ void AcquireLoop::observe_wake(WakeKind kind) const noexcept {
 // waiter (the ping-pong hand-off) is never crowded and pays nothing; fair mode has its queue.
 void AcquireLoop::yield_to_elders() const {
   constexpr unsigned kLevels = 8;  // refused 8 times or more: no pause
-  if (!crowded_ || refused_ >= kLevels || who_.fair || !who_.options.wake_on_release) return;
+  if (!crowded_ || refused_ >= kLevels || who_.order != Order::elder_first) return;
   auto until = SteadyClock::now() + answer_time(round_trip_) * (kLevels - refused_) / kLevels;
   if (deadline_ != kNoDeadline) until = std::min(until, deadline_);
   std::this_thread::sleep_until(until);

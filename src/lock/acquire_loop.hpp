@@ -38,15 +38,25 @@ class AcquireLoop {
     ~Taker() = default;
   };
 
+  // How waiters of several processes share a release among them.
+  enum class Order {
+    // The elder-first pause (yield_to_elders): a lock with wake-on-release whose releaser also
+    // holds back its next acquire (LockCore::hold_back_after).
+    elder_first,
+    // Nothing: the server's queue orders them (fair mode), or nothing holds the releaser back
+    // (a Semaphore's permits, a polling lock).
+    none,
+  };
+
   // The waiting object: its ownership (cancellation, the watch's registration), options
-  // (retry_delay, max_unavailable, wake_on_release, observer), key and words for errors, and
-  // whether its backend queues fairly. All must outlive the loop.
+  // (retry_delay, max_unavailable, observer), key and words for errors, and how its waiters
+  // share a release. All must outlive the loop.
   struct Waiter {
     Ownership& ownership;
     const LockOptions& options;
     const std::string& key;
     const CallWords& words;
-    bool fair;
+    Order order;
   };
 
   // `deadline` max(): no deadline. `crowded`: other processes are known to wait for the same

@@ -112,7 +112,9 @@ bool LockCore::gated_acquire(Call call, SteadyClock::time_point deadline, Acquir
 // The wait strategy is chosen once per call and lives on this stack frame; the loop is the one
 // every waiting primitive shares (lock/acquire_loop).
 bool LockCore::attempts(Call call, SteadyClock::time_point deadline, AcquireEvent* event) {
-  const AcquireLoop::Waiter waiter{ownership_, options_, backend_->key(), kWords, backend_->fair()};
+  const auto order = !backend_->fair() && options_.wake_on_release ? AcquireLoop::Order::elder_first
+                                                                   : AcquireLoop::Order::none;
+  const AcquireLoop::Waiter waiter{ownership_, options_, backend_->key(), kWords, order};
   const bool crowded = crowded_.load(std::memory_order_relaxed);
   const auto run = [&](WaitStrategy& wait) {
     return AcquireLoop(waiter, *this, wait, call, deadline, event, crowded).run();

@@ -139,7 +139,7 @@ bool SemaphoreCore::gated_acquire(Call call, SteadyClock::time_point deadline,
   bool held = false;
   try {
     PermitWait wait(*permits_, options_.wake_on_release);
-    const AcquireLoop::Waiter waiter{ownership_, options_, key_, kWords, false};
+    const AcquireLoop::Waiter waiter{ownership_, options_, key_, kWords, AcquireLoop::Order::none};
     held = AcquireLoop(waiter, *this, wait, call, deadline, event, false).run();
   } catch (...) {
     ownership_.open_gate();

@@ -83,9 +83,11 @@ class PgLeaseBackend final : public PgBackendBase {
       PgResult r = db_->exec("release " + name_, release_sql_, {name_, token, channel_});
       // Fair: a row that says whether the lease was ours (the queue place may be all it left).
       const bool released = fair_ ? r.row.size() == 2 && r.row[0] == "t" : r.affected == 1;
+      // A resent release that finds nothing may have followed its own first send: unknown,
+      // not a loss (nobody else is known to have taken the lease).
       out.released = released ? 1 : 0;
-      out.refused = released ? 0 : 1;
-      out.quorum_kept = released;
+      out.refused = released || r.resent ? 0 : 1;
+      out.quorum_kept = released || r.resent;
     } catch (const Error&) {
       out.failure = std::current_exception();
     }

@@ -277,6 +277,7 @@ PgResult PgDatabase::exec(const std::string& what, const std::string& sql,
     try {
       PgResult out = run(conn, what, sql, params, deadline, broken);
       give_back(conn, !broken);
+      out.resent = tries > 0;
       return out;
     } catch (const TimeoutError&) {
       // `broken`: no answer before the client deadline, the statement may still run.
@@ -342,11 +343,28 @@ void PgDatabase::retire(PGconn* conn, bool healthy) noexcept {
   PQfinish(conn);
 }
 
-// Runs on a pooled connection with the client deadline of any statement, so a silent server
-// holds the DDL mutex (and the callers queued on it) for that long at most.
+// One attempt at a time. A caller that waited while an attempt failed gets that failure: the
+// server just did not answer, and a turn of its own for each queued caller would make the wait
+// grow with their number. So a silent server costs every caller one attempt's bound at most.
 void PgDatabase::ensure_table() {
+  const std::uint64_t failures_seen = ddl_failures_.load(std::memory_order_acquire);
   std::lock_guard<std::mutex> once(ddl_mutex_);
   if (table_ready_.load(std::memory_order_acquire)) return;
+  if (ddl_failures_.load(std::memory_order_relaxed) != failures_seen) {
+    std::rethrow_exception(ddl_failure_);
+  }
+  try {
+    create_table();
+  } catch (...) {
+    ddl_failure_ = std::current_exception();
+    ddl_failures_.fetch_add(1, std::memory_order_release);
+    throw;
+  }
+}
+
+// Runs on a pooled connection with the client deadline of any statement (connect_timeout, then
+// statement_timeout + 1 s a statement). ddl_mutex_ is held.
+void PgDatabase::create_table() {
   const std::string& t = options_.table;
   // One statement (a DO block is its own transaction); the advisory lock serialises creators in
   // other processes (CREATE ... IF NOT EXISTS races).

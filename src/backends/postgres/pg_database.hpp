@@ -8,6 +8,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,6 +30,9 @@ struct PgResult {
   std::vector<std::string> row;
   std::vector<bool> null;
   long affected{0};
+  // Sent a second time on a new connection (the first one broke): the first send may have run,
+  // so a "not ours" answer may be our own earlier effect (as a resent Redis release).
+  bool resent{false};
 };
 
 // A statement that undoes another for its token (the release of the lease an acquire may take).
@@ -83,6 +88,7 @@ class PgDatabase {
   // When the client gives up on a statement sent now: statement_timeout + 1 s (a stopped
   // server never answers, and the server-side timeout cannot fire).
   std::chrono::steady_clock::time_point client_deadline() const;
+  void create_table();
   void abandon(pg_conn* conn, const PgUndo& undo) noexcept;
 
   std::string uri_;
@@ -96,6 +102,10 @@ class PgDatabase {
   std::shared_ptr<PgListener> listener_;
   std::mutex ddl_mutex_;
   std::atomic<bool> table_ready_{false};
+  // ensure_table's attempts that failed, and the last one's failure (guarded by ddl_mutex_): a
+  // caller that waited while an attempt failed gets that failure instead of a turn of its own.
+  std::atomic<std::uint64_t> ddl_failures_{0};
+  std::exception_ptr ddl_failure_;
 };
 
 }  // namespace detail
