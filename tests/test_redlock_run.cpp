@@ -1,4 +1,4 @@
-// redlock-run, the command-line tool (tools/redlock-run/redlock_run.cpp), run as a separate process
+// redlock-run, the command-line tool (tools/redlock-run/, from main.cpp), run as a process
 // against real servers: exit statuses, the lock held while the command runs, contention, a lost
 // lease (key deleted, server paused), signal forwarding, usage errors, no password in messages.
 //
