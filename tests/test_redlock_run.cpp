@@ -1247,3 +1247,26 @@ TEST_CASE("redlock-run on a Redis Cluster: --redis redis-cluster://, --status an
   CHECK(cluster.node(masters[1]).raw({"GET", helper_key(k, ":fence")}).str() == "1");
   CHECK_FALSE(held(cluster.node(masters[1]), k));
 }
+
+// ---- issue 31 --------------------------------------------------------------------------------
+
+TEST_CASE("redlock-run ignores SIGUSR1 and SIGUSR2 while it waits for the lock", "[redis][cli]") {
+  RedisServer server;
+  TempDir dir;
+  const auto k = key("run-usr-waiting");
+  Tool holder({"--redis", uri(server), "--key", k, "--hold"}, {}, Input::pipe);
+  REQUIRE(eventually([&] { return !holder.out().empty(); }, 10s));
+  const std::string started = dir / "started";
+  Tool tool({"--redis", uri(server), "--key", k, "-v", "--wait", "15s", "--", "sh", "-c",
+             "touch " + started});
+  REQUIRE(eventually([&] { return tool.err().find("waiting for") != std::string::npos; }, 10s));
+  REQUIRE(::kill(tool.pid(), SIGUSR1) == 0);
+  REQUIRE(::kill(tool.pid(), SIGUSR2) == 0);
+  std::this_thread::sleep_for(200ms);
+  CHECK(tool.running());
+  holder.close_stdin();  // the release; the waiter hears of it
+  CHECK(holder.wait() == 0);
+  CHECK(tool.wait(10s) == 0);
+  CHECK(exists(started));
+  CHECK_THAT(tool.err(), !Catch::Contains("while waiting"));
+}

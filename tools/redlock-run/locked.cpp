@@ -152,6 +152,7 @@ int hold(const std::vector<redlock::Client>& clients, const Config& config, Runt
   if (config.mode == Mode::run) {
     child = launch(config, rt, lock);
     if (child < 0) {
+    start_passing_on(*rt.signals);  // SIGUSR1 and SIGUSR2 now have somewhere to go
       if (holder) holder->erase();
       release(lock, config, /*report_failure=*/true);
       return -child;

@@ -34,24 +34,36 @@ sigset_t handled_signals() {
   return set;
 }
 
+// Whether to report `signo` to the main loop. A stop signal is recorded and cancels the wait in
+// progress; SIGUSR1 and SIGUSR2 before the command starts have no one to go to.
+bool note(SignalState& state, int signo) {
+  if (signo == SIGCHLD) return true;
+  std::lock_guard<std::mutex> guard(state.mutex);
+  if (!asks_to_stop(signo)) return state.passing_on;
+  if (state.first_stop == 0) state.first_stop = signo;
+  if (state.waiting != nullptr) state.waiting->cancel_waits();
+  return true;
+}
+
 void signal_loop(SignalState* state, sigset_t set) {
   for (;;) {
     siginfo_t info;
     const int signo = ::sigwaitinfo(&set, &info);
-    if (signo < 0) continue;
+    if (signo < 0 || !note(*state, signo)) continue;
     const auto byte = static_cast<unsigned char>(signo);
     while (::write(state->write_fd, &byte, 1) < 0 && errno == EINTR) {
     }
-    if (signo == SIGCHLD) continue;
-    std::lock_guard<std::mutex> guard(state->mutex);
-    if (state->first_stop == 0) state->first_stop = signo;
-    if (state->waiting != nullptr) state->waiting->cancel_waits();
   }
 }
 
 }  // namespace
 
 bool asks_to_stop(int signo) { return signo != SIGUSR1 && signo != SIGUSR2; }
+
+void start_passing_on(SignalState& state) {
+  std::lock_guard<std::mutex> guard(state.mutex);
+  state.passing_on = true;
+}
 
 void block_signals(Runtime& rt) {
   sigset_t blocked = handled_signals();

@@ -22,12 +22,18 @@ struct SignalState {
   std::mutex mutex;
   Holdable* waiting{nullptr};  // set while a wait is in progress
   int first_stop{0};           // the first stop signal seen while waiting
+  // SIGUSR1 and SIGUSR2 are passed on to the command only: before it starts they are ignored.
+  bool passing_on{false};
   int write_fd{-1};
 };
 
 // SIGUSR1 and SIGUSR2 are passed on only (they often mean "reload" or "report"); every other
 // forwarded signal asks the command to stop, and --grace later the group gets SIGKILL.
 bool asks_to_stop(int signo);
+
+// From now on SIGUSR1 and SIGUSR2 are reported to the main loop, which passes them on to the
+// command (call it just before the command starts).
+void start_passing_on(SignalState& state);
 
 // Blocks the handled signals in this (the only) thread, so that every thread started later
 // inherits the mask, and ignores SIGPIPE (hiredis writes to sockets a server may have closed).
