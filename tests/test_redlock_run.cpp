@@ -1270,3 +1270,28 @@ TEST_CASE("redlock-run ignores SIGUSR1 and SIGUSR2 while it waits for the lock",
   CHECK(exists(started));
   CHECK_THAT(tool.err(), !Catch::Contains("while waiting"));
 }
+
+TEST_CASE("redlock-run -v names the kind of lock, and says when there is no fence",
+          "[redis][cli]") {
+  ServerGroup group(3);
+  RedisServer& server = group[0];
+  std::string err;
+  const auto k = key("run-verbose-kind");
+  REQUIRE(run({"--redis", uri(server), "--key", k, "-v", "--", "true"}, &err) == 0);
+  CHECK_THAT(err, Catch::Contains("acquired " + k + " (Lock"));
+  CHECK_THAT(err, Catch::Contains("no fence"));
+  CHECK_THAT(err, !Catch::Contains("fence 0"));
+  REQUIRE(run({"--redis", uri(server), "--key", k, "-v", "--fencing", "--", "true"}, &err) == 0);
+  CHECK_THAT(err, Catch::Contains("fence 1"));
+  REQUIRE(run({"--redis", uri(group[0]), "--redis", uri(group[1]), "--redis",
+               uri(group[2]), "--key", k + "r", "-v", "--", "true"},
+              &err) == 0);
+  CHECK_THAT(err, Catch::Contains("Redlock"));
+  CHECK_THAT(err, Catch::Contains("quorum 2 of 3"));
+  CHECK_THAT(err, Catch::Contains("no fence"));
+  REQUIRE(run({"--redis", uri(server), "--key", k + "s", "-v", "--limit", "2", "--", "true"},
+              &err) == 0);
+  CHECK_THAT(err, Catch::Contains("Semaphore"));
+  CHECK_THAT(err, Catch::Contains("limit 2"));
+  CHECK_THAT(err, Catch::Contains("no fence"));
+}

@@ -128,8 +128,7 @@ std::vector<std::string> child_environment(const Config& config, const Holdable&
   env.push_back("REDLOCK_KEY=" + config.key);
   env.push_back("REDLOCK_TTL_MS=" + std::to_string(config.ttl.count()));
   env.push_back("REDLOCK_VALIDITY_MS=" + std::to_string(lock.validity().count()));
-  if (config.fencing || !config.postgres.empty())
-    env.push_back("REDLOCK_FENCE=" + std::to_string(lock.fence()));
+  if (exports_fence(config)) env.push_back("REDLOCK_FENCE=" + std::to_string(lock.fence()));
   return env;
 }
 

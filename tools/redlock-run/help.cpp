@@ -72,8 +72,9 @@ Command:
   --status              Show whether KEY is held, its remaining ttl and its holder; exit 0
                         if held, 1 if not.
 Output:
-  -v, --verbose         Say on stderr when waiting, acquired (fence, validity), renewals
-                        missed, lost.
+  -v, --verbose         Say on stderr when waiting, acquired (the kind of lock: Lock,
+                        Redlock and its quorum, Semaphore and its limit; the fence or "no
+                        fence"; the validity), renewals missed, lost.
   -q, --quiet           No message when the lock is held elsewhere (the exit status says
                         it). Errors and a lost lease are always reported.
   --metrics PATH        Write lock metrics in Prometheus text format (acquires, wait time,

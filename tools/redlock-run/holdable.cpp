@@ -22,23 +22,28 @@ std::unique_ptr<Holdable> choose(const Config& config, const std::vector<redlock
   if (!config.postgres.empty()) {
 #ifdef REDLOCK_RUN_WITH_POSTGRES
     auto database = std::make_shared<redlock::postgres::Database>(config.postgres);
-    return std::make_unique<HoldableOf<redlock::postgres::Lock>>(database, *database, config.key,
-                                                                 options);
+    return std::make_unique<HoldableOf<redlock::postgres::Lock>>("PostgreSQL lease", database,
+                                                                 *database, config.key, options);
 #endif
   } else if (!config.zookeeper.empty()) {
 #ifdef REDLOCK_RUN_WITH_ZOOKEEPER
     auto session = std::make_shared<redlock::zookeeper::Session>(config.zookeeper);
-    return std::make_unique<HoldableOf<redlock::zookeeper::Lock>>(session, *session, config.key,
-                                                                  options);
+    return std::make_unique<HoldableOf<redlock::zookeeper::Lock>>("ZooKeeper lock", session,
+                                                                  *session, config.key, options);
 #endif
   } else if (config.limit > 0) {
-    return std::make_unique<HoldableOf<redlock::Semaphore>>(nullptr, clients.front(), config.key,
-                                                            config.limit, options);
+    return std::make_unique<HoldableOf<redlock::Semaphore>>(
+        "Semaphore, limit " + std::to_string(config.limit), nullptr, clients.front(), config.key,
+        config.limit, options);
   } else if (clients.size() == 1) {
-    return std::make_unique<HoldableOf<redlock::Lock>>(nullptr, clients.front(), config.key,
+    return std::make_unique<HoldableOf<redlock::Lock>>("Lock", nullptr, clients.front(), config.key,
                                                        options);
   } else {
-    return std::make_unique<HoldableOf<redlock::Redlock>>(nullptr, clients, config.key, options);
+    auto lock = std::make_unique<HoldableOf<redlock::Redlock>>("Redlock", nullptr, clients,
+                                                               config.key, options);
+    lock->set_kind("Redlock, quorum " + std::to_string(lock->quorum()) + " of " +
+                   std::to_string(clients.size()));
+    return lock;
   }
   throw UsageError("this redlock-run was built without the store the options name");
 }

@@ -13,6 +13,7 @@
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::uint64_t
 #include <memory>       // std::unique_ptr, std::shared_ptr
+#include <string>       // std::string
 #include <type_traits>  // std::is_same_v
 #include <utility>      // std::forward
 #include <vector>       // std::vector
@@ -26,7 +27,11 @@ namespace redlock_run {
 
 class Holdable {
  public:
+  // `kind`: what it is, for -v: "Lock", "Redlock, quorum 2 of 3", "Semaphore, limit 4"...
+  explicit Holdable(std::string kind) : kind_(std::move(kind)) {}
   virtual ~Holdable() = default;
+  const std::string& kind() const noexcept { return kind_; }
+  void set_kind(std::string kind) { kind_ = std::move(kind); }
   virtual bool try_lock() = 0;
   virtual bool try_lock_until(Clock::time_point deadline) = 0;
   // Makes the wait in progress (and any later one) give up at once; a fair waiter leaves the
@@ -37,16 +42,19 @@ class Holdable {
   virtual milliseconds validity() const noexcept = 0;
   virtual redlock::LeaseToken lease() const noexcept = 0;
   virtual std::size_t quorum() const noexcept = 0;
+
+ private:
+  std::string kind_;
 };
 
-// A library lock type as a Holdable. `owner` keeps alive what the lock refers to (a database or
-// a ZooKeeper session) for as long as the lock; null if nothing.
+// A library lock type as a Holdable, described as `kind`. `owner` keeps alive what the lock refers
+// to (a database or a ZooKeeper session) for as long as the lock; null if nothing.
 template <class L>
 class HoldableOf final : public Holdable {
  public:
   template <class... Args>
-  explicit HoldableOf(std::shared_ptr<void> owner, Args&&... args)
-      : owner_(std::move(owner)), lock_(std::forward<Args>(args)...) {}
+  HoldableOf(std::string kind, std::shared_ptr<void> owner, Args&&... args)
+      : Holdable(std::move(kind)), owner_(std::move(owner)), lock_(std::forward<Args>(args)...) {}
   bool try_lock() override { return lock_.try_lock(); }
   bool try_lock_until(Clock::time_point deadline) override {
     return lock_.try_lock_until(deadline);

@@ -135,7 +135,9 @@ bool release(Holdable& lock, const Config& config, bool report_failure) {
 int hold(const std::vector<redlock::Client>& clients, const Config& config, Runtime& rt,
          Holdable& lock) {
   if (config.verbose) {
-    say("acquired " + config.key + " (fence " + std::to_string(lock.fence()) + ", validity " +
+    const std::string fence =
+        exports_fence(config) ? "fence " + std::to_string(lock.fence()) : "no fence";
+    say("acquired " + config.key + " (" + lock.kind() + ", " + fence + ", validity " +
         format_duration(lock.validity()) + ")");
   }
   const redlock::LeaseToken lease = lock.lease();

@@ -332,6 +332,8 @@ void finish_config(const Raw& raw, Config& config) {
 
 }  // namespace
 
+bool exports_fence(const Config& config) { return config.fencing || !config.postgres.empty(); }
+
 std::optional<int> parse_command_line(int argc, char** argv, Config& config) {
   Raw raw;
   int i = 1;

@@ -48,6 +48,10 @@ struct Config {
 // --version, which print their text on stdout). Throws UsageError.
 std::optional<int> parse_command_line(int argc, char** argv, Config& config);
 
+// Whether the command gets REDLOCK_FENCE: with --fencing, and always with --postgres and
+// --zookeeper (their holds always come with a fence).
+bool exports_fence(const Config& config);
+
 // The --help text (help.cpp).
 void print_help();
 // The --version text (help.cpp).
