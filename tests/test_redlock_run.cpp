@@ -1250,6 +1250,68 @@ TEST_CASE("redlock-run on a Redis Cluster: --redis redis-cluster://, --status an
 
 // ---- issue 31 --------------------------------------------------------------------------------
 
+namespace {
+
+// `sh -c ': MARKER; ...'`: a writer that ignores SIGTERM and appends a line to `file` every 50 ms
+// until killed; processes_with("sh -c : MARKER") finds it.
+std::string stubborn_writer(const std::string& marker, const std::string& file) {
+  return "sh -c ': " + marker + "; trap \"\" TERM; while :; do echo x >> " + file +
+         "; sleep 0.05; done'";
+}
+
+// The end of a command that started a stubborn writer: once it has written (so it ignores
+// SIGTERM by then), touch `started` and exit 3.
+std::string exit_once_written(const TempDir& dir) {
+  return "while [ ! -e " + dir / "written" + " ]; do sleep 0.01; done; touch " + dir / "started" +
+         "; exit 3";
+}
+
+// Runs `script` (which starts a stubborn writer outside the command's process group, touches
+// `started` and exits 3) under the lock with --grace 400ms. The writer must be gone (SIGKILL
+// after --grace) before redlock-run releases and exits, and write nothing afterwards; a second
+// holder then gets the lock.
+void check_descendant_stopped(const std::string& shell, const std::string& script,
+                              const std::string& marker, const TempDir& dir) {
+  RedisServer server;
+  const auto k = key("run-descendant");
+  const std::string written = dir / "written";
+  Tool tool({"--redis", uri(server), "--key", k, "--grace", "400ms", "--", shell, "-c", script});
+  REQUIRE(command_started(tool, dir / "started"));
+  CHECK(tool.wait(10s) == 3);                             // the command's own status
+  const auto left = processes_with("sh -c : " + marker);
+  const auto size = slurp(written).size();
+  for (const pid_t p : left) ::kill(p, SIGKILL);
+  CHECK(left.empty());
+  CHECK(tool.elapsed() >= 400ms);  // it waited for the writer, which ignores SIGTERM
+  CHECK_THAT(tool.err(), Catch::Contains("SIGKILL"));
+  CHECK_FALSE(held(server, k));
+  std::this_thread::sleep_for(200ms);
+  CHECK(slurp(written).size() == size);  // no write after the release
+  CHECK(run({"--redis", uri(server), "--key", k, "-n", "--", "true"}) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("redlock-run stops a job-control (set -m) background job before it releases",
+          "[redis][cli]") {
+  TempDir dir;
+  const std::string marker = unique_sleep();
+  // bash with set -m puts the background job in a process group of its own.
+  check_descendant_stopped("bash",
+                           "set -m; " + stubborn_writer(marker, dir / "written") + " & " +
+                               exit_once_written(dir),
+                           marker, dir);
+}
+
+TEST_CASE("redlock-run stops a setsid child before it releases", "[redis][cli]") {
+  TempDir dir;
+  const std::string marker = unique_sleep();
+  check_descendant_stopped("sh",
+                           "setsid " + stubborn_writer(marker, dir / "written") + " & " +
+                               exit_once_written(dir),
+                           marker, dir);
+}
+
 TEST_CASE("redlock-run ignores SIGUSR1 and SIGUSR2 while it waits for the lock", "[redis][cli]") {
   RedisServer server;
   TempDir dir;

@@ -12,8 +12,11 @@
 #include <cerrno>       // errno
 #include <csignal>      // sigprocmask, sigaction
 #include <cstring>      // std::strerror
+#include <fstream>      // std::ifstream: /proc/<pid>/stat
+#include <sstream>      // std::istringstream
 #include <string>       // std::string
 #include <string_view>  // std::string_view
+#include <utility>      // std::pair
 
 namespace redlock_run {
 namespace {
@@ -139,7 +142,42 @@ int foreground_tty() {
                                                                                  : -1;
 }
 
+// From /proc/<pid>/stat: the parent of `pid`, or 0 if it is gone or a zombie. The command name
+// (2nd field) may hold spaces and parentheses: the fields after it follow the last ')'.
+pid_t parent_of(const std::string& pid) {
+  std::ifstream in("/proc/" + pid + "/stat");
+  std::string stat;
+  std::getline(in, stat);
+  const std::size_t close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(stat.substr(close + 1));
+  char state = 'Z';
+  long parent = 0;
+  fields >> state >> parent;
+  return state == 'Z' || !fields ? 0 : static_cast<pid_t>(parent);
+}
+
 }  // namespace
+
+std::vector<pid_t> descendants() {
+  std::vector<std::pair<pid_t, pid_t>> parents;  // (pid, parent) of every live process
+  DIR* dir = ::opendir("/proc");
+  if (dir == nullptr) return {};
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (const pid_t parent = parent_of(name)) parents.emplace_back(std::stoi(name), parent);
+  }
+  ::closedir(dir);
+  std::vector<pid_t> found{::getpid()};
+  for (std::size_t at = 0; at < found.size(); ++at) {  // breadth first from this process
+    for (const auto& [pid, parent] : parents) {
+      if (parent == found[at]) found.push_back(pid);
+    }
+  }
+  found.erase(found.begin());
+  return found;
+}
 
 std::vector<int> open_descriptors() {
   std::vector<int> fds;

@@ -25,6 +25,12 @@ std::vector<int> open_descriptors();
 // (71, 126, 127) after saying why it could not start.
 pid_t launch(const Config& config, Runtime& rt, const Holdable& lock);
 
+// The live processes below this one (its children, theirs, ...), from /proc/<pid>/stat; zombies
+// are left out. redlock-run is a child subreaper, so an orphan of the command's (a job a `set -m`
+// shell left, a `setsid` child whose parent exited) is reparented to it and stays in the tree.
+// Empty if /proc is not mounted.
+std::vector<pid_t> descendants();
+
 // Shell convention: the exit code, or 128 + the signal that killed it.
 int shell_status(int wait_status);
 

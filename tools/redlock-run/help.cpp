@@ -64,9 +64,9 @@ Lock:
                         lease, fence and renewal (one server only; not with --fair).
                         Uses {KEY}:permit:1..N, {KEY}:permit:fence and {KEY}:permit:released.
 Command:
-  --grace DURATION      After a lost lease or a forwarded stop signal, how long the command's
-                        process group has between SIGTERM (or the signal) and SIGKILL
-                        (default 10s).
+  --grace DURATION      After a lost lease or a forwarded stop signal, how long the command
+                        and every process it started have between SIGTERM (or the signal)
+                        and SIGKILL (default 10s).
   --hold                No command: print "held KEY fence N" on stdout once the lock is
                         held, and hold it until stdin closes (exit 0) or a signal.
   --status              Show whether KEY is held, its remaining ttl and its holder; exit 0
@@ -100,11 +100,13 @@ Exit status:
   126      the command is not executable
   127      the command was not found
 
-The command runs in its own process group. A lost lease or a forwarded signal (SIGHUP,
-SIGINT, SIGQUIT, SIGTERM, SIGALRM, ...; SIGUSR1 and SIGUSR2 are only passed on) reaches the
-whole group; what is still running --grace later gets SIGKILL. When the command exits,
-processes it left in its group get SIGTERM (SIGKILL after --grace). The lock is released
-only once the whole group is gone. A process that leaves the group (setsid) is not tracked.
+The command runs in its own process group. A lost lease or a forwarded stop signal
+(SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGALRM, ...) reaches the whole group and every process
+the command started, also those that left the group (set -m jobs, setsid); what is still
+running --grace later gets SIGKILL. SIGUSR1 and SIGUSR2 are passed on to the group only, and
+ignored while waiting for the lock. When the command exits, what it left running gets SIGTERM
+(SIGKILL after --grace). The lock is released only once every one of them is gone
+(redlock-run is a child subreaper: no descendant escapes it).
 A wait rides out servers that do not answer, and ends with 69 if they still do not when
 --wait or --unavailable-timeout runs out.
 

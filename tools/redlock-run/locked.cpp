@@ -152,9 +152,9 @@ int hold(const std::vector<redlock::Client>& clients, const Config& config, Runt
     std::fflush(stdout);  // a script reads this line to know that the lock is held
   }
   if (config.mode == Mode::run) {
+    start_passing_on(*rt.signals);  // SIGUSR1 and SIGUSR2 now have somewhere to go
     child = launch(config, rt, lock);
     if (child < 0) {
-    start_passing_on(*rt.signals);  // SIGUSR1 and SIGUSR2 now have somewhere to go
       if (holder) holder->erase();
       release(lock, config, /*report_failure=*/true);
       return -child;

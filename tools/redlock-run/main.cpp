@@ -27,14 +27,15 @@
 //     <key>:holder with the same ttl records host, pid and command for --status.
 //  3. Forwards every terminating signal (SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2,
 //     SIGALRM, ...) to the command's process group. All but SIGUSR1/SIGUSR2 are stop requests:
-//     if the group is still there after --grace, it gets SIGKILL.
-//  4. If the lease is lost while the command runs, sends SIGTERM to the group, and SIGKILL after
-//     --grace. redlock-run is a child subreaper, so it sees the whole group end.
-//  5. When the command has exited, stops what it left running in its group (SIGTERM, SIGKILL
-//     after --grace), releases the lock only once the group is gone, and exits with the
-//     command's status.
+//     they also reach every process below redlock-run outside the group, and what is still
+//     there after --grace gets SIGKILL. SIGUSR1/SIGUSR2 before the command starts are ignored.
+//  4. If the lease is lost while the command runs, sends SIGTERM to the group and every other
+//     descendant, and SIGKILL after --grace. redlock-run is a child subreaper: the command's
+//     orphans (set -m jobs, setsid children) are reparented to it, so none escapes.
+//  5. When the command has exited, stops what it left running (SIGTERM, SIGKILL after --grace),
+//     releases the lock only once no descendant is left, and exits with the command's status.
 //
-// Exit statuses: see kFooter (the --help text) below; it is the one reference.
+// Exit statuses: see kFooter (the --help text, help.cpp); it is the one reference.
 //
 // Signal safety. Before any thread exists, the handled signals (and SIGTTOU, for tcsetpgrp) are
 // blocked; every thread the library starts later inherits the mask. One thread reads them with

@@ -9,6 +9,7 @@
 #include <algorithm>  // std::min, std::clamp
 #include <cerrno>     // errno
 #include <csignal>    // kill
+#include <cstddef>    // std::size_t
 #include <cstdint>    // std::int64_t
 #include <ctime>      // nanosleep
 
@@ -29,8 +30,6 @@ void drain(int fd, Each each) {
 
 }  // namespace
 
-// Runs until the group `child` leads is gone (child <= 0: --hold, until stdin closes or a
-// stop signal). Never throws.
 Outcome Supervisor::run(pid_t child) {
   child_ = child;
   next_refresh_ = Clock::now() + config_.ttl / 3;
@@ -41,7 +40,8 @@ Outcome Supervisor::run(pid_t child) {
   return out_;
 }
 
-// Reaps every child (a subreaper also gets the group's orphans). True once the group is gone.
+// Reaps every child (a subreaper also gets the command's orphans). True once the command and
+// every process below redlock-run are gone: only then may the lock be released.
 bool Supervisor::finished() {
   if (holding_only()) return done_;
   int wait_status = 0;
@@ -52,32 +52,53 @@ bool Supervisor::finished() {
       child_done_ = true;
     }
   }
+  const bool none_left = pid < 0 && errno == ECHILD;
   if (!child_done_) return false;
-  if (::kill(-child_, 0) != 0 && errno == ESRCH) return true;
-  if (kill_at_ == kNever && !killed_) {
+  if (none_left) return true;
+  if (killed_) {
+    signal_all(SIGKILL);  // started since the SIGKILL
+  } else if (kill_at_ == kNever) {
     last_signal_ = "SIGTERM";
-    say("the command exited; stopping what it left running in its process group (SIGTERM, "
-        "SIGKILL after --grace " +
+    say("the command exited; stopping what it left running (SIGTERM, SIGKILL after --grace " +
         format_duration(config_.grace) + ")");
-    signal_group(SIGTERM);
+    signal_command(SIGTERM);
   }
   return false;
 }
 
-void Supervisor::signal_group(int signo) {
-  if (!holding_only()) ::kill(-child_, signo);
-  if (asks_to_stop(signo) && kill_at_ == kNever && !killed_)
-    kill_at_ = Clock::now() + config_.grace;
+// SIGUSR1 and SIGUSR2 go to the command's process group; a stop signal goes to every process
+// below redlock-run too (those that left the group), and arms the SIGKILL --grace later.
+void Supervisor::signal_command(int signo) {
+  if (holding_only()) return;
+  if (!asks_to_stop(signo)) {
+    ::kill(-child_, signo);
+    return;
+  }
+  signal_all(signo);
+  if (kill_at_ == kNever && !killed_) kill_at_ = Clock::now() + config_.grace;
+}
+
+// The command's process group and every process below redlock-run outside it.
+std::size_t Supervisor::signal_all(int signo) {
+  std::size_t sent = ::kill(-child_, signo) == 0 ? 1 : 0;
+  for (const pid_t pid : descendants()) {
+    if (::getpgid(pid) != child_ && ::kill(pid, signo) == 0) ++sent;
+  }
+  return sent;
 }
 
 void Supervisor::kill_group() {
   kill_at_ = kNever;
   killed_ = true;
   if (holding_only()) return;
-  if (::kill(-child_, 0) == 0) {
-    say("process group " + std::to_string(child_) + " still running " +
-        format_duration(config_.grace) + " after " + last_signal_ + "; sending SIGKILL");
-    ::kill(-child_, SIGKILL);
+  const bool group = ::kill(-child_, 0) == 0;
+  const std::size_t others = descendants().size();
+  if (group || others > 0) {
+    say((group ? "process group " + std::to_string(child_)
+               : std::string("what the command started")) +
+        " still running " + format_duration(config_.grace) + " after " + last_signal_ +
+        "; sending SIGKILL");
+    signal_all(SIGKILL);
   }
 }
 
@@ -109,7 +130,7 @@ void Supervisor::on_signal(int signo) {
   }
   if (config_.verbose) say("forwarding " + signal_name(signo) + " to the command's process group");
   if (asks_to_stop(signo) && last_signal_.empty()) last_signal_ = signal_name(signo);
-  signal_group(signo);
+  signal_command(signo);
 }
 
 void Supervisor::on_lost(int byte) {
@@ -124,7 +145,7 @@ void Supervisor::on_lost(int byte) {
   say("lease on " + config_.key + " lost (" + redlock::to_string(reason) +
       "); sending SIGTERM to process group " + std::to_string(child_));
   last_signal_ = "SIGTERM";
-  signal_group(SIGTERM);
+  signal_command(SIGTERM);
 }
 
 // --hold: stdin data is read and dropped; end of file ends the hold.

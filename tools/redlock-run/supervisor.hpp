@@ -30,8 +30,8 @@ class Supervisor {
   Supervisor(const Config& config, const Runtime& rt, const HolderRecord* holder)
       : config_(config), rt_(rt), holder_(holder) {}
 
-  // Runs until the group `child` leads is gone (child <= 0: --hold, until stdin closes or a
-  // stop signal). Never throws.
+  // Runs until the command `child` and every process below redlock-run are gone (child <= 0:
+  // --hold, until stdin closes or a stop signal). Never throws.
   Outcome run(pid_t child);
 
  private:
@@ -39,10 +39,12 @@ class Supervisor {
 
   bool holding_only() const { return child_ <= 0; }
 
-  // Reaps every child (a subreaper also gets the group's orphans). True once the group is gone.
+  // Reaps every child. True once the command and everything below redlock-run are gone.
   bool finished();
 
-  void signal_group(int signo);
+  void signal_command(int signo);
+
+  std::size_t signal_all(int signo);
 
   void kill_group();
 
