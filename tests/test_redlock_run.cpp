@@ -24,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include <redlock/version.hpp>  // REDLOCK_VERSION_STRING, REDLOCK_KEY_LAYOUT
+
 #include "support/eventually.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
@@ -1356,4 +1358,17 @@ TEST_CASE("redlock-run -v names the kind of lock, and says when there is no fenc
   CHECK_THAT(err, Catch::Contains("Semaphore"));
   CHECK_THAT(err, Catch::Contains("limit 2"));
   CHECK_THAT(err, Catch::Contains("no fence"));
+}
+
+TEST_CASE("the key layout is 2: REDLOCK_KEY_LAYOUT and redlock::key_layout()", "[unit][cli]") {
+  STATIC_REQUIRE(REDLOCK_KEY_LAYOUT == 2);
+  STATIC_REQUIRE(redlock::key_layout() == REDLOCK_KEY_LAYOUT);
+}
+
+TEST_CASE("redlock-run --version prints the version and the key layout", "[cli]") {
+  Tool tool({"--version"});
+  CHECK(tool.wait() == 0);
+  const std::string out = tool.out();
+  CHECK(out.rfind(REDLOCK_VERSION_STRING "\n", 0) == 0);  // the first line: the version alone
+  CHECK_THAT(out, Catch::Contains("key layout 2 (since 0.2.0)"));
 }

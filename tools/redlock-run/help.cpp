@@ -80,7 +80,7 @@ Output:
   --metrics PATH        Write lock metrics in Prometheus text format (acquires, wait time,
                         renewals and their lateness, losses, node health) to PATH, at start
                         and at exit, atomically (for node_exporter's textfile collector).
-  -h, --help            This text.   --version   The version.
+  -h, --help            This text.   --version   The version and the key layout.
 
 Our options end at the first word that is not one of them, or at --.
 )";
@@ -128,6 +128,14 @@ void print_help() {
   std::fputs(kFooter, stdout);
 }
 
-void print_version() { std::fputs(REDLOCK_VERSION_STRING "\n", stdout); }
+// The first line is the version alone (scripts read it).
+void print_version() {
+  static_assert(REDLOCK_KEY_LAYOUT == 2, "describe the new key layout below");
+  std::fputs(REDLOCK_VERSION_STRING
+             "\nkey layout 2 (since 0.2.0): helper keys share the key's cluster slot, "
+             "{KEY}:fence, {KEY}:permit:N, ...; 0.1 used KEY:fence (layout 1), see the README, "
+             "\"Upgrading from 0.1\"\n",
+             stdout);
+}
 
 }  // namespace redlock_run
