@@ -1372,3 +1372,55 @@ TEST_CASE("redlock-run --version prints the version and the key layout", "[cli]"
   CHECK(out.rfind(REDLOCK_VERSION_STRING "\n", 0) == 0);  // the first line: the version alone
   CHECK_THAT(out, Catch::Contains("key layout 2 (since 0.2.0)"));
 }
+
+TEST_CASE("redlock-run --limit: another limit on a held key is refused (64), naming both",
+          "[redis][cli][semaphore]") {
+  RedisServer server;
+  TempDir dir;
+  const auto k = key("run-limit-mismatch");
+  const std::string started = dir / "started";
+  Tool holder({"--redis", uri(server), "--key", k, "--limit", "2", "--", "sh", "-c",
+               "touch " + started + "; while :; do sleep 0.05; done"});
+  REQUIRE(command_started(holder, started));
+  std::string err;
+  CHECK(run({"--redis", uri(server), "--key", k, "--limit", "3", "-n", "--", "true"}, &err) == 64);
+  CHECK_THAT(err, Catch::Contains("--limit 3"));
+  CHECK_THAT(err, Catch::Contains("limit 2"));
+  // The same limit is contention-free here: a second permit.
+  CHECK(run({"--redis", uri(server), "--key", k, "--limit", "2", "-n", "--", "true"}) == 0);
+  ::kill(holder.pid(), SIGTERM);
+  CHECK(holder.wait() == 128 + SIGTERM);
+  // With no permit held, the limit may change.
+  CHECK(run({"--redis", uri(server), "--key", k, "--limit", "3", "-n", "--", "true"}, &err) == 0);
+}
+
+TEST_CASE("redlock-run --status shows a semaphore's permits, with or without --limit",
+          "[redis][cli][semaphore]") {
+  RedisServer server;
+  TempDir dir;
+  const auto k = key("run-status-sem");
+  std::vector<std::unique_ptr<Tool>> holders;
+  for (int i = 0; i < 2; ++i) {
+    const std::string started = dir / ("started" + std::to_string(i));
+    holders.push_back(std::make_unique<Tool>(std::vector<std::string>{
+        "--redis", uri(server), "--key", k, "--limit", "2", "--ttl", "20s", "--", "sh", "-c",
+        "touch " + started + "; while :; do sleep 0.05; done"}));
+    REQUIRE(command_started(*holders.back(), started));
+  }
+  for (const auto& limit : {std::vector<std::string>{}, std::vector<std::string>{"--limit", "2"}}) {
+    Tool status(std::vector<std::string>{"--redis", uri(server), "--key", k, "--status"} + limit);
+    CHECK(status.wait() == 0);
+    const std::string out = status.out();
+    CHECK_THAT(out, Catch::Contains("2 of 2 permits held"));
+    CHECK_THAT(out, Catch::Contains("limit 2"));
+    CHECK_THAT(out, Catch::Contains("ttl"));
+  }
+  Tool mismatch({"--redis", uri(server), "--key", k, "--status", "--limit", "3"});
+  CHECK(mismatch.wait() == 64);
+  CHECK_THAT(mismatch.err(), Catch::Contains("limit 2"));
+  for (auto& holder : holders) ::kill(holder->pid(), SIGTERM);
+  for (auto& holder : holders) CHECK(holder->wait() == 128 + SIGTERM);
+  Tool free_status({"--redis", uri(server), "--key", k, "--status", "--limit", "2"});
+  CHECK(free_status.wait() == 1);
+  CHECK_THAT(free_status.out(), Catch::Contains("0 of 2 permits held"));
+}

@@ -50,6 +50,14 @@ std::string in_our_words(std::string text) {
   return scrub_credentials(std::move(text));
 }
 
+std::string limit_mismatch(const std::string& key, std::size_t ours, std::size_t theirs) {
+  return "--limit " + std::to_string(ours) + " does not match the limit " + std::to_string(theirs) +
+         " that the holders of " + key +
+         " use; every user of a semaphore key must give the same --limit (it can change only "
+         "while no permit is held): give --limit " +
+         std::to_string(theirs);
+}
+
 std::string signal_name(int signo) {
   const char* abbrev = sigabbrev_np(signo);
   return abbrev != nullptr ? std::string("SIG") + abbrev : "signal " + std::to_string(signo);

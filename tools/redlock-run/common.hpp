@@ -7,6 +7,7 @@
 #define REDLOCK_RUN_COMMON_HPP
 
 #include <chrono>       // std::chrono::steady_clock, milliseconds
+#include <cstddef>      // std::size_t
 #include <stdexcept>    // std::runtime_error
 #include <string>       // std::string
 #include <string_view>  // std::string_view
@@ -41,6 +42,9 @@ std::string scrub_credentials(std::string text);
 
 // A library message in the words of this tool's command line: no C++ names, no credentials.
 std::string in_our_words(std::string text);
+
+// --limit `ours` on `key` where the held permits use `theirs`: what to do about it.
+std::string limit_mismatch(const std::string& key, std::size_t ours, std::size_t theirs);
 
 // "SIGTERM", or "signal N" for one without a name.
 std::string signal_name(int signo);

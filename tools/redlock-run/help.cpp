@@ -61,16 +61,21 @@ Lock:
                         hold); the command gets it as REDLOCK_FENCE.
   --fair                First come, first served among waiters (one server only).
   --limit N             A semaphore: at most N commands hold KEY at once, each with its own
-                        lease, fence and renewal (one server only; not with --fair).
-                        Uses {KEY}:permit:1..N, {KEY}:permit:fence and {KEY}:permit:released.
+                        lease, fence and renewal (one server only; not with --fair). Every
+                        user of KEY must give the same N: it is stored with the permits, and
+                        another N is refused (64) while a permit is held. Uses
+                        {KEY}:permit:1..N, {KEY}:permit:fence, {KEY}:permit:released and
+                        {KEY}:permit:limit.
 Command:
   --grace DURATION      After a lost lease or a forwarded stop signal, how long the command
                         and every process it started have between SIGTERM (or the signal)
                         and SIGKILL (default 10s).
   --hold                No command: print "held KEY fence N" on stdout once the lock is
                         held, and hold it until stdin closes (exit 0) or a signal.
-  --status              Show whether KEY is held, its remaining ttl and its holder; exit 0
-                        if held, 1 if not.
+  --status              Show whether KEY is held, its remaining ttl and its holder; for a
+                        semaphore (--limit N, or the limit stored with its permits), how
+                        many permits are held and each one's ttl. Exit 0 if held (a
+                        permit), 1 if not.
 Output:
   -v, --verbose         Say on stderr when waiting, acquired (the kind of lock: Lock,
                         Redlock and its quorum, Semaphore and its limit; the fence or "no
@@ -91,7 +96,8 @@ Exit status:
   128+N    the command was killed by signal N (or redlock-run got signal N while waiting)
   0        --hold: stdin closed; --status: the key is held
   1        --status: the key is not held
-  64       usage error: bad option, duration, URI or key
+  64       usage error: bad option, duration, URI or key, or a --limit other than
+           the one the holders of a semaphore's permits use
   69       unavailable: a server could not be reached or answered with an error (e.g. a
            wrong password), or a Redlock could not reach a quorum of servers
   70       the lease was lost while the command ran

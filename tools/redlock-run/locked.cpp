@@ -200,6 +200,9 @@ int after_acquire(const std::vector<redlock::Client>& clients, const Config& con
   Acquire got = Acquire::busy;
   try {
     got = acquire(lock, config, rt, signo);
+  } catch (const redlock::LimitMismatchError& e) {
+    say(limit_mismatch(config.key, e.limit(), e.server_limit()));
+    return kExitUsage;
   } catch (const redlock::Error& e) {
     say("cannot lock " + config.key + ": " + in_our_words(e.what()));
     return kExitUnavailable;

@@ -208,7 +208,7 @@ bool take_flag(std::string_view flag, Config& config) {
   return true;
 }
 
-// --limit N: 1 to 10,000 holders at once, one server, no --fair, no --status.
+// --limit N: 1 to 10,000 holders at once, one server, no --fair.
 std::size_t parse_limit(const std::string& text, const Config& config) {
   const bool digits = !text.empty() && text.size() <= 5 &&
                       text.find_first_not_of("0123456789") == std::string::npos;
@@ -217,9 +217,6 @@ std::size_t parse_limit(const std::string& text, const Config& config) {
                      std::to_string(redlock::Semaphore::kMaxLimit) + ")");
   }
   if (config.fair) throw UsageError("--limit and --fair cannot be combined; drop one");
-  if (config.mode == Mode::status) {
-    throw UsageError("--status shows plain locks only; drop --limit");
-  }
   return std::stoul(text);
 }
 
