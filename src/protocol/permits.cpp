@@ -15,7 +15,8 @@ namespace {
 // check a larger stored limit). The limit is stored with the permits: another one is refused
 // (error REDLOCK_LIMIT <stored>) while any of the slots passed is held, {-2, stored} asks for
 // the slots up to a larger stored limit, and with none held the limit is replaced. No stored
-// limit (none yet, or permits of a client that did not store it) is replaced at once.
+// limit (none yet, or permits of a client that did not store it) is replaced at once. Only
+// get, set, pexpire, pttl and incr: the minimal ACL of the README.
 // Then takes the first free slot of 1..n (SET PX). A repeat of the same attempt (a retried
 // connection) finds its token and re-arms that slot; it gets a fresh fence, so no two holds ever
 // share one. Returns {slot, fence (0 without fencing)} or {0, smallest pttl of the slots (-1:
@@ -26,7 +27,7 @@ local stored = tonumber(redis.call('get', KEYS[m + 2]))
 if stored ~= n then
   if stored then
     for i = 1, m do
-      if redis.call('exists', KEYS[i]) == 1 then
+      if redis.call('get', KEYS[i]) then
         return redis.error_reply('REDLOCK_LIMIT ' .. stored)
       end
     end

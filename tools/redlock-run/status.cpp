@@ -86,8 +86,8 @@ int show_semaphore(const Config& config, const redlock::Client& client, std::siz
 // (a plain lock then). Throws redlock::Error.
 std::size_t stored_limit(const Config& config, const redlock::Client& client, bool& plain) {
   const auto replies =
-      client.pipeline({{"GET", helper_key(config.key, ":permit:limit")}, {"EXISTS", config.key}});
-  plain = !replies.at(1).is_error() && replies.at(1).integer() == 1;
+      client.pipeline({{"GET", helper_key(config.key, ":permit:limit")}, {"PTTL", config.key}});
+  plain = !replies.at(1).is_error() && replies.at(1).integer() != -2;
   const auto& limit = replies.at(0);
   if (limit.is_nil() || limit.is_error()) return 0;
   const std::string text = limit.str();
