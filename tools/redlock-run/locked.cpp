@@ -141,7 +141,7 @@ int hold(const std::vector<redlock::Client>& clients, const Config& config, Runt
         format_duration(lock.validity()) + ")");
   }
   const redlock::LeaseToken lease = lock.lease();
-  // With --limit there are several holders: --status shows plain locks only.
+  // With --limit there are several holders: no one holder record (--status lists the permits).
   std::optional<HolderRecord> holder;
   if (config.limit == 0 && !clients.empty()) holder.emplace(clients, config);
   if (holder) holder->write();
