@@ -1279,7 +1279,7 @@ void check_descendant_stopped(const std::string& shell, const std::string& scrip
   const std::string written = dir / "written";
   Tool tool({"--redis", uri(server), "--key", k, "--grace", "400ms", "--", shell, "-c", script});
   REQUIRE(command_started(tool, dir / "started"));
-  CHECK(tool.wait(10s) == 3);                             // the command's own status
+  CHECK(tool.wait(10s) == 3);  // the command's own status
   const auto left = processes_with("sh -c : " + marker);
   const auto size = slurp(written).size();
   for (const pid_t p : left) ::kill(p, SIGKILL);
@@ -1299,19 +1299,18 @@ TEST_CASE("redlock-run stops a job-control (set -m) background job before it rel
   TempDir dir;
   const std::string marker = unique_sleep();
   // bash with set -m puts the background job in a process group of its own.
-  check_descendant_stopped("bash",
-                           "set -m; " + stubborn_writer(marker, dir / "written") + " & " +
-                               exit_once_written(dir),
-                           marker, dir);
+  check_descendant_stopped(
+      "bash",
+      "set -m; " + stubborn_writer(marker, dir / "written") + " & " + exit_once_written(dir),
+      marker, dir);
 }
 
 TEST_CASE("redlock-run stops a setsid child before it releases", "[redis][cli]") {
   TempDir dir;
   const std::string marker = unique_sleep();
-  check_descendant_stopped("sh",
-                           "setsid " + stubborn_writer(marker, dir / "written") + " & " +
-                               exit_once_written(dir),
-                           marker, dir);
+  check_descendant_stopped(
+      "sh", "setsid " + stubborn_writer(marker, dir / "written") + " & " + exit_once_written(dir),
+      marker, dir);
 }
 
 TEST_CASE("redlock-run ignores SIGUSR1 and SIGUSR2 while it waits for the lock", "[redis][cli]") {
@@ -1347,8 +1346,8 @@ TEST_CASE("redlock-run -v names the kind of lock, and says when there is no fenc
   CHECK_THAT(err, !Catch::Contains("fence 0"));
   REQUIRE(run({"--redis", uri(server), "--key", k, "-v", "--fencing", "--", "true"}, &err) == 0);
   CHECK_THAT(err, Catch::Contains("fence 1"));
-  REQUIRE(run({"--redis", uri(group[0]), "--redis", uri(group[1]), "--redis",
-               uri(group[2]), "--key", k + "r", "-v", "--", "true"},
+  REQUIRE(run({"--redis", uri(group[0]), "--redis", uri(group[1]), "--redis", uri(group[2]),
+               "--key", k + "r", "-v", "--", "true"},
               &err) == 0);
   CHECK_THAT(err, Catch::Contains("Redlock"));
   CHECK_THAT(err, Catch::Contains("quorum 2 of 3"));

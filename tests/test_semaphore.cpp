@@ -603,7 +603,7 @@ TEST_CASE("Semaphore refuses a limit other than the one its held permits were ta
     CHECK(e.server_limit() == 2);
   }
   CHECK_THROWS_AS(three.try_acquire_for(2s), redlock::LimitMismatchError);  // not waited out
-  CHECK_THROWS_AS(one.try_acquire(), redlock::LimitMismatchError);  // a smaller one too
+  CHECK_THROWS_AS(one.try_acquire(), redlock::LimitMismatchError);          // a smaller one too
   CHECK_FALSE(three.owns_permit());
   CHECK(server.raw({"EXISTS", helper_key(k, ":permit:3")}).integer() == 0);
   CHECK(two.release());
