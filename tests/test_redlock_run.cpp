@@ -1,4 +1,4 @@
-// redlock-run, the command-line tool (tools/redlock-run/redlock_run.cpp), run as a separate process
+// redlock-run, the command-line tool (tools/redlock-run/, from main.cpp), run as a process
 // against real servers: exit statuses, the lock held while the command runs, contention, a lost
 // lease (key deleted, server paused), signal forwarding, usage errors, no password in messages.
 //
@@ -23,6 +23,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <redlock/version.hpp>  // REDLOCK_VERSION_STRING, REDLOCK_KEY_LAYOUT
 
 #include "support/eventually.hpp"
 #include "support/redis_cluster.hpp"
@@ -1246,4 +1248,178 @@ TEST_CASE("redlock-run on a Redis Cluster: --redis redis-cluster://, --status an
   }
   CHECK(cluster.node(masters[1]).raw({"GET", helper_key(k, ":fence")}).str() == "1");
   CHECK_FALSE(held(cluster.node(masters[1]), k));
+}
+
+// ---- issue 31 --------------------------------------------------------------------------------
+
+namespace {
+
+// `sh -c ': MARKER; ...'`: a writer that ignores SIGTERM and appends a line to `file` every 50 ms
+// until killed; processes_with("sh -c : MARKER") finds it.
+std::string stubborn_writer(const std::string& marker, const std::string& file) {
+  return "sh -c ': " + marker + "; trap \"\" TERM; while :; do echo x >> " + file +
+         "; sleep 0.05; done'";
+}
+
+// The end of a command that started a stubborn writer: once it has written (so it ignores
+// SIGTERM by then), touch `started` and exit 3.
+std::string exit_once_written(const TempDir& dir) {
+  return "while [ ! -e " + dir / "written" + " ]; do sleep 0.01; done; touch " + dir / "started" +
+         "; exit 3";
+}
+
+// Runs `script` (which starts a stubborn writer outside the command's process group, touches
+// `started` and exits 3) under the lock with --grace 400ms. The writer must be gone (SIGKILL
+// after --grace) before redlock-run releases and exits, and write nothing afterwards; a second
+// holder then gets the lock.
+void check_descendant_stopped(const std::string& shell, const std::string& script,
+                              const std::string& marker, const TempDir& dir) {
+  RedisServer server;
+  const auto k = key("run-descendant");
+  const std::string written = dir / "written";
+  Tool tool({"--redis", uri(server), "--key", k, "--grace", "400ms", "--", shell, "-c", script});
+  REQUIRE(command_started(tool, dir / "started"));
+  CHECK(tool.wait(10s) == 3);  // the command's own status
+  const auto left = processes_with("sh -c : " + marker);
+  const auto size = slurp(written).size();
+  for (const pid_t p : left) ::kill(p, SIGKILL);
+  CHECK(left.empty());
+  CHECK(tool.elapsed() >= 400ms);  // it waited for the writer, which ignores SIGTERM
+  CHECK_THAT(tool.err(), Catch::Contains("SIGKILL"));
+  CHECK_FALSE(held(server, k));
+  std::this_thread::sleep_for(200ms);
+  CHECK(slurp(written).size() == size);  // no write after the release
+  CHECK(run({"--redis", uri(server), "--key", k, "-n", "--", "true"}) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("redlock-run stops a job-control (set -m) background job before it releases",
+          "[redis][cli]") {
+  TempDir dir;
+  const std::string marker = unique_sleep();
+  // bash with set -m puts the background job in a process group of its own.
+  check_descendant_stopped(
+      "bash",
+      "set -m; " + stubborn_writer(marker, dir / "written") + " & " + exit_once_written(dir),
+      marker, dir);
+}
+
+TEST_CASE("redlock-run stops a setsid child before it releases", "[redis][cli]") {
+  TempDir dir;
+  const std::string marker = unique_sleep();
+  check_descendant_stopped(
+      "sh", "setsid " + stubborn_writer(marker, dir / "written") + " & " + exit_once_written(dir),
+      marker, dir);
+}
+
+TEST_CASE("redlock-run ignores SIGUSR1 and SIGUSR2 while it waits for the lock", "[redis][cli]") {
+  RedisServer server;
+  TempDir dir;
+  const auto k = key("run-usr-waiting");
+  Tool holder({"--redis", uri(server), "--key", k, "--hold"}, {}, Input::pipe);
+  REQUIRE(eventually([&] { return !holder.out().empty(); }, 10s));
+  const std::string started = dir / "started";
+  Tool tool({"--redis", uri(server), "--key", k, "-v", "--wait", "15s", "--", "sh", "-c",
+             "touch " + started});
+  REQUIRE(eventually([&] { return tool.err().find("waiting for") != std::string::npos; }, 10s));
+  REQUIRE(::kill(tool.pid(), SIGUSR1) == 0);
+  REQUIRE(::kill(tool.pid(), SIGUSR2) == 0);
+  std::this_thread::sleep_for(200ms);
+  CHECK(tool.running());
+  holder.close_stdin();  // the release; the waiter hears of it
+  CHECK(holder.wait() == 0);
+  CHECK(tool.wait(10s) == 0);
+  CHECK(exists(started));
+  CHECK_THAT(tool.err(), !Catch::Contains("while waiting"));
+}
+
+TEST_CASE("redlock-run -v names the kind of lock, and says when there is no fence",
+          "[redis][cli]") {
+  ServerGroup group(3);
+  RedisServer& server = group[0];
+  std::string err;
+  const auto k = key("run-verbose-kind");
+  REQUIRE(run({"--redis", uri(server), "--key", k, "-v", "--", "true"}, &err) == 0);
+  CHECK_THAT(err, Catch::Contains("acquired " + k + " (Lock"));
+  CHECK_THAT(err, Catch::Contains("no fence"));
+  CHECK_THAT(err, !Catch::Contains("fence 0"));
+  REQUIRE(run({"--redis", uri(server), "--key", k, "-v", "--fencing", "--", "true"}, &err) == 0);
+  CHECK_THAT(err, Catch::Contains("fence 1"));
+  REQUIRE(run({"--redis", uri(group[0]), "--redis", uri(group[1]), "--redis", uri(group[2]),
+               "--key", k + "r", "-v", "--", "true"},
+              &err) == 0);
+  CHECK_THAT(err, Catch::Contains("Redlock"));
+  CHECK_THAT(err, Catch::Contains("quorum 2 of 3"));
+  CHECK_THAT(err, Catch::Contains("no fence"));
+  REQUIRE(run({"--redis", uri(server), "--key", k + "s", "-v", "--limit", "2", "--", "true"},
+              &err) == 0);
+  CHECK_THAT(err, Catch::Contains("Semaphore"));
+  CHECK_THAT(err, Catch::Contains("limit 2"));
+  CHECK_THAT(err, Catch::Contains("no fence"));
+}
+
+TEST_CASE("the key layout is 2: REDLOCK_KEY_LAYOUT and redlock::key_layout()", "[unit][cli]") {
+  STATIC_REQUIRE(REDLOCK_KEY_LAYOUT == 2);
+  STATIC_REQUIRE(redlock::key_layout() == REDLOCK_KEY_LAYOUT);
+}
+
+TEST_CASE("redlock-run --version prints the version and the key layout", "[cli]") {
+  Tool tool({"--version"});
+  CHECK(tool.wait() == 0);
+  const std::string out = tool.out();
+  CHECK(out.rfind(REDLOCK_VERSION_STRING "\n", 0) == 0);  // the first line: the version alone
+  CHECK_THAT(out, Catch::Contains("key layout 2 (since 0.2.0)"));
+}
+
+TEST_CASE("redlock-run --limit: another limit on a held key is refused (64), naming both",
+          "[redis][cli][semaphore]") {
+  RedisServer server;
+  TempDir dir;
+  const auto k = key("run-limit-mismatch");
+  const std::string started = dir / "started";
+  Tool holder({"--redis", uri(server), "--key", k, "--limit", "2", "--", "sh", "-c",
+               "touch " + started + "; while :; do sleep 0.05; done"});
+  REQUIRE(command_started(holder, started));
+  std::string err;
+  CHECK(run({"--redis", uri(server), "--key", k, "--limit", "3", "-n", "--", "true"}, &err) == 64);
+  CHECK_THAT(err, Catch::Contains("--limit 3"));
+  CHECK_THAT(err, Catch::Contains("limit 2"));
+  // The same limit is contention-free here: a second permit.
+  CHECK(run({"--redis", uri(server), "--key", k, "--limit", "2", "-n", "--", "true"}) == 0);
+  ::kill(holder.pid(), SIGTERM);
+  CHECK(holder.wait() == 128 + SIGTERM);
+  // With no permit held, the limit may change.
+  CHECK(run({"--redis", uri(server), "--key", k, "--limit", "3", "-n", "--", "true"}, &err) == 0);
+}
+
+TEST_CASE("redlock-run --status shows a semaphore's permits, with or without --limit",
+          "[redis][cli][semaphore]") {
+  RedisServer server;
+  TempDir dir;
+  const auto k = key("run-status-sem");
+  std::vector<std::unique_ptr<Tool>> holders;
+  for (int i = 0; i < 2; ++i) {
+    const std::string started = dir / ("started" + std::to_string(i));
+    holders.push_back(std::make_unique<Tool>(std::vector<std::string>{
+        "--redis", uri(server), "--key", k, "--limit", "2", "--ttl", "20s", "--", "sh", "-c",
+        "touch " + started + "; while :; do sleep 0.05; done"}));
+    REQUIRE(command_started(*holders.back(), started));
+  }
+  for (const auto& limit : {std::vector<std::string>{}, std::vector<std::string>{"--limit", "2"}}) {
+    Tool status(std::vector<std::string>{"--redis", uri(server), "--key", k, "--status"} + limit);
+    CHECK(status.wait() == 0);
+    const std::string out = status.out();
+    CHECK_THAT(out, Catch::Contains("2 of 2 permits held"));
+    CHECK_THAT(out, Catch::Contains("limit 2"));
+    CHECK_THAT(out, Catch::Contains("ttl"));
+  }
+  Tool mismatch({"--redis", uri(server), "--key", k, "--status", "--limit", "3"});
+  CHECK(mismatch.wait() == 64);
+  CHECK_THAT(mismatch.err(), Catch::Contains("limit 2"));
+  for (auto& holder : holders) ::kill(holder->pid(), SIGTERM);
+  for (auto& holder : holders) CHECK(holder->wait() == 128 + SIGTERM);
+  Tool free_status({"--redis", uri(server), "--key", k, "--status", "--limit", "2"});
+  CHECK(free_status.wait() == 1);
+  CHECK_THAT(free_status.out(), Catch::Contains("0 of 2 permits held"));
 }

@@ -605,3 +605,48 @@ TEST_CASE("A permit released by the watchdog at its cap wakes the semaphore's wa
   CHECK_FALSE(sem.owns_permit());
   CHECK_FALSE(sem.release());
 }
+
+// Issue 31: the limit is stored with the permits; a user with another limit is refused while any
+// permit is held, and may change it once none is.
+TEST_CASE("Semaphore refuses a limit other than the one its held permits were taken under",
+          "[redis][semaphore]") {
+  Setup setup("sem-limit-mismatch");
+  auto& [server, client, k] = setup;
+  redlock::Semaphore two(client, k, 2, fast());
+  redlock::Semaphore three(client, k, 3, fast());
+  redlock::Semaphore one(client, k, 1, fast());
+  REQUIRE(two.try_acquire());
+  CHECK_THROWS_AS(three.try_acquire(), redlock::ServerError);
+  CHECK_THROWS_WITH(three.try_acquire(), Catch::Contains("limit 2") && Catch::Contains("3"));
+  try {
+    three.try_acquire();
+    FAIL("no LimitMismatchError");
+  } catch (const redlock::LimitMismatchError& e) {
+    CHECK(e.limit() == 3);
+    CHECK(e.server_limit() == 2);
+  }
+  CHECK_THROWS_AS(three.try_acquire_for(2s), redlock::LimitMismatchError);  // not waited out
+  CHECK_THROWS_AS(one.try_acquire(), redlock::LimitMismatchError);          // a smaller one too
+  CHECK_FALSE(three.owns_permit());
+  CHECK(server.raw({"EXISTS", helper_key(k, ":permit:3")}).integer() == 0);
+  CHECK(two.release());
+  REQUIRE(three.try_acquire());  // no permit held: the limit changes
+  CHECK(value_of(server, helper_key(k, ":permit:limit")) == "3");
+  CHECK(three.release());
+}
+
+TEST_CASE("Semaphore counts a permit an older client took without storing the limit",
+          "[redis][semaphore]") {
+  Setup setup("sem-limit-older");
+  auto& [server, client, k] = setup;
+  // What a client before issue 31 leaves: a slot, no limit key.
+  REQUIRE(server.raw({"SET", helper_key(k, ":permit:1"), "older-client", "PX", "10000"}).str() ==
+          "OK");
+  redlock::Semaphore two(client, k, 2, fast());
+  REQUIRE(two.try_acquire());
+  CHECK(two.slot() == 2);
+  CHECK(value_of(server, helper_key(k, ":permit:limit")) == "2");
+  redlock::Semaphore other(client, k, 2, fast());
+  CHECK_FALSE(other.try_acquire());  // both slots are taken
+  CHECK(two.release());
+}

@@ -15,6 +15,7 @@
 #ifndef REDLOCK_ERRORS_HPP
 #define REDLOCK_ERRORS_HPP
 
+#include <cstddef>    // std::size_t
 #include <stdexcept>  // std::runtime_error
 #include <string>     // std::string
 
@@ -60,6 +61,26 @@ class ServerError : public Error {
 
  private:
   std::string server_message_;
+};
+
+// Semaphore: permits of this key are held under another limit than this object's (the limit is
+// stored on the server with the permits, in {<key>}:permit:limit). Every user of a semaphore key
+// must give the same limit; it may change only while no permit is held. Waits do not ride it out
+// (it lasts as long as those permits). server_message() is the script's reply, "REDLOCK_LIMIT <n>".
+class LimitMismatchError : public ServerError {
+ public:
+  LimitMismatchError(const std::string& what, std::string server_message, std::size_t limit,
+                     std::size_t server_limit)
+      : ServerError(what, std::move(server_message)), limit_(limit), server_limit_(server_limit) {}
+
+  // This object's limit. Thread-safe (immutable).
+  std::size_t limit() const noexcept { return limit_; }
+  // The limit the held permits were taken under. Thread-safe (immutable).
+  std::size_t server_limit() const noexcept { return server_limit_; }
+
+ private:
+  std::size_t limit_;
+  std::size_t server_limit_;
 };
 
 // Endpoint::wait_replicas: the grant (or extend) reached the server but fewer replicas than

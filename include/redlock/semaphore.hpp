@@ -10,8 +10,10 @@
 // `{<key>}:permit:fence` gives fence tokens that grow across all permits of the key; releases are
 // announced on `{<key>}:permit:released`, where waiters listen. (A sorted set of leases scored by
 // server time would need a second kind of lease for the watchdog to renew.) These names are
-// reserved. Every user of a key must pass the same limit: a process with a larger one also
-// takes the higher slots. Each attempt names every slot key, so limit * key size is bounded.
+// reserved. Every user of a key must pass the same limit: it is stored with the permits in
+// `{<key>}:permit:limit`, and an attempt with another limit throws LimitMismatchError while any
+// permit is held (with none held, the new limit replaces it). Each attempt names every slot key,
+// so limit * key size is bounded.
 //
 //   redlock::LockOptions opts;
 //   opts.auto_renew = true;                               // the watchdog renews the permit
@@ -67,7 +69,8 @@ class Semaphore {
   ~Semaphore();
 
   // Waits until the calling thread holds a permit. Throws Error if the server cannot be reached,
-  // ServerError for error replies (e.g. WRONGTYPE: a reserved key holds something else), Error
+  // ServerError for error replies (e.g. WRONGTYPE: a reserved key holds something else;
+  // LimitMismatchError: permits are held under another limit, never waited out), Error
   // after cancel_waits() (CancelledError), and Error when the calling thread owns
   // a permit that has been lost (release() it first). Thread-safe.
   void acquire();

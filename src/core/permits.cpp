@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <redlock/errors.hpp>
+#include <redlock/semaphore.hpp>  // Semaphore::kMaxLimit
 
 #include "api/access.hpp"
 #include "core/engine.hpp"
@@ -29,6 +30,7 @@ class RedisPermits final : public PermitBackend {
         keys_(key_, limit),
         options_(options),
         ttl_ms_(std::to_string(options.ttl.count())),
+        limit_text_(std::to_string(limit)),
         leases_(limit) {
     permit(1);  // validates the options as a Lock's engine does
     if (node_->router() != nullptr && !helpers_share_slot(key_)) {
@@ -50,6 +52,7 @@ class RedisPermits final : public PermitBackend {
 
  private:
   TakeReply take(const std::string& token);
+  TakeReply take_with(const PermitKeys& keys, const std::string& token);
   void undo(const std::string& token) noexcept;
 
   std::shared_ptr<ClientImpl> node_;
@@ -57,6 +60,7 @@ class RedisPermits final : public PermitBackend {
   PermitKeys keys_;
   LockOptions options_;
   std::string ttl_ms_;
+  std::string limit_text_;  // the limit as the take script's argument
   std::mutex mutex_;
   std::vector<std::shared_ptr<LeaseEngine>> leases_;  // per slot, made when first held; mutex_
 };
@@ -99,9 +103,10 @@ AcquireResult RedisPermits::acquire(const std::string& token) {
   return result;
 }
 
-TakeReply RedisPermits::take(const std::string& token) {
+// The take script with `keys` (this semaphore's, or more slots to check a larger stored limit).
+TakeReply RedisPermits::take_with(const PermitKeys& keys, const std::string& token) {
   VarCommand command;
-  build_take_permit(command, keys_, token, ttl_ms_, options_.fencing ? "1" : "0");
+  build_take_permit(command, keys, token, ttl_ms_, options_.fencing ? "1" : "0", limit_text_);
   // A server too slow to answer may still run it: the rollback follows on the same connection.
   VarCommand rollback;
   build_undo_permit(rollback, keys_, token, node_->pubsub());
@@ -120,11 +125,28 @@ TakeReply RedisPermits::take(const std::string& token) {
   if (reply.problem == TakeReply::Problem::server_error) {
     std::rethrow_exception(server_error(node_->address(), "the semaphore acquire script", text(r)));
   }
-  if (reply.problem != TakeReply::Problem::none) {
+  if (reply.problem == TakeReply::Problem::unexpected) {
     throw ProtocolError(fmt::format(
         "redlock: unexpected reply to the semaphore acquire script from {}", node_->address()));
   }
   return reply;
+}
+
+// Another limit stored with the permits: checked over its slots too when it is larger (one more
+// round trip), refused while any permit is held.
+TakeReply RedisPermits::take(const std::string& token) {
+  TakeReply reply = take_with(keys_, token);
+  if (reply.problem == TakeReply::Problem::limit_unchecked &&
+      reply.other_limit <= Semaphore::kMaxLimit) {
+    reply = take_with(PermitKeys(key_, reply.other_limit), token);
+  }
+  if (reply.problem == TakeReply::Problem::none) return reply;
+  throw LimitMismatchError(
+      fmt::format("redlock: semaphore {} on {} has permits held with limit {}, but this one has "
+                  "limit {}: every user of a semaphore key must give the same limit (it can change "
+                  "only while no permit is held)",
+                  key_, node_->address(), reply.other_limit, limit()),
+      "REDLOCK_LIMIT " + std::to_string(reply.other_limit), limit(), reply.other_limit);
 }
 
 void RedisPermits::undo(const std::string& token) noexcept {

@@ -26,6 +26,7 @@ struct PermitKeys {
   std::vector<std::string> slots;  // slot i (1..limit) is slots[i - 1]: key + ":permit:" + i
   std::string fence;               // key + ":permit:fence"
   std::string channel;             // key + ":permit:released"
+  std::string limit;               // key + ":permit:limit": the limit the held permits use
 };
 
 // A command with as many arguments as the semaphore has permits. Views point into the
@@ -51,22 +52,26 @@ class VarCommand {
   std::string numkeys_;
 };
 
-// EVALSHA of the take script: the first free slot (SET PX `ttl_ms`) for `token`, a fence from
-// the counter when `fenced` is "1".
+// EVALSHA of the take script: the first free slot of 1..`limit` (SET PX `ttl_ms`) for `token`, a
+// fence from the counter when `fenced` is "1", once the limit stored with the permits is
+// `limit` (decimal). `keys` may have more slots than `limit`, to check a larger stored limit.
 void build_take_permit(VarCommand& c, const PermitKeys& keys, std::string_view token,
-                       std::string_view ttl_ms, std::string_view fenced);
+                       std::string_view ttl_ms, std::string_view fenced, std::string_view limit);
 // EVAL of the rollback: deletes the slot holding `token`, if any, and announces it.
 void build_undo_permit(VarCommand& c, const PermitKeys& keys, std::string_view token,
                        PubSub pubsub);
 
 // The take script's reply: granted `slot` (1..limit) with `fence`, or refused (slot 0) with the
-// earliest expiry of a held slot.
+// earliest expiry of a held slot. limit_conflict: permits are held under `other_limit`;
+// limit_unchecked: the stored limit is `other_limit`, larger than the slots passed (send again
+// with that many).
 struct TakeReply {
-  enum class Problem { none, server_error, unexpected };
+  enum class Problem { none, server_error, unexpected, limit_conflict, limit_unchecked };
   std::size_t slot{0};
   std::uint64_t fence{0};
   std::chrono::milliseconds holder_pttl{-1};
   Problem problem{Problem::none};
+  std::size_t other_limit{0};
 };
 TakeReply read_take_reply(const redisReply* reply, std::size_t limit) noexcept;
 

@@ -1,0 +1,33 @@
+// tools/redlock-run/modes.hpp: the modes, what redlock-run does once the options are read. Each
+// mode is one function here, chosen by Config::mode in main.cpp (run_mode): a new mode (a leader
+// election, an observer that prints the leader) is a new Mode value, its options in options.cpp,
+// and one function here. What is locked (a Lock, a Redlock, a Semaphore permit...) is a separate
+// choice, made in holdable.cpp.
+//
+//   --status            run_status: who holds KEY (status.cpp)
+//   COMMAND, --hold     run_locked: take the lock, then run the command or hold until stdin
+//                       closes, and release (locked.cpp)
+#ifndef REDLOCK_RUN_MODES_HPP
+#define REDLOCK_RUN_MODES_HPP
+
+#include <vector>  // std::vector
+
+#include <redlock/redlock.hpp>  // Client
+
+#include "options.hpp"  // Config
+#include "runtime.hpp"  // Runtime
+
+namespace redlock_run {
+
+// --status: one line per server on stdout. Returns 0 if held (on a quorum), 1 if not, 69 if too
+// few servers answer.
+int run_status(const Config& config, const std::vector<redlock::Client>& clients);
+
+// Takes the lock on `clients` (or the --postgres / --zookeeper store), runs the command (or
+// --hold), releases. Returns the exit status (the command's, 70 if the lease was lost, 75 if the
+// lock is held elsewhere, 69, ...). Throws UsageError, redlock::Error.
+int run_locked(const Config& config, const std::vector<redlock::Client>& clients, Runtime& rt);
+
+}  // namespace redlock_run
+
+#endif  // REDLOCK_RUN_MODES_HPP
