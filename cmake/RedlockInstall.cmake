@@ -76,6 +76,22 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/redlockConfig.cmake
               cmake/FindZooKeeperMt.cmake
         DESTINATION ${REDLOCK_CMAKE_DIR})
 
+# The .pc files find the prefix from where they are installed (${pcfiledir} is LIBDIR/pkgconfig),
+# so `cmake --install --prefix DIR` and a moved prefix work; an absolute install dir stays as given.
+if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
+  set(REDLOCK_PC_LOCATIONS "prefix=${CMAKE_INSTALL_PREFIX}")
+else()
+  string(REGEX REPLACE "[^/]+" ".." redlock_pc_up "${CMAKE_INSTALL_LIBDIR}/pkgconfig")
+  set(REDLOCK_PC_LOCATIONS "prefix=\${pcfiledir}/${redlock_pc_up}")
+endif()
+foreach(dir IN ITEMS LIBDIR INCLUDEDIR)
+  string(TOLOWER ${dir} name)
+  if(IS_ABSOLUTE "${CMAKE_INSTALL_${dir}}")
+    string(APPEND REDLOCK_PC_LOCATIONS "\n${name}=${CMAKE_INSTALL_${dir}}")
+  else()
+    string(APPEND REDLOCK_PC_LOCATIONS "\n${name}=\${prefix}/${CMAKE_INSTALL_${dir}}")
+  endif()
+endforeach()
 configure_file(cmake/redlock.pc.in ${CMAKE_CURRENT_BINARY_DIR}/redlock.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/redlock.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 if(REDLOCK_WITH_POSTGRES)

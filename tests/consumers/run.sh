@@ -98,8 +98,13 @@ build_lib() {
   cmake -S "$ROOT" -B "$dir" "${cmake_args[@]}" "${lib_only[@]}" -DBUILD_SHARED_LIBS=$shared \
     -DCMAKE_INSTALL_PREFIX="$prefix" "$@" && cmake --build "$dir" -j"$(nproc)"
 }
-install_lib() {  # install_lib KIND PREFIX BUILD_DIR: build_lib, then install into PREFIX
-  build_lib "$@" && cmake --install "$3"
+# install_lib KIND PREFIX BUILD_DIR: build_lib for another prefix, then `cmake --install --prefix
+# PREFIX`, as a user who installs into a directory of their own does: what is installed must not
+# depend on the configure-time prefix (CMake package and .pc files alike).
+install_lib() {
+  local kind="$1" prefix="$2" dir="$3" configured="$WORK/$1/configured-prefix"
+  build_lib "$kind" "$configured" "$dir" && cmake --install "$dir" --prefix "$prefix" &&
+    [ ! -e "$configured" ]
 }
 
 # pkg_config_app KIND PREFIX [--static] [MODULE SOURCE]: compiles SOURCE (app/main.cpp) with the
