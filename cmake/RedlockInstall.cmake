@@ -25,10 +25,11 @@ else()
 endif()
 
 # The ZooKeeper component: a static redlock_zookeeper needs the C client on every link
-# (find_dependency(ZooKeeperMt) through the installed FindZooKeeperMt.cmake; pkg-config's
-# redlock-zookeeper.pc names both archives); in a shared build libredlock.so links it itself.
+# (redlockConfig.cmake finds it through the installed FindZooKeeperMt.cmake when the component
+# is asked for; pkg-config's redlock-zookeeper.pc names both archives); in a shared build
+# libredlock.so links it itself.
 set(REDLOCK_HAS_ZOOKEEPER FALSE)
-set(REDLOCK_ZOOKEEPER_DEPENDENCY "")
+set(REDLOCK_ZOOKEEPER_NEEDS_CLIENT FALSE)
 set(REDLOCK_PC_ZOOKEEPER "")
 if(REDLOCK_WITH_ZOOKEEPER)
   list(APPEND redlock_install_targets redlock_zookeeper)
@@ -49,7 +50,7 @@ if(redlock_type STREQUAL "STATIC_LIBRARY")
     set(REDLOCK_PC_POSTGRES " -L\${libdir} -lredlock_postgres -lpq")
   endif()
   if(REDLOCK_WITH_ZOOKEEPER)
-    set(REDLOCK_ZOOKEEPER_DEPENDENCY "find_dependency(ZooKeeperMt)")
+    set(REDLOCK_ZOOKEEPER_NEEDS_CLIENT TRUE)
     set(REDLOCK_PC_ZOOKEEPER " -L\${libdir} -lredlock_zookeeper -lzookeeper_mt")
   endif()
 else()

@@ -122,6 +122,21 @@ pkg_config_app() {
     LD_LIBRARY_PATH="$(dirname "$pc_dir")" "$exe" "redis://127.0.0.1:$server_port"
 }
 
+# The core package needs no ZooKeeper client, even from a library built with the component: with
+# the client made unfindable (as on a machine without libzookeeper-mt-dev), find_package(redlock)
+# still works, and only find_package(redlock COMPONENTS zookeeper) fails (which proves the client
+# really was unfindable).
+core_without_zookeeper() {
+  local kind="$1" prefix="$2" no_zk=(-DCMAKE_DISABLE_FIND_PACKAGE_ZooKeeperMt=ON)
+  if cmake -S "$HERE/find-package-zookeeper" -B "$WORK/$kind/no-zookeeper-component" \
+    "${cmake_args[@]}" -DCMAKE_PREFIX_PATH="$prefix" "${no_zk[@]}"; then
+    echo "find_package(redlock COMPONENTS zookeeper) succeeded without the ZooKeeper client"
+    return 1
+  fi
+  cmake_app "$WORK/$kind/no-zookeeper" "$HERE/find-package" -DCMAKE_PREFIX_PATH="$prefix" \
+    "${no_zk[@]}"
+}
+
 # As a sub-project redlock leaves the parent's build type empty and writes no
 # compile_commands.json (configure only: seconds).
 sets_nothing_global() {
@@ -170,6 +185,7 @@ consumers_of_kind() {  # consumers_of_kind static|shared
   if [ -n "$(find "$prefix" -name redlock-zookeeper.pc | head -1)" ]; then
     check "$kind-find-package-zookeeper" cmake_app "$WORK/$kind/find-package-zookeeper" \
       "$HERE/find-package-zookeeper" -DCMAKE_PREFIX_PATH="$prefix"
+    check "$kind-find-package-without-zookeeper" core_without_zookeeper "$kind" "$prefix"
     check "$kind-pkg-config-zookeeper" pkg_config_app "$kind" "$prefix" --static \
       redlock-zookeeper "$HERE/find-package-zookeeper/main.cpp"
   fi
