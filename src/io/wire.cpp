@@ -162,9 +162,12 @@ std::string_view hint_for(std::string_view message) {
 
 std::exception_ptr server_error(const std::string& address, std::string_view operation,
                                 std::string_view message) {
+  const std::string_view hint = hint_for(message);
+  std::string_view sentence = message;  // "...user is disabled." then "; check ...": no '.'
+  if (!hint.empty() && !sentence.empty() && sentence.back() == '.') sentence.remove_suffix(1);
   return std::make_exception_ptr(
       ServerError(fmt::format("redlock: {} answered {} with an error: {}{}", address, operation,
-                              message, hint_for(message)),
+                              sentence, hint),
                   std::string(message)));
 }
 
