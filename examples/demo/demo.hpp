@@ -152,8 +152,9 @@ struct RunRecord {
   std::vector<std::string> worker_failures;  // workers that died or exited early
 };
 
-// Prints the summary on stdout. Returns the exit status: 0 if no lost updates (and no overlap
-// of valid holds), 1 otherwise, 130 if interrupted before the counter could be checked.
+// Prints the summary on stdout. Returns the exit status: 1 if an update was lost, two valid
+// holds overlapped or a worker failed; else 130 if the run was interrupted (INCOMPLETE, even when
+// what ran was sound); else 0.
 int print_summary(const RunRecord& run);
 
 }  // namespace demo
