@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # tests/consumers/run.sh: builds the library the ways a user would and runs a small program
 # (app/main.cpp) against a real redis-server on a free loopback port, for each kind of library:
-#   static, shared:  find_package from an install prefix, add_subdirectory, FetchContent
-#                    (SOURCE_DIR), pkg-config plain and pkg-config --static; and, when built
-#                    with it, find_package(redlock COMPONENTS zookeeper) (find-package-zookeeper/)
-#                    and find_package(redlock COMPONENTS postgres) (find-package-postgres/);
+#   static, shared:  find_package from an install prefix (installed with `cmake --install
+#                    --prefix` into a directory that was not the configure-time prefix),
+#                    add_subdirectory, FetchContent (SOURCE_DIR), pkg-config plain and
+#                    pkg-config --static; and, when built with it, find_package(redlock
+#                    COMPONENTS zookeeper) (find-package-zookeeper/), the core package with the
+#                    ZooKeeper client made unfindable, and find_package(redlock COMPONENTS
+#                    postgres) (find-package-postgres/);
 #   --deb:           also `cpack -G DEB` of a shared build, dpkg -i, the find_package consumer
 #                    against /usr, dpkg -P (needs root; leaves the machine as it found it).
 # Work tree: build-consumers/ at the top of the repository. ccache is used when installed
@@ -124,13 +127,20 @@ pkg_config_app() {
 
 # The core package needs no ZooKeeper client, even from a library built with the component: with
 # the client made unfindable (as on a machine without libzookeeper-mt-dev), find_package(redlock)
-# still works, and only find_package(redlock COMPONENTS zookeeper) fails (which proves the client
-# really was unfindable).
+# still works. The static component needs the client on every link, so there find_package(redlock
+# COMPONENTS zookeeper) must fail (which proves the client really was unfindable); a shared
+# libredlock.so links the client itself, so there the component is still found.
 core_without_zookeeper() {
   local kind="$1" prefix="$2" no_zk=(-DCMAKE_DISABLE_FIND_PACKAGE_ZooKeeperMt=ON)
-  if cmake -S "$HERE/find-package-zookeeper" -B "$WORK/$kind/no-zookeeper-component" \
-    "${cmake_args[@]}" -DCMAKE_PREFIX_PATH="$prefix" "${no_zk[@]}"; then
-    echo "find_package(redlock COMPONENTS zookeeper) succeeded without the ZooKeeper client"
+  local component_found=0
+  cmake -S "$HERE/find-package-zookeeper" -B "$WORK/$kind/no-zookeeper-component" \
+    "${cmake_args[@]}" -DCMAKE_PREFIX_PATH="$prefix" "${no_zk[@]}" && component_found=1
+  if [ "$kind" = static ] && [ $component_found -eq 1 ]; then
+    echo "the static zookeeper component was found without the ZooKeeper client"
+    return 1
+  fi
+  if [ "$kind" = shared ] && [ $component_found -eq 0 ]; then
+    echo "the shared zookeeper component looked for the ZooKeeper client"
     return 1
   fi
   cmake_app "$WORK/$kind/no-zookeeper" "$HERE/find-package" -DCMAKE_PREFIX_PATH="$prefix" \
