@@ -25,10 +25,11 @@ else()
 endif()
 
 # The ZooKeeper component: a static redlock_zookeeper needs the C client on every link
-# (find_dependency(ZooKeeperMt) through the installed FindZooKeeperMt.cmake; pkg-config's
-# redlock-zookeeper.pc names both archives); in a shared build libredlock.so links it itself.
+# (redlockConfig.cmake finds it through the installed FindZooKeeperMt.cmake when the component
+# is asked for; pkg-config's redlock-zookeeper.pc names both archives); in a shared build
+# libredlock.so links it itself.
 set(REDLOCK_HAS_ZOOKEEPER FALSE)
-set(REDLOCK_ZOOKEEPER_DEPENDENCY "")
+set(REDLOCK_ZOOKEEPER_NEEDS_CLIENT FALSE)
 set(REDLOCK_PC_ZOOKEEPER "")
 if(REDLOCK_WITH_ZOOKEEPER)
   list(APPEND redlock_install_targets redlock_zookeeper)
@@ -49,7 +50,7 @@ if(redlock_type STREQUAL "STATIC_LIBRARY")
     set(REDLOCK_PC_POSTGRES " -L\${libdir} -lredlock_postgres -lpq")
   endif()
   if(REDLOCK_WITH_ZOOKEEPER)
-    set(REDLOCK_ZOOKEEPER_DEPENDENCY "find_dependency(ZooKeeperMt)")
+    set(REDLOCK_ZOOKEEPER_NEEDS_CLIENT TRUE)
     set(REDLOCK_PC_ZOOKEEPER " -L\${libdir} -lredlock_zookeeper -lzookeeper_mt")
   endif()
 else()
@@ -76,6 +77,22 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/redlockConfig.cmake
               cmake/FindZooKeeperMt.cmake
         DESTINATION ${REDLOCK_CMAKE_DIR})
 
+# The .pc files find the prefix from where they are installed (${pcfiledir} is LIBDIR/pkgconfig),
+# so `cmake --install --prefix DIR` and a moved prefix work; an absolute install dir stays as given.
+if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
+  set(REDLOCK_PC_LOCATIONS "prefix=${CMAKE_INSTALL_PREFIX}")
+else()
+  string(REGEX REPLACE "[^/]+" ".." redlock_pc_up "${CMAKE_INSTALL_LIBDIR}/pkgconfig")
+  set(REDLOCK_PC_LOCATIONS "prefix=\${pcfiledir}/${redlock_pc_up}")
+endif()
+foreach(dir IN ITEMS LIBDIR INCLUDEDIR)
+  string(TOLOWER ${dir} name)
+  if(IS_ABSOLUTE "${CMAKE_INSTALL_${dir}}")
+    string(APPEND REDLOCK_PC_LOCATIONS "\n${name}=${CMAKE_INSTALL_${dir}}")
+  else()
+    string(APPEND REDLOCK_PC_LOCATIONS "\n${name}=\${prefix}/${CMAKE_INSTALL_${dir}}")
+  endif()
+endforeach()
 configure_file(cmake/redlock.pc.in ${CMAKE_CURRENT_BINARY_DIR}/redlock.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/redlock.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 if(REDLOCK_WITH_POSTGRES)

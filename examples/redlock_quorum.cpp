@@ -11,15 +11,19 @@
 //   - try_lock_for() returns false on contention: another holder is not an error;
 //   - validity() is the time left on the lease, already reduced by the time the acquire took
 //     and by the clock-drift allowance: the budget for the critical section;
-//   - redlock::Error is thrown only when no instance could be reached at all.
+//   - when fewer than a quorum of the instances answer (down, paused, unreachable), nothing can be
+//     decided: the wait rides that out until its deadline, then throws
+//     redlock::QuorumUnavailableError (exit status 3 here). That is not "busy": no one may hold
+//     the lock, or someone may; the caller cannot tell;
+//   - other redlock::Error types (an error reply such as NOPERM on every node) are thrown at once.
 // --self-test starts five throwaway servers and kills one of them first, to show that a dead
-// minority costs nothing but a log line.
+// minority costs nothing but a log line; then three servers with two killed, to show the
+// QuorumUnavailableError that one answering node of three gets.
 #include <chrono>       // std::chrono
 #include <cstdio>       // std::printf, std::fprintf
 #include <cstring>      // std::strcmp
 #include <exception>    // std::exception
 #include <functional>   // std::less
-#include <memory>       // std::unique_ptr
 #include <mutex>        // std::unique_lock, std::mutex
 #include <set>          // std::set
 #include <string>       // std::string
@@ -40,6 +44,9 @@ long long ms(std::chrono::milliseconds d) { return static_cast<long long>(d.coun
 long long ms_since(Clock::time_point start) {
   return ms(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start));
 }
+
+// Exit status when fewer than a quorum of the instances answered: nothing could be decided.
+constexpr int kQuorumUnavailable = 3;
 
 int run(const std::vector<redlock::Endpoint>& endpoints) {
   // Warnings and errors, each distinct message once: a dead node is reported on every attempt,
@@ -70,9 +77,10 @@ int run(const std::vector<redlock::Endpoint>& endpoints) {
     const auto asked = Clock::now();
     std::unique_lock<redlock::Redlock> held(quorum, 2s);
     if (!held) {
-      // Contention: someone else holds the lock on a quorum of instances (or no quorum could be
-      // reached in time, e.g. too many nodes down). Not an exception, and not a reason to
-      // "steal" the key. Typical answers: back off and retry later, skip this run, report busy.
+      // Contention, and only that: a quorum of instances answered, but another holder kept
+      // enough of them that no quorum granted it for the whole 2 s. Not an exception, and not a
+      // reason to "steal" the key. Typical answers: back off and retry later, skip this run,
+      // report busy.
       std::printf("busy: someone else held '%s' for the whole 2 s; try again later\n",
                   quorum.key().c_str());
       return 0;
@@ -99,12 +107,44 @@ int run(const std::vector<redlock::Endpoint>& endpoints) {
       return 0;
     }
     std::printf("committing with %lld ms of validity left\n", ms(quorum.validity()));
+  } catch (const redlock::QuorumUnavailableError& e) {
+    // Fewer than quorum() instances answered for the whole wait: the attempt decided nothing
+    // (what() names each silent node and why). Not held. Retry later, or alert: a majority of the
+    // instances is down or unreachable from here.
+    std::fprintf(stderr, "no quorum: fewer than %zu of %zu instances answered within 2 s: %s\n",
+                 quorum.quorum(), quorum.size(), e.what());
+    return kQuorumUnavailable;
   } catch (const redlock::Error& e) {
-    // Thrown only when no instance answered at all (all down, wrong password everywhere, ...).
-    std::fprintf(stderr, "no Redis instance could be reached: %s\n", e.what());
+    // Anything else the servers or the connections said (an error reply such as NOPERM, ...).
+    std::fprintf(stderr, "redlock error: %s\n", e.what());
     return 1;
   }
   std::printf("released\n");
+  return 0;
+}
+
+// --self-test: five throwaway servers with one killed (a dead minority costs a log line; the lock
+// is held), then three with two killed (one answering node is not a quorum: the attempt cannot
+// decide, and says so with QuorumUnavailableError). Exit status 0 when both went as expected.
+int self_test() {
+  {
+    example::ThrowawayServers servers(5);
+    servers[4].kill9();
+    std::printf("self-test: 5 throwaway servers, %s killed on purpose\n",
+                servers.endpoints()[4].address().c_str());
+    const int status = run(servers.endpoints());
+    if (status != 0) return status;
+  }
+  example::ThrowawayServers servers(3);
+  servers[1].kill9();
+  servers[2].kill9();
+  std::printf("\nself-test: 3 throwaway servers, 2 of them killed on purpose\n");
+  const int status = run(servers.endpoints());
+  if (status != kQuorumUnavailable) {
+    std::fprintf(stderr, "self-test: with 1 of 3 up the run exited %d, expected %d\n", status,
+                 kQuorumUnavailable);
+    return 1;
+  }
   return 0;
 }
 
@@ -112,12 +152,12 @@ int run(const std::vector<redlock::Endpoint>& endpoints) {
 
 int main(int argc, char** argv) {
   std::vector<std::string> uris;
-  bool self_test = false;
+  bool self_testing = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--redis") == 0 && i + 1 < argc) {
       uris.emplace_back(argv[++i]);
     } else if (std::strcmp(argv[i], "--self-test") == 0) {
-      self_test = true;
+      self_testing = true;
     } else {
       std::fprintf(stderr, "usage: %s [--redis URI]... [--self-test]\n", argv[0]);
       return 2;
@@ -125,17 +165,9 @@ int main(int argc, char** argv) {
   }
   if (uris.empty()) uris.emplace_back("redis://127.0.0.1:6379");
   try {
-    std::unique_ptr<example::ThrowawayServers> servers;  // lives until main returns
+    if (self_testing) return self_test();
     std::vector<redlock::Endpoint> endpoints;
-    if (self_test) {
-      servers = std::make_unique<example::ThrowawayServers>(5);
-      endpoints = servers->endpoints();
-      (*servers)[4].kill9();
-      std::printf("self-test: 5 throwaway servers, %s killed on purpose\n",
-                  endpoints[4].address().c_str());
-    } else {
-      for (const auto& uri : uris) endpoints.push_back(redlock::Endpoint::parse(uri));
-    }
+    for (const auto& uri : uris) endpoints.push_back(redlock::Endpoint::parse(uri));
     return run(endpoints);
   } catch (const std::exception& e) {  // a bad URI, two URIs for one server, a failed start
     std::fprintf(stderr, "error: %s\n", e.what());

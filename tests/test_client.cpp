@@ -124,6 +124,7 @@ TEST_CASE("Client authenticates as an ACL user and reports a wrong password clea
   CHECK(what.find("password") != std::string::npos);
   CHECK(what.find("not-the-password-987") == std::string::npos);
   CHECK(what.find(ep.address()) != std::string::npos);
+  CHECK(what.find(".;") == std::string::npos);  // the server's sentence, then the hint
 }
 
 TEST_CASE("A username without a password authenticates as that user (AUTH user \"\")",

@@ -351,6 +351,28 @@ TEST_CASE("Endpoint::parse errors are std::invalid_argument and quote the redact
   CHECK(scheme_message.find("'http'") != std::string::npos);
 }
 
+TEST_CASE("Endpoint::parse messages name every scheme and mask only secrets", "[unit]") {
+  // A missing "://" lists the same schemes as an unknown scheme does, the Cluster ones included.
+  for (const char* uri : {"redis:/h", "http://h"}) {
+    CAPTURE(uri);
+    const std::string message = parse_error(uri);
+    for (const char* scheme : {"redis://", "rediss://", "unix://", "redis-sentinel://",
+                               "rediss-sentinel://", "redis-cluster://", "rediss-cluster://"}) {
+      CHECK_THAT(message, Catch::Contains(scheme));
+    }
+  }
+  // A misspelled parameter shows its value, so the typo can be seen; secrets stay masked, and so
+  // do unknown parameters named like secrets.
+  CHECK_THAT(parse_error("redis://h?comand_timeout=500"),
+             Catch::Contains("?comand_timeout=500") && !Catch::Contains("***"));
+  for (const char* name : {"password", "passwd", "pass", "sentinel_pasword", "auth", "token",
+                           "apikey", "secret", "requirepass", "AUTH_TOKEN"}) {
+    CAPTURE(name);
+    const std::string message = parse_error(std::string("redis://h?") + name + "=hunter2secret");
+    CHECK_THAT(message, Catch::Contains(std::string(name) + "=***") && !Catch::Contains("hunter2"));
+  }
+}
+
 TEST_CASE("Endpoint::parse never leaks a malformed password into messages", "[unit]") {
   // Unescaped '/', '?', ':' and '@' inside the password, combined with a later error.
   const std::string uri = GENERATE(as<std::string>{},                    //

@@ -235,6 +235,24 @@ TEST_CASE("TLS: verification failures say what failed and name the server", "[re
   }
 }
 
+TEST_CASE("TLS: rediss:// to a plain-text port says it did not answer in TLS", "[redis][tls]") {
+  // A plain Redis reads the client hello as an inline command: it answers in plain text when the
+  // hello happens to hold a '\n' (OpenSSL: "wrong version number"), and else waits for one,
+  // sending nothing (seen in 8 tries of 8). Both must name the port; each try ends within its
+  // connect timeout.
+  RedisServer server(tls_server());
+  redlock::Endpoint endpoint = server.endpoint();
+  endpoint.port = server.port();
+  endpoint.connect_timeout = 300ms;
+  for (int i = 0; i < 8; ++i) {
+    const std::string message = connect_error(endpoint);
+    CAPTURE(i, message);
+    CHECK_THAT(message, Catch::Contains("did not answer in TLS") &&
+                            Catch::Contains("is this its tls-port?") &&
+                            Catch::Contains(endpoint.address()));
+  }
+}
+
 TEST_CASE("TLS: expired, SAN-less and self-signed server certificates", "[redis][tls]") {
   const auto& certs = tls_certs();
   ServerOptions options = tls_server();

@@ -536,16 +536,13 @@ bool check_servers(const std::vector<redlock::Client>& nodes, std::size_t quorum
 }
 
 void print_banner(const DemoConfig& config, const std::vector<redlock::Endpoint>& endpoints,
-                  std::size_t quorum, const std::string& checker_uri, bool own_servers,
+                  const RunRecord& run, const std::string& checker_uri, bool own_servers,
                   const FaultPlan& plan, const std::string& faults_note) {
-  std::printf(
-      "redlock-demo: %d process(es) x %d thread(s) increment one counter under one "
-      "Redlock\n",
-      config.processes, config.threads);
+  std::printf("redlock-demo: %d process(es) x %d thread(s) increment one counter under %s\n",
+              config.processes, config.threads, run.lock_kind.c_str());
   std::string addresses;
   for (const auto& e : endpoints) addresses += (addresses.empty() ? "" : ", ") + e.address();
-  std::printf("  lock      %zu node(s) [%s], quorum %zu, ttl %lld ms, fencing %s\n",
-              endpoints.size(), addresses.c_str(), quorum,
+  std::printf("  lock      [%s], ttl %lld ms, fencing %s\n", addresses.c_str(),
               static_cast<long long>(config.ttl.count()), config.fencing ? "on" : "OFF");
   if (own_servers) {
     std::printf("            node timeouts %lld ms (connect and command; --node-timeout)\n",
@@ -553,7 +550,9 @@ void print_banner(const DemoConfig& config, const std::vector<redlock::Endpoint>
   }
   std::printf("  counter   on %s%s: each hold reads it, sleeps 1 ms, writes it + 1%s\n",
               redlock::Endpoint::parse(checker_uri).address().c_str(),
-              own_servers ? " (a 6th server)" : "",
+              !own_servers           ? ""
+              : endpoints.size() > 1 ? " (a 6th server)"
+                                     : " (a server of its own)",
               config.fencing ? " (both with the fence token)" : "");
   const char* label = "  faults    ";
   if (plan.pause_at >= 0) {
@@ -674,7 +673,8 @@ int run_demo(const DemoConfig& config) {
     plan = plan_faults(config.duration, config.ttl);
     if (!plan.any()) faults_note = "none: the run is too short to fit them";
   }
-  print_banner(config, endpoints, probe.quorum(), checker_uri, own_servers, plan, faults_note);
+  run.lock_kind = describe_lock(endpoints, probe.quorum(), sentinel, cluster);
+  print_banner(config, endpoints, run, checker_uri, own_servers, plan, faults_note);
 
   // Workers: this binary again, in --worker mode.
   std::vector<Worker> workers(static_cast<std::size_t>(config.processes));
@@ -811,10 +811,6 @@ int run_demo(const DemoConfig& config) {
 
   run.processes = config.processes;
   run.threads = config.threads;
-  run.nodes = probe.size();
-  run.quorum = probe.quorum();
-  if (sentinel) run.lock_kind = "a Lock through Sentinel (a master, 2 replicas, 3 sentinels),";
-  if (cluster) run.lock_kind = "a Lock on a Redis Cluster (3 masters, 3 replicas),";
   run.ttl = config.ttl;
   if (own_servers) run.node_timeout = config.node_timeout;
   run.fencing = config.fencing;

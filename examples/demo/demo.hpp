@@ -27,6 +27,8 @@
 #include <string>    // std::string
 #include <vector>    // std::vector
 
+#include <redlock/endpoint.hpp>  // Endpoint
+
 namespace demo {
 
 // CLOCK_MONOTONIC in nanoseconds: comparable across the processes of one machine.
@@ -129,9 +131,8 @@ struct RunRecord {
   double seconds{0};
   int processes{0};
   int threads{0};
-  std::size_t nodes{0};
-  std::size_t quorum{0};
-  std::string lock_kind{"Redlock"};  // how the summary names the lock ("Lock through Sentinel")
+  // The lock the workers use, as the banner and the summary name it (describe_lock()).
+  std::string lock_kind;
   std::chrono::milliseconds ttl{0};
   std::chrono::milliseconds node_timeout{0};  // of the nodes the demo started; 0 with --redis
   bool fencing{true};
@@ -152,8 +153,15 @@ struct RunRecord {
   std::vector<std::string> worker_failures;  // workers that died or exited early
 };
 
-// Prints the summary on stdout. Returns the exit status: 0 if no lost updates (and no overlap
-// of valid holds), 1 otherwise, 130 if interrupted before the counter could be checked.
+// The lock the workers use (worker.cpp: a Lock for one endpoint, else a Redlock), as the banner
+// and the summary name it: "a Redlock over 5 TLS nodes (quorum 3)", "a Lock through Sentinel
+// (...)". `sentinel`/`cluster`: the demo started that topology.
+std::string describe_lock(const std::vector<redlock::Endpoint>& endpoints, std::size_t quorum,
+                          bool sentinel, bool cluster);
+
+// Prints the summary on stdout. Returns the exit status: 1 if an update was lost, two valid
+// holds overlapped or a worker failed; else 130 if the run was interrupted (INCOMPLETE, even when
+// what ran was sound); else 0.
 int print_summary(const RunRecord& run);
 
 }  // namespace demo

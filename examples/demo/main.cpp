@@ -63,10 +63,11 @@ std::string usage_message(const CLI::ParseError& e) {
 }
 
 const char kDescription[] =
-    "redlock-demo: worker processes x threads increment a shared counter under one Redlock\n"
-    "while nodes are paused, killed and restarted; then reports lost updates, handoff latency\n"
-    "and fairness. With no --redis it starts 6 throwaway redis-servers on free loopback ports\n"
-    "(5 lock nodes + 1 for the counter) and stops them on exit, also on Ctrl-C.";
+    "redlock-demo: worker processes x threads increment a shared counter under one lock (a\n"
+    "Redlock; a Lock with --topology sentinel or cluster) while nodes are paused, killed and\n"
+    "restarted; then reports lost updates, handoff latency and fairness. With no --redis it\n"
+    "starts 6 throwaway redis-servers on free loopback ports (5 lock nodes + 1 for the counter)\n"
+    "and stops them on exit, also on Ctrl-C.";
 
 const char kFooter[] = R"(
 The live line: seconds, holds so far, holds per second, lock nodes up, and "stale": holds

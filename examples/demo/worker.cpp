@@ -1,9 +1,10 @@
 // examples/demo/worker.cpp: one worker process of redlock-demo (`redlock-demo --worker ...`).
 //
-// Its threads share one Redlock object, as they would share a std::mutex: the threads of one
-// process queue locally and one at a time asks Redis. Each hold does a read-sleep-write increment
-// of a counter on the checker server, passing the hold's fence token along, and reports the hold
-// to the coordinator on stdout (protocol in demo.hpp).
+// Its threads share one lock object (a Redlock over several nodes, a Lock for one endpoint), as
+// they would share a std::mutex: the threads of one process queue locally and one at a time asks
+// Redis. Each hold does a read-sleep-write increment of a counter on the checker server, passing
+// the hold's fence token along, and reports the hold to the coordinator on stdout (protocol in
+// demo.hpp).
 #include <poll.h>       // poll
 #include <signal.h>     // sigaction, SIGPIPE
 #include <sys/prctl.h>  // prctl, PR_SET_PDEATHSIG
@@ -18,14 +19,14 @@
 #include <cstdio>       // std::snprintf
 #include <exception>    // std::exception
 #include <functional>   // std::cref
-#include <memory>       // std::shared_ptr
+#include <memory>       // std::shared_ptr, std::unique_ptr
 #include <mutex>        // std::mutex
 #include <string>       // std::string
 #include <string_view>  // std::string_view
 #include <thread>       // std::thread
 #include <vector>       // std::vector
 
-#include <redlock/redlock.hpp>  // Client, Redlock, Script, errors, set_log_handler
+#include <redlock/redlock.hpp>  // Client, Lock, Redlock, Script, errors, set_log_handler
 
 #include "demo.hpp"
 #include "metrics/prometheus_observer.hpp"  // PrometheusObserver (--metrics)
@@ -99,7 +100,7 @@ std::string one_line(std::string_view text) {
 
 struct Shared {
   const WorkerConfig& config;
-  redlock::Redlock& lock;
+  redlock::LockBase& lock;
   const redlock::Client& checker;
   const CounterKeys keys;
   const redlock::Script read{kFencedReadLua};
@@ -215,7 +216,13 @@ int run_worker(const WorkerConfig& config) {
     redlock::LockOptions options;
     options.ttl = config.ttl;
     options.fencing = config.fencing;
-    redlock::Redlock lock(nodes, config.prefix + "lock", options);
+    // One endpoint (a server, a Sentinel set, a Cluster): a Lock; several: a Redlock over them.
+    std::unique_ptr<redlock::LockBase> lock;
+    if (nodes.size() == 1) {
+      lock = std::make_unique<redlock::Lock>(nodes.front(), config.prefix + "lock", options);
+    } else {
+      lock = std::make_unique<redlock::Redlock>(nodes, config.prefix + "lock", options);
+    }
 
     // Connect before the clock starts, so the first holds do not pay for it.
     checker.ping();
@@ -235,7 +242,7 @@ int run_worker(const WorkerConfig& config) {
     g_channel.send("ready");
     if (!wait_for_go()) return 0;
 
-    Shared shared{config, lock, checker, CounterKeys(config.prefix)};
+    Shared shared{config, *lock, checker, CounterKeys(config.prefix)};
     std::vector<std::thread> threads;
     threads.reserve(static_cast<std::size_t>(config.threads));
     for (int t = 0; t < config.threads; ++t) {

@@ -24,6 +24,10 @@ using detail::Scheme;
 using detail::uri_fail;
 
 constexpr std::string_view kSchemeSeparator = "://";
+// Every scheme parse() takes, for the messages that list them.
+constexpr const char* kSchemes =
+    "redis://, rediss://, unix://, redis-sentinel://, rediss-sentinel://, redis-cluster:// or "
+    "rediss-cluster://";
 constexpr int kMaxPort = 65535;
 constexpr int kSentinelPort = 26379;
 
@@ -57,9 +61,7 @@ Scheme parse_scheme(std::string_view uri, std::string_view scheme) {
                       "built with REDLOCK_WITH_TLS=OFF)");
 #endif
   }
-  uri_fail(uri, "unsupported scheme '" + std::string(scheme) +
-                    "' (expected redis://, rediss://, unix://, redis-sentinel://, "
-                    "rediss-sentinel://, redis-cluster:// or rediss-cluster://)");
+  uri_fail(uri, "unsupported scheme '" + std::string(scheme) + "' (expected " + kSchemes + ")");
 }
 
 struct Split {
@@ -235,9 +237,7 @@ void share_settings(Endpoint& endpoint) {
 Endpoint Endpoint::parse(std::string_view whole) {
   const std::size_t separator = whole.find(kSchemeSeparator);
   if (separator == std::string_view::npos) {
-    uri_fail(whole,
-             "missing \"://\" after the scheme (expected redis://, rediss://, unix://, "
-             "redis-sentinel:// or rediss-sentinel://)");
+    uri_fail(whole, std::string("missing \"://\" after the scheme (expected ") + kSchemes + ")");
   }
   const Scheme scheme = parse_scheme(whole, whole.substr(0, separator));
   Endpoint endpoint;

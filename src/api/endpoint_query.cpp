@@ -1,12 +1,12 @@
 // src/api/endpoint_query.cpp: an endpoint URI's query parameters (parsing and printing them), the
 // text helpers behind every part of the URI, and error messages that never show a secret.
 //
-// Error messages never echo a value taken from the URI (apart from the scheme and known
-// parameters): they name the bad part and quote the whole URI with the password masked. redact()
-// masks a superset of whatever endpoint.cpp's split_userinfo() can take for the password, so a
-// password never reaches a message even when the URI is malformed (say, an unescaped '/' or '@'
-// inside the password), and it masks the values of unknown query parameters too.
-#include <algorithm>     // std::find_if
+// Error messages never echo a secret taken from the URI: they name the bad part and quote the
+// whole URI with the password masked. redact() masks a superset of whatever endpoint.cpp's
+// split_userinfo() can take for the password, so a password never reaches a message even when the
+// URI is malformed (say, an unescaped '/' or '@' inside the password), and it masks the values of
+// query parameters that are (or are named like) secrets too.
+#include <algorithm>     // std::find_if, std::any_of, std::transform
 #include <array>         // std::array
 #include <charconv>      // std::from_chars
 #include <climits>       // INT_MAX
@@ -127,8 +127,12 @@ const std::array<Parameter, 13> kParameters{{
     {"sentinel_password", Needs::sentinel, apply_sentinel_password, nullptr},
 }};
 
-// Parameters whose values never appear in a message.
-bool secret(std::string_view name) { return name == "sentinel_password"; }
+char to_lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+// Parts of a name that mark an unknown parameter as a secret (misspellings such as "pasword"
+// included).
+constexpr std::array<std::string_view, 7> kSecretWords = {"pas",  "pw",   "secret", "token",
+                                                          "auth", "cred", "key"};
 
 const Parameter* find_parameter(std::string_view name) {
   const auto it = std::find_if(kParameters.begin(), kParameters.end(),
@@ -136,9 +140,21 @@ const Parameter* find_parameter(std::string_view name) {
   return it == kParameters.end() ? nullptr : &*it;
 }
 
+// Parameters whose values never appear in a message: sentinel_password, and any unknown one
+// named like a secret (someone may try "?password=..." or misspell "sentinel_pasword"). Other
+// values are shown, so that a typo such as "?comand_timeout=500" can be seen.
+bool secret(std::string_view name) {
+  if (find_parameter(name) != nullptr) return name == "sentinel_password";
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(), to_lower);
+  return std::any_of(kSecretWords.begin(), kSecretWords.end(), [&lower](std::string_view word) {
+    return lower.find(word) != std::string::npos;
+  });
+}
+
 // The URI as it may appear in a message: everything between the first ':' after "://" and the
 // last '@' becomes "***" (the password, and then some if the URI is malformed), and so does the
-// value of any query parameter parse() does not know (someone may try "?password=...").
+// value of a secret() query parameter.
 std::string redact(std::string_view uri) {
   std::string out;
   const std::size_t separator = uri.find(kSchemeSeparator);
@@ -163,7 +179,7 @@ std::string redact(std::string_view uri) {
     const std::string_view param = query.substr(0, amp);
     const std::size_t eq = param.find('=');
     const std::string_view name = param.substr(0, eq);
-    if (eq != std::string_view::npos && (find_parameter(name) == nullptr || secret(name))) {
+    if (eq != std::string_view::npos && secret(name)) {
       out += param.substr(0, eq + 1);
       out += "***";
     } else {
@@ -181,8 +197,6 @@ int hex_value(char c) {
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
   return c - 'A' + 10;
 }
-
-char to_lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
 
 // One "name=value": checked against the table and the scheme, then applied.
 void parse_parameter(std::string_view uri, std::string_view param, Scheme scheme, bool db_in_path,

@@ -177,7 +177,8 @@ void expire(Pending& p, Cut cut) {
     return;
   }
   if (p.stage == Stage::securing && cut == Cut::own_deadline) {  // the connect timeout ran out
-    fail(p, handshake_timeout(address(p), connect_timeout));
+    fail(p, handshake_timeout(address(p), connect_timeout,
+                              p.connection->transport.heard_from_server()));
     return;
   }
   if (p.stage == Stage::securing) {

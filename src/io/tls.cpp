@@ -45,6 +45,7 @@ using SessionPtr = std::unique_ptr<SSL_SESSION, SessionDeleter>;
 struct Socket {
   int fd{-1};
   int recv_flags{MSG_DONTWAIT};
+  bool received{false};  // any byte from the server yet
 };
 
 Socket& socket_of(BIO* bio) { return *static_cast<Socket*>(BIO_get_data(bio)); }
@@ -61,9 +62,10 @@ int bio_write(BIO* bio, const char* data, int length) {
 
 int bio_read(BIO* bio, char* data, int length) {
   BIO_clear_retry_flags(bio);
-  const Socket& socket = socket_of(bio);
+  Socket& socket = socket_of(bio);
   const ssize_t n = ::recv(socket.fd, data, static_cast<std::size_t>(length), socket.recv_flags);
   if (n < 0 && retriable(errno)) BIO_set_retry_read(bio);
+  if (n > 0) socket.received = true;
   return static_cast<int>(n);
 }
 
@@ -216,6 +218,7 @@ class TlsLayer final : public SecureLayer {
   bool buffered() const noexcept override { return SSL_pending(ssl_) > 0; }
   void close(int fd) noexcept override;
   const char* failure() const noexcept override { return failure_.c_str(); }
+  bool heard_from_server() const noexcept override { return socket_.received; }
 
   void remember(SSL_SESSION* session) noexcept { context_->remember(peer_, session); }
 

@@ -77,6 +77,8 @@ class SecureLayer {
   virtual void close(int fd) noexcept = 0;
   // Why the handshake (or the last read or write) failed, naming what to do; "" if it did not.
   virtual const char* failure() const noexcept = 0;
+  // True once the server has sent any byte (a plain-text port sends none to a client hello).
+  virtual bool heard_from_server() const noexcept = 0;
 };
 
 // A connected socket. Move-only; closes the socket (after the layer's close) when destroyed.
@@ -102,6 +104,8 @@ class Transport {
   Handshake handshake() noexcept;
   // Why the handshake failed (the layer's description), or "".
   const char* failure() const noexcept { return layer_ ? layer_->failure() : ""; }
+  // True if the layer has received any byte from the server (false for a plain socket).
+  bool heard_from_server() const noexcept { return layer_ && layer_->heard_from_server(); }
   // Reads what is available (at most `capacity` bytes). bytes == 0 with error none never
   // happens: end of stream is IoError::closed. Never blocks.
   IoResult read(char* into, std::size_t capacity) noexcept;

@@ -120,11 +120,15 @@ std::exception_ptr accept_timeout(const std::string& address, std::chrono::milli
                   address, limit.count())));
 }
 
-std::exception_ptr handshake_timeout(const std::string& address, std::chrono::milliseconds limit) {
+std::exception_ptr handshake_timeout(const std::string& address, std::chrono::milliseconds limit,
+                                     bool heard) {
+  // A plain Redis reads the client hello as an inline command and waits for its '\n': silence.
   return std::make_exception_ptr(TimeoutError(fmt::format(
-      "redlock: the TLS handshake with {} did not finish within {} ms (the connect timeout); the "
-      "server may be paused, overloaded, or not speaking TLS on that port",
-      address, limit.count())));
+      "redlock: the TLS handshake with {} did not finish within {} ms (the connect timeout); {}",
+      address, limit.count(),
+      heard ? "the server may be paused or overloaded"
+            : "the server did not answer in TLS (nothing came back to the client hello, as from a "
+              "plain-text port): is this its tls-port? Else it may be paused or overloaded")));
 }
 
 std::exception_ptr handshake_error(const std::string& address, const char* why) {
@@ -163,9 +167,12 @@ std::string_view hint_for(std::string_view message) {
 
 std::exception_ptr server_error(const std::string& address, std::string_view operation,
                                 std::string_view message) {
+  const std::string_view hint = hint_for(message);
+  std::string_view sentence = message;  // "...user is disabled." then "; check ...": no '.'
+  if (!hint.empty() && !sentence.empty() && sentence.back() == '.') sentence.remove_suffix(1);
   return std::make_exception_ptr(
       ServerError(fmt::format("redlock: {} answered {} with an error: {}{}", address, operation,
-                              message, hint_for(message)),
+                              sentence, hint),
                   std::string(message)));
 }
 

@@ -68,8 +68,10 @@ std::exception_ptr transport_error(const IoResult& result, const std::string& ad
                                    std::string_view doing, std::chrono::milliseconds limit);
 // The exception for a server that did not accept a connection within `limit`.
 std::exception_ptr accept_timeout(const std::string& address, std::chrono::milliseconds limit);
-// The exception for a TLS handshake that did not finish within `limit` (the connect timeout).
-std::exception_ptr handshake_timeout(const std::string& address, std::chrono::milliseconds limit);
+// The exception for a TLS handshake that did not finish within `limit` (the connect timeout);
+// `heard` is false when the server sent nothing back, as a plain-text port does.
+std::exception_ptr handshake_timeout(const std::string& address, std::chrono::milliseconds limit,
+                                     bool heard);
 // The exception for a TLS handshake that failed (`why`: the layer's description).
 std::exception_ptr handshake_error(const std::string& address, const char* why);
 // The exception for bytes that are not RESP.

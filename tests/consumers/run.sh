@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # tests/consumers/run.sh: builds the library the ways a user would and runs a small program
 # (app/main.cpp) against a real redis-server on a free loopback port, for each kind of library:
-#   static, shared:  find_package from an install prefix, add_subdirectory, FetchContent
-#                    (SOURCE_DIR), pkg-config plain and pkg-config --static; and, when built
-#                    with it, find_package(redlock COMPONENTS zookeeper) (find-package-zookeeper/)
-#                    and find_package(redlock COMPONENTS postgres) (find-package-postgres/);
+#   static, shared:  find_package from an install prefix (installed with `cmake --install
+#                    --prefix` into a directory that was not the configure-time prefix),
+#                    add_subdirectory, FetchContent (SOURCE_DIR), pkg-config plain and
+#                    pkg-config --static; and, when built with it, find_package(redlock
+#                    COMPONENTS zookeeper) (find-package-zookeeper/), the core package with the
+#                    ZooKeeper client made unfindable, and find_package(redlock COMPONENTS
+#                    postgres) (find-package-postgres/);
 #   --deb:           also `cpack -G DEB` of a shared build, dpkg -i, the find_package consumer
 #                    against /usr, dpkg -P (needs root; leaves the machine as it found it).
 # Work tree: build-consumers/ at the top of the repository. ccache is used when installed
@@ -98,8 +101,13 @@ build_lib() {
   cmake -S "$ROOT" -B "$dir" "${cmake_args[@]}" "${lib_only[@]}" -DBUILD_SHARED_LIBS=$shared \
     -DCMAKE_INSTALL_PREFIX="$prefix" "$@" && cmake --build "$dir" -j"$(nproc)"
 }
-install_lib() {  # install_lib KIND PREFIX BUILD_DIR: build_lib, then install into PREFIX
-  build_lib "$@" && cmake --install "$3"
+# install_lib KIND PREFIX BUILD_DIR: build_lib for another prefix, then `cmake --install --prefix
+# PREFIX`, as a user who installs into a directory of their own does: what is installed must not
+# depend on the configure-time prefix (CMake package and .pc files alike).
+install_lib() {
+  local kind="$1" prefix="$2" dir="$3" configured="$WORK/$1/configured-prefix"
+  build_lib "$kind" "$configured" "$dir" && cmake --install "$dir" --prefix "$prefix" &&
+    [ ! -e "$configured" ]
 }
 
 # pkg_config_app KIND PREFIX [--static] [MODULE SOURCE]: compiles SOURCE (app/main.cpp) with the
@@ -115,6 +123,28 @@ pkg_config_app() {
   echo "g++ -std=c++17 $source $flags"
   g++ -std=c++17 "$source" -o "$exe" $flags &&
     LD_LIBRARY_PATH="$(dirname "$pc_dir")" "$exe" "redis://127.0.0.1:$server_port"
+}
+
+# The core package needs no ZooKeeper client, even from a library built with the component: with
+# the client made unfindable (as on a machine without libzookeeper-mt-dev), find_package(redlock)
+# still works. The static component needs the client on every link, so there find_package(redlock
+# COMPONENTS zookeeper) must fail (which proves the client really was unfindable); a shared
+# libredlock.so links the client itself, so there the component is still found.
+core_without_zookeeper() {
+  local kind="$1" prefix="$2" no_zk=(-DCMAKE_DISABLE_FIND_PACKAGE_ZooKeeperMt=ON)
+  local component_found=0
+  cmake -S "$HERE/find-package-zookeeper" -B "$WORK/$kind/no-zookeeper-component" \
+    "${cmake_args[@]}" -DCMAKE_PREFIX_PATH="$prefix" "${no_zk[@]}" && component_found=1
+  if [ "$kind" = static ] && [ $component_found -eq 1 ]; then
+    echo "the static zookeeper component was found without the ZooKeeper client"
+    return 1
+  fi
+  if [ "$kind" = shared ] && [ $component_found -eq 0 ]; then
+    echo "the shared zookeeper component looked for the ZooKeeper client"
+    return 1
+  fi
+  cmake_app "$WORK/$kind/no-zookeeper" "$HERE/find-package" -DCMAKE_PREFIX_PATH="$prefix" \
+    "${no_zk[@]}"
 }
 
 # As a sub-project redlock leaves the parent's build type empty and writes no
@@ -165,6 +195,7 @@ consumers_of_kind() {  # consumers_of_kind static|shared
   if [ -n "$(find "$prefix" -name redlock-zookeeper.pc | head -1)" ]; then
     check "$kind-find-package-zookeeper" cmake_app "$WORK/$kind/find-package-zookeeper" \
       "$HERE/find-package-zookeeper" -DCMAKE_PREFIX_PATH="$prefix"
+    check "$kind-find-package-without-zookeeper" core_without_zookeeper "$kind" "$prefix"
     check "$kind-pkg-config-zookeeper" pkg_config_app "$kind" "$prefix" --static \
       redlock-zookeeper "$HERE/find-package-zookeeper/main.cpp"
   fi
