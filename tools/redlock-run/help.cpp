@@ -137,11 +137,12 @@ void print_help() {
 // The first line is the version alone (scripts read it).
 void print_version() {
   static_assert(REDLOCK_KEY_LAYOUT == 2, "describe the new key layout below");
-  std::fputs(REDLOCK_VERSION_STRING
-             "\nkey layout 2 (since 0.2.0): helper keys share the key's cluster slot, "
-             "{KEY}:fence, {KEY}:permit:N, ...; 0.1 used KEY:fence (layout 1), see the README, "
-             "\"Upgrading from 0.1\"\n",
-             stdout);
+  std::fputs(
+      REDLOCK_VERSION_STRING
+      "\nkey layout 2 (since 0.2.0): helper keys share the key's cluster slot, "
+      "{KEY}:fence, {KEY}:permit:N, ...; 0.1 used KEY:fence (layout 1), see docs/operations.md, "
+      "\"Upgrading from 0.1\"\n",
+      stdout);
 }
 
 }  // namespace redlock_run
