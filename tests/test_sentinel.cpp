@@ -5,16 +5,20 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <redlock/redlock.hpp>
 
+#include "support/eventually.hpp"
 #include "support/sentinel_set.hpp"
 #include "util/key_slot.hpp"  // helper_key: the names of a lock's helper keys
 
 using namespace std::chrono_literals;
 using redlock::detail::helper_key;
+using redlock::test::eventually;
 using redlock::test::key;
 using redlock::test::SentinelSet;
 using redlock::test::SentinelSetOptions;
@@ -55,6 +59,70 @@ redlock::LockOptions patient(std::chrono::milliseconds ttl = 30s) {
   o.max_unavailable = 60s;  // a waiter waits through the failover
   return o;
 }
+
+// A holder that stays through a failover: renewed, with a ttl long enough that a waiter which
+// only wakes when it runs out is seen (the wake-up is all that can bring it in sooner).
+redlock::LockOptions renewed_holder() {
+  redlock::LockOptions o = patient(15s);
+  o.auto_renew = true;
+  return o;
+}
+
+// Subscribers of `k`'s release channel on data node i.
+long long listeners(SentinelSet& set, std::size_t i, const std::string& k) {
+  return set.data(i)
+      .raw({"PUBSUB", "NUMSUB", helper_key(k, ":released")})
+      .elements()
+      .at(1)
+      .integer();
+}
+
+// Waits until `client` reaches the master again after a failover (a try_lock of another key
+// succeeds: the library's own view, not only the sentinels').
+void await_serving(const redlock::Client& client, const std::string& k) {
+  const bool served = eventually(
+      [&] {
+        try {
+          redlock::Lock probe(client, k + "-probe", patient(2s));
+          if (!probe.try_lock()) return false;
+          probe.unlock();
+          return true;
+        } catch (const redlock::Error&) {
+          return false;
+        }
+      },
+      15s);
+  REQUIRE(served);
+}
+
+// Waits for `k` on a thread of its own (wake-on-release, the default) and tells how long after
+// released() it acquired (negative: before).
+class TimedWaiter {
+ public:
+  TimedWaiter(redlock::Client client, std::string k)
+      : thread_([this, client = std::move(client), k = std::move(k)] {
+          redlock::Lock lock(client, k, patient(15s));
+          lock.lock();
+          acquired_ = Clock::now();
+          lock.unlock();
+        }) {}
+  ~TimedWaiter() {
+    if (thread_.joinable()) thread_.join();
+  }
+  TimedWaiter(const TimedWaiter&) = delete;
+  TimedWaiter& operator=(const TimedWaiter&) = delete;
+  // Call just before the holder releases.
+  void released() { released_ = Clock::now(); }
+  long long ms_after_release() {
+    thread_.join();
+    return std::chrono::duration_cast<std::chrono::milliseconds>(acquired_ - released_).count();
+  }
+
+ private:
+  Clock::time_point released_{};
+  Clock::time_point acquired_{};
+  std::thread thread_;  // last: started once the fields above exist
+};
 
 }  // namespace
 
@@ -360,4 +428,70 @@ TEST_CASE("Redlock with a Sentinel-managed node: too few replica acks count as n
   set.data(1).resume();
   lock.unlock();
   CHECK(plain[0].raw({"EXISTS", k}).integer() == 0);
+}
+
+// Until the sentinels demote it (about 10 s after SENTINEL FAILOVER here), the former master still
+// accepts SUBSCRIBE and keeps its subscribers; releases are published on the new one only.
+TEST_CASE(
+    "Sentinel: waiters hear a release on the new master while the former one is still a "
+    "master",
+    "[sentinel][wake]") {
+  SentinelSet set;
+  const auto k = key("sentinel-wake-early");
+  redlock::Client a(set.uri());
+  redlock::Lock holder(a, k, renewed_holder());
+  REQUIRE(holder.try_lock());
+  await_replicated(set, k);
+  const redlock::Client b(set.uri());
+  // One waiter in the process reads the subscriber's lent connection itself; with two, the
+  // subscriber's thread reads it.
+  const int waiters = GENERATE(1, 2);
+  INFO(waiters << " waiter(s)");
+  std::vector<std::unique_ptr<TimedWaiter>> timed;
+  for (int i = 0; i < waiters; ++i) timed.push_back(std::make_unique<TimedWaiter>(b, k));
+  REQUIRE(eventually([&] { return listeners(set, 0, k) == 1; }));  // subscribed on the first
+  const std::size_t promoted = set.failover();
+  await_serving(a, k);
+  INFO("the former master at the release: " << set.role(0));
+  for (auto& w : timed) w->released();
+  holder.unlock();
+  CHECK(set.data(promoted).raw({"EXISTS", k}).integer() == 0);
+  for (auto& w : timed) {
+    const long long ms = w->ms_after_release();
+    INFO("release to acquire: " << ms << " ms (the holder's ttl: 15 s)");
+    CHECK(ms >= 0);
+    CHECK(ms < 3'000);
+  }
+}
+
+TEST_CASE(
+    "Sentinel: a wait that starts after a failover subscribes on the new master, not on "
+    "the subscriber's idle connection to the former one",
+    "[sentinel][wake]") {
+  SentinelSet set;
+  const auto k = key("sentinel-wake-after");
+  redlock::Client a(set.uri());
+  const redlock::Client b(set.uri());
+  {  // b waits once on the first master: its subscriber connects there and stays connected
+    redlock::Lock holder(a, k, renewed_holder());
+    REQUIRE(holder.try_lock());
+    TimedWaiter first(b, k);
+    REQUIRE(eventually([&] { return listeners(set, 0, k) == 1; }));
+    first.released();
+    holder.unlock();
+    CHECK(first.ms_after_release() < 3'000);
+  }
+  const std::size_t promoted = set.failover();
+  await_serving(a, k);
+  redlock::Lock holder(a, k, renewed_holder());
+  REQUIRE(holder.try_lock());  // on the new master
+  TimedWaiter second(b, k);
+  CHECK(eventually([&] { return listeners(set, promoted, k) == 1; }));
+  INFO("the former master at the release: " << set.role(0));
+  second.released();
+  holder.unlock();
+  const long long ms = second.ms_after_release();
+  INFO("release to acquire: " << ms << " ms (the holder's ttl: 15 s)");
+  CHECK(ms >= 0);
+  CHECK(ms < 3'000);
 }

@@ -191,7 +191,7 @@ bool ClientImpl::try_obtain(std::unique_ptr<Connection>& connection, std::shared
 }
 
 bool ClientImpl::fresh(Connection& connection, Probe probe) const noexcept {
-  if (locator_ && connection.epoch != locator_->epoch()) return false;  // to a former master
+  if (!current(connection)) return false;  // to a former master
   // An idle connection has nothing to read unless the server closed it (restart, CLIENT KILL,
   // idle timeout): such a one is dropped (by the caller) before anything is sent on it.
   const bool closed =
@@ -224,6 +224,14 @@ bool ClientImpl::master_moved(std::string_view error) noexcept {
   locator_->stale(error);
   clear_idle();
   return true;
+}
+
+bool ClientImpl::current(const Connection& connection) const noexcept {
+  return !locator_ || connection.epoch == locator_->epoch();
+}
+
+std::shared_ptr<void> ClientImpl::follow_master(std::function<void()> news) {
+  return locator_ ? locator_->follow(std::move(news)) : nullptr;
 }
 
 std::unique_ptr<Connection> ClientImpl::adopt(Dial& dial) const {
@@ -364,9 +372,13 @@ std::shared_ptr<Subscriber> shared_subscriber(const Endpoint& endpoint, PubSub p
   return registry.get(settings_key(endpoint) + (sharded ? "|sharded" : ""), [&endpoint, pubsub] {
     // Its own pool, only to connect: no Client's lifetime holds the shared subscriber up.
     auto dialer = std::make_shared<ClientImpl>(endpoint, pubsub);
-    SubscriberLink link{dialer->address(), [dialer] { return dialer->connect_ready(); },
-                        [dialer](std::string_view why) { dialer->note_health(false, why); },
-                        pubsub};
+    SubscriberLink link{
+        dialer->address(),
+        [dialer] { return dialer->connect_ready(); },
+        [dialer](std::string_view why) { dialer->note_health(false, why); },
+        pubsub,
+        [dialer](const Connection& connection) { return dialer->current(connection); },
+        [dialer](std::function<void()> news) { return dialer->follow_master(std::move(news)); }};
     return std::make_shared<Subscriber>(std::move(link));
   });
 }

@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -108,6 +109,15 @@ class ClientImpl {
   // is no longer a master (READONLY, LOADING, MASTERDOWN); if so, the master is looked up again
   // and pooled connections are dropped. Always false for other endpoints. Never throws.
   bool master_moved(std::string_view error) noexcept;
+  // Through Sentinel: whether `connection` was made under the master's current answer (one
+  // from an older epoch may reach a former master, which stays a master until the sentinels
+  // demote it). Always true for other endpoints. Never throws; one atomic load.
+  bool current(const Connection& connection) const noexcept;
+  // Through Sentinel: calls `news` whenever connections made so far may no longer be current,
+  // or a failover under way has news (MasterLocator::follow: quick, never throws, no call
+  // back into this node's locator), until the returned registration is dropped. Null for
+  // other endpoints (nothing is ever called). Throws std::bad_alloc.
+  std::shared_ptr<void> follow_master(std::function<void()> news);
 
   // Through Redis Cluster (Endpoint::cluster.seeds set): the router that sends each command to
   // its slot's master (see io/cluster.hpp); null for other endpoints.

@@ -111,16 +111,50 @@ MasterLocator::Answer MasterLocator::master() {
 }
 
 void MasterLocator::stale(std::string_view why) noexcept {
+  if (forget(why)) tell_followers();
+}
+
+bool MasterLocator::forget(std::string_view why) noexcept {
   std::shared_ptr<const Endpoint> was;
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    if (!current_) return;
+    if (!current_) return false;
     was = std::move(current_);
     current_.reset();
     epoch_.fetch_add(1, std::memory_order_acq_rel);
   }
   logf(LogLevel::info, "redlock: sentinel:{}: asking the sentinels again (was {}: {})",
        template_.sentinel.service, was->address(), why);
+  return true;
+}
+
+void MasterLocator::tell_followers() noexcept {
+  std::lock_guard<std::mutex> guard(followers_mutex_);
+  for (const auto& follower : followers_) follower.second();
+}
+
+std::shared_ptr<void> MasterLocator::follow(std::function<void()> news) {
+  std::uint64_t id = 0;
+  {
+    std::lock_guard<std::mutex> guard(followers_mutex_);
+    id = ++last_follower_;
+  }
+  auto end = [self = shared_from_this(), id](char* registration) noexcept {
+    {
+      std::lock_guard<std::mutex> guard(self->followers_mutex_);
+      auto& f = self->followers_;
+      f.erase(std::remove_if(f.begin(), f.end(), [id](const auto& e) { return e.first == id; }),
+              f.end());
+    }
+    delete registration;
+  };
+  // Made before the follower is added: if adding throws, the registration ends at once.
+  std::shared_ptr<char> registration(new char(0), std::move(end));
+  {
+    std::lock_guard<std::mutex> guard(followers_mutex_);
+    followers_.emplace_back(id, std::move(news));
+  }
+  return registration;
 }
 
 MasterLocator::Answer MasterLocator::resolve() {

@@ -5,6 +5,8 @@
 // MASTERDOWN reply, or by its watcher thread, which listens to one sentinel's +promoted-slave
 // and +switch-master (and then tries the announced address first).
 // Every answer has an epoch; a pooled connection made under an older epoch is never reused.
+// A long-lived connection (the wake-on-release subscriber's) follows the answer: follow()
+// calls it back whenever the answer is forgotten or a sentinel announces news of a failover.
 //
 //   auto locator = shared_locator(endpoint);       // one per sentinel set and service, per process
 //   MasterLocator::Answer now = locator->master();  // throws ConnectionError or ServerError
@@ -19,6 +21,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -35,7 +38,7 @@ namespace detail {
 class ClientImpl;
 struct Connection;
 
-class MasterLocator {
+class MasterLocator : public std::enable_shared_from_this<MasterLocator> {
  public:
   struct Answer {
     std::shared_ptr<const Endpoint> endpoint;  // the master: host and port filled in, no sentinel
@@ -62,6 +65,14 @@ class MasterLocator {
   // first call after an answer changes the epoch. Never throws.
   void stale(std::string_view why) noexcept;
 
+  // Calls `news` whenever the answer is forgotten (the epoch changes) and whenever a sentinel
+  // announces a failover's progress (a master to try, a gate closed or opened), until the
+  // returned registration is dropped; dropping it waits for a call under way. `news` runs on
+  // the thread that learned it, under the locator's followers mutex: it must be quick, must
+  // not throw, and must not call into the locator. The locator must be owned by a shared_ptr
+  // (shared_locator's are); the registration keeps it alive. Throws std::bad_alloc.
+  std::shared_ptr<void> follow(std::function<void()> news);
+
  private:
   // One sentinel's answer (or an announced master): an address for the service.
   struct Reported {
@@ -74,6 +85,9 @@ class MasterLocator {
   Said ask(std::size_t index, std::vector<Reported>& reported, std::string& log);
   bool confirm(const Reported& candidate, std::string& log);
   void adopt(const Reported& candidate, std::optional<std::size_t> sentinel);
+  // stale() without telling the followers; true if there was an answer to forget.
+  bool forget(std::string_view why) noexcept;
+  void tell_followers() noexcept;
   void hear(const std::string& channel, const std::string& text);
   void start_watcher();
   void watch();
@@ -91,6 +105,10 @@ class MasterLocator {
   std::chrono::steady_clock::time_point gate_until_{};  // a failover under way: no new dials
   std::condition_variable stop_cv_;
   bool stopping_{false};
+
+  std::mutex followers_mutex_;  // guards the two below; held while a follower is called
+  std::vector<std::pair<std::uint64_t, std::function<void()>>> followers_;
+  std::uint64_t last_follower_{0};
 
   std::atomic<std::uint64_t> epoch_{1};
   int wake_fd_{-1};  // eventfd: wakes the watcher's poll

@@ -11,6 +11,9 @@
 //                                       it publish too)
 //   -failover-abort-*, +failover-end-for-timeout
 //                                       the failover did not happen: the gate opens
+//
+// Each of them is also told to the locator's followers (MasterLocator::follow: the subscriber
+// for wake-on-release, which moves its connection and subscriptions to the new master).
 #include <poll.h>
 #include <unistd.h>
 
@@ -169,8 +172,11 @@ void MasterLocator::hear(const std::string& channel, const std::string& text) {
   } else if (channel == "+switch-master" && w.size() == 5 && w[0] == service) {
     host = 3;
   } else if (channel != "+switch-master" && (about_master || about_replica)) {
-    std::lock_guard<std::mutex> guard(mutex_);  // an aborted or timed-out failover
-    gate_until_ = Clock::time_point{};
+    {
+      std::lock_guard<std::mutex> guard(mutex_);  // an aborted or timed-out failover
+      gate_until_ = Clock::time_point{};
+    }
+    tell_followers();  // a subscriber waiting for the gate may connect again
     return;
   } else {
     return;
@@ -183,7 +189,8 @@ void MasterLocator::hear(const std::string& channel, const std::string& text) {
     hint_ = std::make_unique<Reported>(Reported{w[host], static_cast<int>(port), 0});
     gate_until_ = gate ? Clock::now() + kGate : Clock::time_point{};
   }
-  stale(channel + " " + text);
+  forget(channel + " " + text);
+  tell_followers();  // even with no answer to forget: the gate changed, a master is announced
 }
 
 }  // namespace detail

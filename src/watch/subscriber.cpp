@@ -37,10 +37,18 @@ void set_idle_close_for_test(std::chrono::milliseconds after) {
 
 Subscriber::Subscriber(SubscriberLink link) : link_(std::move(link)) {
   event_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);  // not inherited across exec
-  thread_ = std::thread([this] { run(); });
+  try {
+    if (link_.follow) following_ = link_.follow([this] { news(); });
+    thread_ = std::thread([this] { run(); });
+  } catch (...) {
+    following_.reset();
+    if (event_fd_ >= 0) ::close(event_fd_);
+    throw;
+  }
 }
 
 Subscriber::~Subscriber() {
+  following_.reset();  // no news() from now on (one under way has ended)
   {
     std::lock_guard<std::mutex> guard(mutex_);
     stop_ = true;
@@ -112,14 +120,14 @@ bool Subscriber::confirmed(const std::string& channel,
 bool Subscriber::subscribed(const std::string& channel) const {
   std::lock_guard<std::mutex> guard(mutex_);
   const auto it = channels_.find(channel);
-  return connected_ && it != channels_.end() && it->second.state == State::subscribed;
+  return connected_ && !moved_ && it != channels_.end() && it->second.state == State::subscribed;
 }
 
 bool Subscriber::lingering(const std::string& channel) const noexcept {
   try {
     std::lock_guard<std::mutex> guard(mutex_);
     const auto it = channels_.find(channel);
-    return connected_ && it != channels_.end() && it->second.waiters.empty() &&
+    return connected_ && !moved_ && it != channels_.end() && it->second.waiters.empty() &&
            it->second.state != State::subscribing;
   } catch (...) {
     return false;  // unsure: count it as a listener (the caller only pauses a little longer)
@@ -261,6 +269,7 @@ void Subscriber::run() noexcept {
 
 bool Subscriber::obey(std::unique_ptr<Connection>& connection) {
   bool broken = false;
+  bool moved = false;
   char reason[kReasonSize];
   {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -268,14 +277,36 @@ bool Subscriber::obey(std::unique_ptr<Connection>& connection) {
     broken = park_while_lent(lock);
     if (broken) std::memcpy(reason, lent_reason_, sizeof reason);
     if (stop_) return false;
-    if (drop_requested_) {
+    moved = std::exchange(moved_, false) && connection && !current(*connection);
+    if (drop_requested_ || moved) {
       drop_requested_ = false;
-      connection.reset();
+      connection.reset();  // reconnect() subscribes again and wakes the waiters once confirmed
       connected_ = false;
     }
   }
+  if (moved) {
+    logf(LogLevel::info,
+         "redlock: subscriber to {}: the master's address was asked again; moving the "
+         "subscriptions to the master now",
+         link_.address);
+  }
   if (broken) lost(connection, reason);
   return true;
+}
+
+bool Subscriber::current(const Connection& connection) const noexcept {
+  return !link_.current || link_.current(connection);
+}
+
+void Subscriber::news() noexcept {
+  try {
+    std::lock_guard<std::mutex> guard(mutex_);
+    moved_ = true;
+  } catch (...) {
+    return;  // the mutex could not be taken (never seen): the next failure moves the connection
+  }
+  confirmed_.notify_all();  // ends a reconnect's back-off: the gate may have opened
+  wake_thread();            // a borrower hears it too (thread_work_due) and gives it back
 }
 
 std::unique_ptr<Connection> Subscriber::reconnect(std::chrono::milliseconds& backoff) {
@@ -285,10 +316,12 @@ std::unique_ptr<Connection> Subscriber::reconnect(std::chrono::milliseconds& bac
   } catch (const std::exception& e) {
     link_.unreachable(e.what());
     std::unique_lock<std::mutex> lock(mutex_);
+    moved_ = false;  // news made by this very failure (the master asked again) is not news
     failing_ = true;
     orphan_all();  // sharded: the master may have failed, its waiters look for the new one
     confirmed_.notify_all();
-    confirmed_.wait_for(lock, backoff, [this] { return stop_; });
+    // Through Sentinel, news (a promotion done, a gate opened) ends the back-off at once.
+    confirmed_.wait_for(lock, backoff, [this] { return stop_ || moved_; });
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
     return nullptr;
   }

@@ -22,6 +22,12 @@
 // connection is lost or cannot be made: the master may have failed), the channel is dropped and
 // each of its waiters is told to subscribe again where the slot lives now (WakeSlot::relocate);
 // the subscriber does not reconnect for it.
+// Through Sentinel the connection follows the master: when the link says the connection was
+// made under a master's answer that has since been forgotten (a failover's events, a command
+// connection's failure or READONLY reply), the thread closes it (taking it back from a
+// borrower first), reconnects to the master now, re-subscribes every channel and wakes every
+// waiter once that is confirmed, as after a lost connection. A former master stays a master
+// until the sentinels demote it: kept, the connection would hear none of the releases.
 #ifndef REDLOCK_SRC_SUBSCRIBER_HPP
 #define REDLOCK_SRC_SUBSCRIBER_HPP
 
@@ -133,6 +139,14 @@ struct SubscriberLink {
   std::function<void(std::string_view why)> unreachable;
   // SUBSCRIBE or SSUBSCRIBE (a cluster's master: see the file comment).
   PubSub pubsub{PubSub::classic};
+  // Whether `connection` still reaches the server meant (through Sentinel: it was made under
+  // the master's current answer). Null: always. Called under the subscriber's mutex: must be
+  // quick and must not throw.
+  std::function<bool(const Connection&)> current;
+  // Registers a callback for news that a connection may no longer be current (through
+  // Sentinel: ClientImpl::follow_master); returns the registration (dropping it ends the
+  // calls, waiting for one under way), null for none. Null: there is never such news.
+  std::function<std::shared_ptr<void>(std::function<void()>)> follow;
 };
 
 class Subscriber {
@@ -232,9 +246,10 @@ class Subscriber {
   Connection* borrow(WakeSlot& slot, std::size_t registrations,
                      std::chrono::steady_clock::time_point until, bool ask) noexcept;
   // True if the thread must have the connection back: a command to send, an unsubscribe due,
-  // stop, drop, or another waiter (registrations_ differ from the borrower's). mutex_ held.
+  // stop, drop, news(), or another waiter (registrations_ differ from the borrower's). mutex_ held.
   bool thread_needed(std::chrono::steady_clock::time_point now) noexcept;
-  // thread_needed but for other waiters: a command, an unsubscribe due, stop or drop. mutex_ held.
+  // thread_needed but for other waiters: a command, an unsubscribe due, stop, drop, or news()
+  // to look at. mutex_ held.
   bool thread_work_due(std::chrono::steady_clock::time_point now) noexcept;
   bool recall_needed() noexcept;  // thread_needed, taking mutex_
   // The borrower reads what arrived; null, or why the read failed (in `reason`, or a literal).
@@ -285,6 +300,10 @@ class Subscriber {
   enum class Contended : unsigned char { no, yes };
   void became_idle(const std::string& name, Channel& channel, Contended contended);
   void lost(std::unique_ptr<Connection>& connection, const char* why) noexcept;
+  // The link's news (SubscriberLink::follow): the thread looks whether its connection is still
+  // current, taking it back from a borrower first. Any thread; takes mutex_.
+  void news() noexcept;
+  bool current(const Connection& connection) const noexcept;  // SubscriberLink::current
   // The server answered a SUBSCRIBE with `error`: stop subscribing (waiters poll), drop every
   // channel, log one warning. Takes mutex_.
   void refuse(std::string_view error);
@@ -308,6 +327,7 @@ class Subscriber {
   bool failing_{false};            // guarded by mutex_: last connect attempt failed
   bool stop_{false};               // guarded by mutex_
   bool drop_requested_{false};     // guarded by mutex_
+  bool moved_{false};              // guarded by mutex_: news() since the thread last looked
   std::optional<std::chrono::steady_clock::time_point> empty_since_;  // no channel since; mutex_
   // Guarded by mutex_: the server refused a SUBSCRIBE (an ACL user without channel permission);
   // from then on nothing is subscribed and waiters poll. Kept for the Subscriber's life.
@@ -326,6 +346,7 @@ class Subscriber {
   char lent_reason_[kReasonSize]{};  // why
   std::size_t registrations_{0};     // (channel, waiter) pairs in channels_
   std::condition_variable lend_cv_;  // lend_ changed
+  std::shared_ptr<void> following_;  // SubscriberLink::follow's registration
   std::thread thread_;
 };
 

@@ -19,9 +19,10 @@
 // (Lend::returned: a wake-up would compete with the waiter's attempt for the CPU), unless the
 // thread is needed now (thread_needed); the thread stays parked until something needs it
 // (resume_thread: another waiter, a command to send, an unsubscribe due, stop, drop), and a
-// waiter that waits again is lent it at once. Nothing but that waiter can need the connection
-// while it is returned; a fair waiter whose deadline passed reads what came meanwhile
-// (drain_returned) before it gives up, so a hand-over sent in time is not missed.
+// waiter that waits again is lent it at once. News that the connection may no longer reach
+// the master (Sentinel: news()) recalls it like the thread's own work. Nothing but that waiter
+// can need the connection while it is returned; a fair waiter whose deadline passed reads what
+// came meanwhile (drain_returned) before it gives up, so a hand-over sent in time is not missed.
 #include <poll.h>
 #include <unistd.h>
 
@@ -146,7 +147,7 @@ bool Subscriber::thread_needed(SteadyClock::time_point now) noexcept {
 bool Subscriber::thread_work_due(SteadyClock::time_point now) noexcept {
   drop_stale_idle(now);
   const bool due = !idle_.empty() && idle_.front().since + kLinger <= now;
-  return due || stop_ || drop_requested_ || !outgoing_.empty();
+  return due || stop_ || drop_requested_ || moved_ || !outgoing_.empty();
 }
 
 const char* Subscriber::read_lent(Connection& connection, WakeSlot& slot,
@@ -236,7 +237,7 @@ void Subscriber::answer_lend(Connection* connection) {
   // Nothing in flight (a reply to the thread's commands would be handled by the borrower), no
   // command waiting to be sent, no decrypted bytes the borrower's poll would not see, and still
   // one waiter.
-  const bool lend = connection != nullptr && connected_ && !stop_ && !drop_requested_ &&
+  const bool lend = connection != nullptr && connected_ && !stop_ && !drop_requested_ && !moved_ &&
                     !refused_ && outgoing_.empty() && sent_.empty() &&
                     !connection->transport.buffered() && registrations_ == borrower_registrations_;
   lend_ = lend ? Lend::lent : Lend::none;
