@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include <redlock/semaphore.hpp>
 #include <redlock/version.hpp>  // REDLOCK_VERSION_STRING, REDLOCK_KEY_LAYOUT
 
 #include "support/eventually.hpp"
@@ -1039,6 +1040,26 @@ TEST_CASE("redlock-run: a wait rides out a paused server, then takes the lock", 
   std::this_thread::sleep_for(600ms);
   server.resume();
   CHECK(tool.wait(10s) == 0);  // the holder's lease ran out; ours came after
+}
+
+// Review 3, item 3: --limit waits in the same loop as a plain lock, so it rides out the same
+// pause (it exited 69 after 0.74 s).
+TEST_CASE("redlock-run --limit: a wait rides out a paused server, then takes a permit",
+          "[redis][cli][semaphore]") {
+  RedisServer server;
+  const auto k = key("run-limit-ride-out");
+  redlock::Client client(server.endpoint());
+  redlock::LockOptions o;
+  o.ttl = 1500ms;
+  redlock::Semaphore holder(client, k, 1, o);
+  REQUIRE(holder.try_acquire());
+  Tool tool(
+      {"--redis", uri(server) + "?command_timeout=200", "--key", k, "--limit", "1", "--", "true"});
+  std::this_thread::sleep_for(200ms);
+  server.pause();
+  std::this_thread::sleep_for(600ms);
+  server.resume();
+  CHECK(tool.wait(10s) == 0);  // the holder's permit ran out; ours came after
 }
 
 TEST_CASE("redlock-run: what the command leaves running in its group is stopped before release",
