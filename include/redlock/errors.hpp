@@ -64,7 +64,7 @@ class ServerError : public Error {
 };
 
 // Semaphore: permits of this key are held under another limit than this object's (the limit is
-// stored on the server with the permits, in {<key>}:permit:limit). Every user of a semaphore key
+// stored on the server with the permits, in `{<key>}:permit:limit`). Every user of a semaphore key
 // must give the same limit; it may change only while no permit is held. Waits do not ride it out
 // (it lasts as long as those permits). server_message() is the script's reply, "REDLOCK_LIMIT <n>".
 class LimitMismatchError : public ServerError {
