@@ -35,26 +35,31 @@ std::chrono::milliseconds command_timeout(const Pending& p) {
 }
 
 // Queues the batch's on_timeout commands behind its request and hands the connection to the
-// finisher (which writes everything, then closes it). Without on_timeout commands, each script
-// command is sent again as EVAL: the server may answer the EVALSHA with NOSCRIPT (a fresh
-// server) to a connection nobody reads any more, and the scripts this is used for (release,
-// extend) are harmless to run twice.
+// finisher (which writes everything and reads every reply, then closes it). Without on_timeout
+// commands, each script command is sent again as EVAL: the server may answer the EVALSHA with
+// NOSCRIPT (a fresh server) to a connection nobody reads any more, and the scripts this is used
+// for (release, extend) are harmless to run twice.
 void send_on_timeout(Pending& p) noexcept {
   if (!p.connection) return;
+  // The replies still owed: the request's (a partly decoded one included), then one for each
+  // command queued below.
+  std::size_t owed = p.expected - std::min(p.expected, p.replies.size());
   try {
     if (p.batch->on_timeout.empty()) {
       for (const auto& command : p.batch->commands) {
         if (command.script != nullptr && command.resend == Resend::allowed) {
           append(*p.connection, command, Dialect::as_eval);
+          ++owed;
         }
       }
     }
     for (const auto& command : p.batch->on_timeout) {
       append(*p.connection, command, Dialect::as_given);
+      ++owed;
     }
   } catch (...) {  // bad_alloc while encoding: what was queued so far still goes out
   }
-  finish_in_background(std::move(p.connection));
+  finish_in_background(std::move(p.connection), owed);
 }
 
 // Writes what it can. A write that fails may have sent part of the request, even whole commands
