@@ -133,3 +133,60 @@ TEST_CASE("A transport never blocks and reports end of stream and a dropped peer
   CHECK(sent.error == IoError::reset);
   CHECK(sent.code == EPIPE);
 }
+
+namespace {
+
+// Feeds `bytes` one at a time (a header may be split anywhere) and returns what the decoder
+// makes of them: the replies it decoded, then "malformed: <why>" if it stopped there.
+std::vector<std::string> decode_bytewise(const redlock::ReplyLimits& limits,
+                                         const std::string& bytes) {
+  Decoder decoder(limits);
+  for (const char c : bytes) REQUIRE(decoder.feed(&c, 1));
+  std::vector<std::string> out;
+  for (;;) {
+    ReplyPtr reply;
+    const Decoded decoded = decoder.next(reply);
+    if (decoded == Decoded::need_more) return out;
+    if (decoded == Decoded::malformed) {
+      out.push_back("malformed: " + std::string(decoder.error()));
+      return out;
+    }
+    out.push_back(reply->type == REDIS_REPLY_ARRAY ? "array" : "scalar");
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Reply caps bound the total of one reply, summed over every level of nesting",
+          "[unit][io]") {
+  redlock::ReplyLimits limits;
+  limits.max_elements = 4;        // each array's own cap
+  limits.max_reply_elements = 6;  // all arrays of one reply together
+  limits.max_bulk_bytes = 16;
+  limits.max_reply_bytes = 60;  // the whole reply on the wire
+  // Three arrays of 3 (each within max_elements): 9 elements in one reply.
+  const std::string nested = "*3\r\n*3\r\n*3\r\n:1\r\n:2\r\n:3\r\n:4\r\n:5\r\n:6\r\n:7\r\n";
+  auto decoded = decode_bytewise(limits, nested);
+  REQUIRE(decoded.size() == 1);
+  CHECK_THAT(decoded[0], Catch::StartsWith("malformed") && Catch::Contains("max_reply_elements"));
+  // Two arrays of 3: within; the total starts again with each reply.
+  const std::string within = "*3\r\n*2\r\n:1\r\n:2\r\n:3\r\n:4\r\n";
+  CHECK(decode_bytewise(limits, within + within + within) ==
+        std::vector<std::string>{"array", "array", "array"});
+  // Bulk strings within max_bulk_bytes each, 4 + 3 x (5 + 16 + 2) bytes on the wire in one
+  // reply: refused at the third header, before its payload.
+  const std::string bulk = "$16\r\n" + std::string(16, 'x') + "\r\n";
+  decoded = decode_bytewise(limits, "*3\r\n" + bulk + bulk + bulk);
+  REQUIRE(decoded.size() == 1);
+  CHECK_THAT(decoded[0], Catch::StartsWith("malformed") && Catch::Contains("max_reply_bytes"));
+  CHECK(decode_bytewise(limits, bulk + bulk + bulk) ==
+        std::vector<std::string>{"scalar", "scalar", "scalar"});
+  // Status lines count as they arrive: 4 + 4 x 18 bytes.
+  const std::string status = "+" + std::string(15, 'a') + "\r\n";
+  decoded = decode_bytewise(limits, "*4\r\n" + status + status + status + status);
+  REQUIRE(decoded.size() == 1);
+  CHECK_THAT(decoded[0], Catch::Contains("max_reply_bytes"));
+  // Nil arrays and bulk strings add nothing; empty arrays end where they start.
+  CHECK(decode_bytewise(limits, "*3\r\n*-1\r\n$-1\r\n*0\r\n:1\r\n") ==
+        std::vector<std::string>{"array", "scalar"});
+}
