@@ -57,6 +57,23 @@ void validate_seeds(const Endpoint& ep) {
   }
 }
 
+// Every reply cap must be > 0 (0 would refuse every reply that has what it bounds).
+void validate_reply_limits(const ReplyLimits& caps) {
+  const std::pair<const char*, std::size_t> limits[] = {
+      {"max_bulk_bytes", caps.max_bulk_bytes},
+      {"max_elements", caps.max_elements},
+      {"max_reply_elements", caps.max_reply_elements},
+      {"max_reply_bytes", caps.max_reply_bytes}};
+  for (const auto& [name, value] : limits) {
+    if (value == 0) {
+      throw std::invalid_argument(
+          fmt::format("redlock: endpoint.reply_limits.{} must be > 0 (0 would refuse every reply "
+                      "that has one)",
+                      name));
+    }
+  }
+}
+
 void validate(const Endpoint& ep) {
   if (!ep.cluster.seeds.empty()) {
     validate_seeds(ep);
@@ -96,20 +113,7 @@ void validate(const Endpoint& ep) {
   if (ep.max_connections < 1 || ep.max_connections > 65536) {
     throw std::invalid_argument("redlock: endpoint.max_connections must be 1..65536");
   }
-  const ReplyLimits& caps = ep.reply_limits;
-  const std::pair<const char*, std::size_t> limits[] = {
-      {"max_bulk_bytes", caps.max_bulk_bytes},
-      {"max_elements", caps.max_elements},
-      {"max_reply_elements", caps.max_reply_elements},
-      {"max_reply_bytes", caps.max_reply_bytes}};
-  for (const auto& [name, value] : limits) {
-    if (value == 0) {
-      throw std::invalid_argument(
-          fmt::format("redlock: endpoint.reply_limits.{} must be > 0 (0 would refuse every reply "
-                      "that has one)",
-                      name));
-    }
-  }
+  validate_reply_limits(ep.reply_limits);
 }
 
 // Runs one batch on one node and returns its replies, throwing the node's error if any.
