@@ -2,13 +2,21 @@
 // release must reach a node in timeout back-off, and a user's script must never be re-sent.
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <iterator>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,6 +33,7 @@ using namespace std::chrono_literals;
 using redlock::test::key;
 using redlock::test::RedisServer;
 using redlock::test::ServerGroup;
+using redlock::test::ServerOptions;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -522,4 +531,86 @@ TEST_CASE("A Redlock release reaches a node that timed out once just before it (
          << first_log << ")");
     CHECK(left == 0);
   }
+}
+
+namespace {
+
+// How many of the group's servers hold `k`.
+int holders(ServerGroup& group, const std::string& k) {
+  int n = 0;
+  for (std::size_t i = 0; i < group.size(); ++i) {
+    n += static_cast<int>(group[i].raw({"EXISTS", k}).integer());
+  }
+  return n;
+}
+
+// Connects to 127.0.0.1:port without blocking; the socket, or -1.
+int start_connect(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  (void)::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+  return fd;
+}
+
+// True if the connect on `fd` completes within `within`.
+bool connects(int fd, std::chrono::milliseconds within) {
+  pollfd p{fd, POLLOUT, 0};
+  return ::poll(&p, 1, static_cast<int>(within.count())) == 1;
+}
+
+}  // namespace
+
+TEST_CASE("A Redlock release cut by the grace while its node is still connecting still reaches it",
+          "[redis][redlock][fault]") {
+  // Node 3 lost its pooled connection (an extend cut by the grace took it) and is slow to
+  // accept a new one when the release comes: nodes 1 and 2 answer, and the grace cuts node 3
+  // while its connect is under way. The release must still go out once the connect completes.
+  // A stopped server with a full accept queue (tcp-backlog 1) drops the SYN: the connect waits
+  // for its retransmission, 1 s later.
+  ServerOptions options;
+  options.extra_args = {"--tcp-backlog", "1"};
+  ServerGroup group(3, options);
+  std::vector<redlock::Client> clients;
+  for (auto ep : group.endpoints()) {
+    ep.connect_timeout = 5s;  // the grace cuts node 3's connect, not its own deadline
+    clients.emplace_back(ep);
+  }
+  const auto k = key("release-cut-connecting");
+  redlock::LockOptions lock_options;
+  lock_options.ttl = 20s;
+  redlock::Redlock lock(clients, k, lock_options);
+  bool held_everywhere = false;  // a quorum is two: a slow first connect may leave one out
+  for (int attempt = 0; attempt < 20 && !held_everywhere; ++attempt) {
+    REQUIRE(lock.try_lock());
+    held_everywhere = redlock::test::eventually([&] { return holders(group, k) == 3; }, 1s);
+    if (!held_everywhere) lock.unlock();
+  }
+  REQUIRE(held_everywhere);
+  group[2].pause();
+  CHECK(lock.extend());      // nodes 1 and 2 confirm; node 3's connection goes to the finisher
+  std::vector<int> fillers;  // node 3's accept queue, full
+  bool full = false;
+  for (int i = 0; i < 8 && !full; ++i) {
+    fillers.push_back(start_connect(clients[2].endpoint().port));
+    full = !connects(fillers.back(), 200ms);
+  }
+  REQUIRE(full);
+  CHECK(lock.release());
+  for (const int fd : fillers) ::close(fd);
+  group[2].resume();
+  // A connect of ours may wait for its SYN's retransmission too, until the queue is taken.
+  const auto gone_from_node_3 = [&] {
+    try {
+      return group[2].raw({"EXISTS", k}).integer() == 0;
+    } catch (const std::runtime_error&) {
+      return false;
+    }
+  };
+  CHECK(redlock::test::eventually(gone_from_node_3));
+  INFO("PTTL on node 3: " << group[2].raw({"PTTL", k}).integer());
+  CHECK(holders(group, k) == 0);
 }
