@@ -161,12 +161,13 @@ bool last_look(Pending& p) {
 void expire(Pending& p, Cut cut) {
   p.cut = cut;
   const auto connect_timeout = p.batch->node->endpoint().connect_timeout;
-  if (p.stage == Stage::dialing && cut == Cut::not_awaited && p.slot) {
-    // A node in back-off whose reconnect is still under way when the others are done (this is a
-    // release, extend or rollback: acquires skip such nodes). The request still goes out once
-    // the connect completes: the finisher's first write waits for it. A release then still
-    // reaches a node that has just come back. Only within the node's max_connections (the dial
-    // holds a slot): a node that stays down does not pile connects up in the finisher.
+  if (p.stage == Stage::dialing && cut != Cut::own_deadline && p.slot) {
+    // A node whose reconnect is still under way when the others are done: in back-off (not
+    // awaited), or cut by the early finish's grace. The request still goes out once the connect
+    // completes, with its on_timeout commands behind it: the finisher's first write waits for
+    // it. A release then still reaches a node that is slow to accept or has just come back.
+    // Only within the node's max_connections (the dial holds a slot): a node that stays down
+    // does not pile connects up in the finisher.
     try {
       p.connection = p.batch->node->adopt(p.dial);
       p.connection->pool_slot = std::move(p.slot);
