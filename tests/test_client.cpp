@@ -68,6 +68,17 @@ TEST_CASE("Client rejects unusable endpoints with the field's name", "[unit][cli
   ep = {};
   ep.database = -1;
   CHECK_THROWS_WITH(redlock::Client(ep), Catch::Contains("database"));
+  // A reply cap of 0 would refuse every reply that has what it bounds.
+  for (std::size_t redlock::ReplyLimits::*cap :
+       {&redlock::ReplyLimits::max_bulk_bytes, &redlock::ReplyLimits::max_elements,
+        &redlock::ReplyLimits::max_reply_elements, &redlock::ReplyLimits::max_reply_bytes}) {
+    ep = {};
+    ep.reply_limits.*cap = 0;
+    CHECK_THROWS_AS(redlock::Client(ep), std::invalid_argument);
+  }
+  ep = {};
+  ep.reply_limits.max_reply_bytes = 0;
+  CHECK_THROWS_WITH(redlock::Client(ep), Catch::Contains("reply_limits.max_reply_bytes"));
 }
 
 TEST_CASE("Client to a killed server throws ConnectionError naming the address",

@@ -60,8 +60,10 @@ class Client {
   // The endpoint this client talks to. Thread-safe.
   const Endpoint& endpoint() const noexcept;
 
-  // Sends PING. Returns nothing. Throws ConnectionError, TimeoutError, ServerError (e.g. NOAUTH
-  // or WRONGPASS from the handshake). Thread-safe.
+  // Sends PING and checks that the answer is PONG (a status, or a bulk string as some proxies
+  // send). Returns nothing. Throws ConnectionError, TimeoutError, ServerError (e.g. NOAUTH or
+  // WRONGPASS from the handshake), ProtocolError for any other answer (the message says what
+  // came back) or one over Endpoint::reply_limits. Thread-safe.
   void ping() const;
 
   // The server's version string from INFO server ("7.0.15"). Throws like ping(). Thread-safe.

@@ -67,13 +67,21 @@ struct TlsOptions {
 
 // Upper bounds on what a reply may declare, checked before anything is allocated for it: a
 // server (or anyone in the path of a plain connection) cannot make the client allocate
-// gigabytes with one header. A reply over a bound fails with ProtocolError and the connection is
-// dropped.
+// gigabytes with one header, nor with many headers each within its own bound (nested arrays).
+// A reply over a bound fails with ProtocolError naming the bound, and the connection is
+// dropped. Every bound must be > 0: a Client refuses 0 with std::invalid_argument.
 struct ReplyLimits {
-  // Largest bulk string, in bytes (Redis's own proto-max-bulk-len default: 512 MiB). > 0.
+  // Largest bulk string, in bytes (Redis's own proto-max-bulk-len default: 512 MiB).
   std::size_t max_bulk_bytes{512U * 1024U * 1024U};
-  // Most elements in one array reply (each costs a pointer before it arrives). > 0.
+  // Most elements in one array, at any level (each costs a pointer before it arrives).
   std::size_t max_elements{1024U * 1024U};
+  // Most elements in one whole reply: the lengths of all its arrays, summed over every level of
+  // nesting (each element costs a reply object, about 50 bytes, before it arrives). Default
+  // 1,048,576, as max_elements: a flat array of that many still fits, 7 nested ones do not.
+  std::size_t max_reply_elements{1024U * 1024U};
+  // Most bytes one whole reply takes on the wire, summed over every level (headers, strings,
+  // CR LF). Default 1 GiB: one bulk string of max_bulk_bytes fits.
+  std::size_t max_reply_bytes{1024U * 1024U * 1024U};
 };
 
 struct Endpoint;

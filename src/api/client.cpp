@@ -6,7 +6,10 @@
 
 #include <cctype>
 #include <chrono>
+#include <cstddef>
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -54,6 +57,23 @@ void validate_seeds(const Endpoint& ep) {
   }
 }
 
+// Every reply cap must be > 0 (0 would refuse every reply that has what it bounds).
+void validate_reply_limits(const ReplyLimits& caps) {
+  const std::pair<const char*, std::size_t> limits[] = {
+      {"max_bulk_bytes", caps.max_bulk_bytes},
+      {"max_elements", caps.max_elements},
+      {"max_reply_elements", caps.max_reply_elements},
+      {"max_reply_bytes", caps.max_reply_bytes}};
+  for (const auto& [name, value] : limits) {
+    if (value == 0) {
+      throw std::invalid_argument(
+          fmt::format("redlock: endpoint.reply_limits.{} must be > 0 (0 would refuse every reply "
+                      "that has one)",
+                      name));
+    }
+  }
+}
+
 void validate(const Endpoint& ep) {
   if (!ep.cluster.seeds.empty()) {
     validate_seeds(ep);
@@ -93,6 +113,7 @@ void validate(const Endpoint& ep) {
   if (ep.max_connections < 1 || ep.max_connections > 65536) {
     throw std::invalid_argument("redlock: endpoint.max_connections must be 1..65536");
   }
+  validate_reply_limits(ep.reply_limits);
 }
 
 // Runs one batch on one node and returns its replies, throwing the node's error if any.
@@ -126,6 +147,30 @@ struct ArgvStorage {
     return detail::CommandView{static_cast<int>(argv.size()), argv.data(), lens.data(), script};
   }
 };
+
+// A reply as a message quotes it: its type and, for text, its first bytes (others escaped).
+std::string describe(const Reply& reply) {
+  switch (reply.type()) {
+    case Reply::Type::nil:
+      return "nil";
+    case Reply::Type::integer:
+      return fmt::format("the integer {}", reply.integer());
+    case Reply::Type::array:
+      return fmt::format("an array of {} elements", reply.elements().size());
+    default:
+      break;
+  }
+  constexpr std::size_t kShown = 40;
+  std::string shown;
+  for (std::size_t i = 0; i < reply.str().size() && i < kShown; ++i) {
+    const auto c = static_cast<unsigned char>(reply.str()[i]);
+    shown +=
+        std::isprint(c) != 0 ? std::string(1, static_cast<char>(c)) : fmt::format("\\x{:02x}", c);
+  }
+  if (reply.str().size() > kShown) shown += "...";
+  return fmt::format("{} \"{}\"", reply.type() == Reply::Type::status ? "the status" : "the string",
+                     shown);
+}
 
 }  // namespace
 
@@ -201,7 +246,17 @@ Client::Client(std::string_view uri) : Client(Endpoint::parse(uri)) {}
 
 const Endpoint& Client::endpoint() const noexcept { return impl_->endpoint(); }
 
-void Client::ping() const { command({"PING"}); }
+void Client::ping() const {
+  const Reply reply = command({"PING"});
+  // Redis answers +PONG; a proxy may answer the bulk string PONG. Anything else is not Redis.
+  const bool pong = (reply.type() == Reply::Type::status || reply.type() == Reply::Type::string) &&
+                    reply.str() == "PONG";
+  if (!pong) {
+    throw ProtocolError(fmt::format(
+        "redlock: {} answered PING with {} instead of PONG; is it really a Redis server?",
+        impl_->address(), describe(reply)));
+  }
+}
 
 std::string Client::server_version() const {
   const Reply info = command({"INFO", "server"});

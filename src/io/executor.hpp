@@ -27,11 +27,11 @@ struct NodeBatch {
   ClientImpl* node{nullptr};
   SmallVector<CommandView, 2> commands;
   // Sent on the same connection, behind `commands`, if this node times out; then the connection
-  // is closed. Redis runs one connection's commands in order even after the client left, so a
-  // rollback sent this way cannot overtake the request it undoes (a paused node that resumes
-  // runs SET, then the release). When empty, script commands with Resend::allowed are re-sent
-  // as EVAL instead (in case the server answers the EVALSHA with NOSCRIPT that nobody will
-  // read); a user's command is never sent twice.
+  // is closed once the server has answered them all (io/finisher.hpp). Redis runs one
+  // connection's commands in order, so a rollback sent this way cannot overtake the request it
+  // undoes (a paused node that resumes runs SET, then the release). When empty, script commands
+  // with Resend::allowed are re-sent as EVAL instead (in case the server answers the EVALSHA with
+  // NOSCRIPT that nobody will read); a user's command is never sent twice.
   SmallVector<CommandView, 1> on_timeout;
   // Out: one reply per command (all present when `error` is null). Error replies are replies.
   SmallVector<ReplyPtr, 2> replies;

@@ -4,6 +4,7 @@
 #include <poll.h>
 
 #include <chrono>
+#include <cstddef>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -23,9 +24,9 @@ class Finisher {
     return *finisher;
   }
 
-  void finish(std::unique_ptr<Connection> connection) noexcept {
-    Item item{std::move(connection), false, Clock::now() + kFinishFor};
-    if (settled(item)) return;  // the common case: written at once, nothing in flight
+  void finish(std::unique_ptr<Connection> connection, std::size_t owed) noexcept {
+    Item item{std::move(connection), owed, false, Clock::now() + kFinishFor};
+    if (settled(item)) return;  // nothing owed, or the connection is over already
     try {
       std::lock_guard<std::mutex> guard(mutex_);
       if (!started_) {
@@ -42,35 +43,44 @@ class Finisher {
   static constexpr std::chrono::minutes kFinishFor{10};
   struct Item {
     std::unique_ptr<Connection> connection;
-    bool written{false};  // all sent (or failed) and writing shut down
+    std::size_t owed{0};  // replies the server still owes
+    bool written{false};  // all sent (or failed)
     Clock::time_point until;
   };
 
-  // Reads and drops replies without blocking; true once the server has closed (or failed).
+  // Reads and decodes what has arrived without blocking, counting the replies owed; true once
+  // every one has come, or the connection is over (closed, failed, not RESP).
   static bool drain(Item& item) noexcept {
-    char scrap[4096];
+    Connection& connection = *item.connection;
     for (;;) {
-      const IoResult result = item.connection->transport.read(scrap, sizeof scrap);
-      if (result.error == IoError::none) continue;
-      return result.error != IoError::again;
+      while (item.owed > 0) {
+        ReplyPtr reply;
+        const Decoded decoded = connection.in.next(reply);
+        if (decoded == Decoded::malformed) return true;
+        if (decoded == Decoded::need_more) break;
+        --item.owed;
+      }
+      if (item.owed == 0) return true;
+      const IoResult result = read_some(connection);
+      if (result.error != IoError::none) return result.error != IoError::again;
     }
   }
 
-  // Sends without blocking; true when all is written (then shuts writing down) or it failed.
+  // Sends without blocking; true when all is written or it failed.
   static bool write_rest(Item& item) noexcept {
     const IoResult result = write_some(*item.connection);
     if (result.error == IoError::again) return false;
-    if (result.error == IoError::none) item.connection->transport.shutdown_write();
     item.written = true;
     return true;
   }
 
-  // True when the item may be closed: all written, no reply left unread, and no byte of ours
-  // still waiting in our send queue (which a reset would discard); or the connection is over.
+  // True when the item may be closed: all written and every reply owed read, so the server has
+  // run everything sent on it; or the connection is over. Our side never ends the stream first:
+  // a server that postpones commands (CLIENT PAUSE, a failover's pause of writes) and reads an
+  // end of stream frees the client with its postponed commands, and a release would be lost.
   static bool settled(Item& item) noexcept {
     if (!item.written && !write_rest(item)) return false;
-    if (drain(item)) return true;
-    return item.connection->transport.all_sent();
+    return drain(item);
   }
 
   // Runs while there is work, then ends (a later finish() starts a new thread): an idle process
@@ -114,8 +124,8 @@ class Finisher {
 
 }  // namespace
 
-void finish_in_background(std::unique_ptr<Connection> connection) noexcept {
-  if (connection) Finisher::get().finish(std::move(connection));
+void finish_in_background(std::unique_ptr<Connection> connection, std::size_t owed) noexcept {
+  if (connection) Finisher::get().finish(std::move(connection), owed);
 }
 
 }  // namespace detail

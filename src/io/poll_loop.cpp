@@ -35,26 +35,31 @@ std::chrono::milliseconds command_timeout(const Pending& p) {
 }
 
 // Queues the batch's on_timeout commands behind its request and hands the connection to the
-// finisher (which writes everything, then closes it). Without on_timeout commands, each script
-// command is sent again as EVAL: the server may answer the EVALSHA with NOSCRIPT (a fresh
-// server) to a connection nobody reads any more, and the scripts this is used for (release,
-// extend) are harmless to run twice.
+// finisher (which writes everything and reads every reply, then closes it). Without on_timeout
+// commands, each script command is sent again as EVAL: the server may answer the EVALSHA with
+// NOSCRIPT (a fresh server) to a connection nobody reads any more, and the scripts this is used
+// for (release, extend) are harmless to run twice.
 void send_on_timeout(Pending& p) noexcept {
   if (!p.connection) return;
+  // The replies still owed: the request's (a partly decoded one included), then one for each
+  // command queued below.
+  std::size_t owed = p.expected - std::min(p.expected, p.replies.size());
   try {
     if (p.batch->on_timeout.empty()) {
       for (const auto& command : p.batch->commands) {
         if (command.script != nullptr && command.resend == Resend::allowed) {
           append(*p.connection, command, Dialect::as_eval);
+          ++owed;
         }
       }
     }
     for (const auto& command : p.batch->on_timeout) {
       append(*p.connection, command, Dialect::as_given);
+      ++owed;
     }
   } catch (...) {  // bad_alloc while encoding: what was queued so far still goes out
   }
-  finish_in_background(std::move(p.connection));
+  finish_in_background(std::move(p.connection), owed);
 }
 
 // Writes what it can. A write that fails may have sent part of the request, even whole commands
@@ -156,12 +161,13 @@ bool last_look(Pending& p) {
 void expire(Pending& p, Cut cut) {
   p.cut = cut;
   const auto connect_timeout = p.batch->node->endpoint().connect_timeout;
-  if (p.stage == Stage::dialing && cut == Cut::not_awaited && p.slot) {
-    // A node in back-off whose reconnect is still under way when the others are done (this is a
-    // release, extend or rollback: acquires skip such nodes). The request still goes out once
-    // the connect completes: the finisher's first write waits for it. A release then still
-    // reaches a node that has just come back. Only within the node's max_connections (the dial
-    // holds a slot): a node that stays down does not pile connects up in the finisher.
+  if (p.stage == Stage::dialing && cut != Cut::own_deadline && p.slot) {
+    // A node whose reconnect is still under way when the others are done: in back-off (not
+    // awaited), or cut by the early finish's grace. The request still goes out once the connect
+    // completes, with its on_timeout commands behind it: the finisher's first write waits for
+    // it. A release then still reaches a node that is slow to accept or has just come back.
+    // Only within the node's max_connections (the dial holds a slot): a node that stays down
+    // does not pile connects up in the finisher.
     try {
       p.connection = p.batch->node->adopt(p.dial);
       p.connection->pool_slot = std::move(p.slot);

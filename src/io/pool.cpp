@@ -351,12 +351,13 @@ namespace {}  // namespace
 std::string settings_key(const Endpoint& e) {
   const TlsOptions& t = e.tls;
   std::string key =
-      fmt::format("{}|{}|{}|{}:{}|{}:{}|{}|{}|{}|{}:{}|{}:{}|{}:{}|{}:{}|{}:{}|{}|{}|{}", e.host,
-                  e.port, e.unix_socket, e.username.size(), e.username, e.password.size(),
+      fmt::format("{}|{}|{}|{}:{}|{}:{}|{}|{}|{}|{}:{}|{}:{}|{}:{}|{}:{}|{}:{}|{}|{}|{}|{}|{}",
+                  e.host, e.port, e.unix_socket, e.username.size(), e.username, e.password.size(),
                   e.password, e.connect_timeout.count(), e.command_timeout.count(), t.enabled,
                   t.ca_file.size(), t.ca_file, t.ca_dir.size(), t.ca_dir, t.cert_file.size(),
                   t.cert_file, t.key_file.size(), t.key_file, t.server_name.size(), t.server_name,
-                  t.verify, e.reply_limits.max_bulk_bytes, e.reply_limits.max_elements);
+                  t.verify, e.reply_limits.max_bulk_bytes, e.reply_limits.max_elements,
+                  e.reply_limits.max_reply_elements, e.reply_limits.max_reply_bytes);
   for (const Endpoint& s : e.cluster.seeds) key += "|cluster:" + s.address();
   if (e.sentinel.service.empty()) return key;
   key += fmt::format("|sentinel:{}:{}", e.sentinel.service.size(), e.sentinel.service);

@@ -24,33 +24,74 @@ void HeaderScan::start_line(char type) noexcept {
   state_ = type == '$' || type == '*' ? State::header : State::line;
 }
 
+// The first byte of an element (a reply is one element, an array's elements are more).
+bool HeaderScan::start_element(char type) {
+  if (elements_due_ == 0) {  // a new reply
+    elements_due_ = 1;
+    reply_elements_ = 0;
+    reply_bytes_ = 0;
+  }
+  --elements_due_;
+  start_line(type);
+  return count_bytes(1);
+}
+
+// Counts `n` more bytes of the reply on the wire; false (and why) past max_reply_bytes.
+bool HeaderScan::count_bytes(std::uint64_t n) {
+  if (n <= limits_.max_reply_bytes - reply_bytes_) {
+    reply_bytes_ += n;
+    return true;
+  }
+  why_ = fmt::format(
+      "a reply takes more than Endpoint::reply_limits.max_reply_bytes ({}) bytes on the wire, "
+      "summed over every level of nesting ({} so far, {} more declared or read)",
+      limits_.max_reply_bytes, reply_bytes_, n);
+  return false;
+}
+
 bool HeaderScan::end_header() {
   state_ = State::type;
   if (negative_) return true;  // nil ($-1, *-1): nothing to allocate
-  if (type_ == '$') {
-    if (number_ > limits_.max_bulk_bytes) {
-      why_ = fmt::format(
-          "a reply declares a {}-byte bulk string, over Endpoint::reply_limits.max_bulk_bytes "
-          "({})",
-          number_, limits_.max_bulk_bytes);
-      return false;
-    }
-    payload_left_ = number_ + 2;
-    state_ = State::payload;
-    return true;
+  return type_ == '$' ? end_bulk_header() : end_array_header();
+}
+
+bool HeaderScan::end_bulk_header() {
+  if (number_ > limits_.max_bulk_bytes) {
+    why_ = fmt::format(
+        "a reply declares a {}-byte bulk string, over Endpoint::reply_limits.max_bulk_bytes "
+        "({})",
+        number_, limits_.max_bulk_bytes);
+    return false;
   }
+  if (!count_bytes(number_ + 2)) return false;  // the payload and its CR LF, before they come
+  payload_left_ = number_ + 2;
+  state_ = State::payload;
+  return true;
+}
+
+bool HeaderScan::end_array_header() {
   if (number_ > limits_.max_elements) {
     why_ = fmt::format(
         "a reply declares an array of {} elements, over Endpoint::reply_limits.max_elements ({})",
         number_, limits_.max_elements);
     return false;
   }
+  if (number_ > limits_.max_reply_elements - reply_elements_) {
+    why_ = fmt::format(
+        "a reply declares an array of {} elements after {} in its other arrays, over "
+        "Endpoint::reply_limits.max_reply_elements ({}, summed over every level of nesting)",
+        number_, reply_elements_, limits_.max_reply_elements);
+    return false;
+  }
+  reply_elements_ += number_;
+  elements_due_ += number_;
   return true;
 }
 
 // One byte of a line (a header, or a status, error or integer line). Lines end at CR LF, as in
 // hiredis (a lone LF does not end one).
 bool HeaderScan::step(char c) {
+  if (!count_bytes(1)) return false;
   if (c == '\n' && after_cr_) {
     if (state_ == State::header) return end_header();
     state_ = State::type;
@@ -92,11 +133,7 @@ bool HeaderScan::scan(const char* data, std::size_t length) {
       continue;
     }
     const char c = *data++;
-    if (state_ == State::type) {
-      start_line(c);
-    } else if (!step(c)) {
-      return false;
-    }
+    if (!(state_ == State::type ? start_element(c) : step(c))) return false;
   }
   return true;
 }

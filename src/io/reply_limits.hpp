@@ -1,5 +1,8 @@
 // src/io/reply_limits.hpp: a streaming check of RESP reply headers against ReplyLimits, run on
 // the bytes before they reach hiredis's reader (which allocates whatever a header declares).
+// Each header is checked on its own (max_bulk_bytes, max_elements) and against what the whole
+// reply has declared so far, summed over every level of nesting (max_reply_elements,
+// max_reply_bytes): a reply ends when the elements its arrays declared have all come.
 //
 //   HeaderScan scan(endpoint.reply_limits);
 //   if (!scan.scan(bytes, n)) drop_the_connection(scan.why());   // never fed to the reader
@@ -35,7 +38,11 @@ class HeaderScan {
   enum class State : unsigned char { type, header, line, payload };
 
   void start_line(char type) noexcept;
+  bool start_element(char type);
   bool end_header();
+  bool end_bulk_header();
+  bool end_array_header();
+  bool count_bytes(std::uint64_t n);
   bool step(char c);
 
   ReplyLimits limits_;
@@ -46,6 +53,11 @@ class HeaderScan {
   std::uint64_t number_{0};  // saturates: never wraps to something small
   std::uint64_t line_length_{0};
   std::uint64_t payload_left_{0};  // bytes of a bulk payload (and its CR LF) still to skip
+  // The reply being read: the elements its arrays declared that have not started yet (0
+  // between replies), and its totals so far (never above their limits).
+  std::uint64_t elements_due_{0};
+  std::uint64_t reply_elements_{0};
+  std::uint64_t reply_bytes_{0};
   std::string why_;
 };
 

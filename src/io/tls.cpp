@@ -353,7 +353,8 @@ IoResult TlsLayer::moved(int rc, const char* doing) noexcept {
   return IoResult{static_cast<std::size_t>(rc), IoError::none, 0};
 }
 
-IoResult TlsLayer::read(int /*fd*/, char* into, std::size_t capacity) noexcept {
+IoResult TlsLayer::read(int fd, char* into, std::size_t capacity) noexcept {
+  if (!attached_ && !attach(fd)) return IoResult{0, IoError::other, ENOMEM, "out of memory"};
   ERR_clear_error();
   return moved(SSL_read(ssl_, into, static_cast<int>(std::min<std::size_t>(capacity, INT_MAX))),
                "read");
@@ -366,7 +367,10 @@ IoResult TlsLayer::read_waiting(int fd, char* into, std::size_t capacity) noexce
   return result;
 }
 
-IoResult TlsLayer::write(int /*fd*/, const char* from, std::size_t length) noexcept {
+// Also the first call on a connection whose handshake was never stepped (a request queued for
+// the finisher while its connect was under way): SSL_write then runs the handshake.
+IoResult TlsLayer::write(int fd, const char* from, std::size_t length) noexcept {
+  if (!attached_ && !attach(fd)) return IoResult{0, IoError::other, ENOMEM, "out of memory"};
   ERR_clear_error();
   return moved(SSL_write(ssl_, from, static_cast<int>(std::min<std::size_t>(length, INT_MAX))),
                "write");

@@ -2,8 +2,6 @@
 #include "io/transport.hpp"
 
 #include <fcntl.h>
-#include <linux/sockios.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -115,15 +113,6 @@ short Transport::wanted(short natural) const noexcept {
 }
 
 bool Transport::buffered() const noexcept { return layer_ && layer_->buffered(); }
-
-void Transport::shutdown_write() noexcept {
-  if (fd_ >= 0) ::shutdown(fd_, SHUT_WR);
-}
-
-bool Transport::all_sent() const noexcept {
-  int queued = 0;
-  return ::ioctl(fd_, SIOCOUTQ, &queued) == 0 && queued == 0;
-}
 
 bool Transport::readable_now() const noexcept {
   pollfd fd{fd_, POLLIN, 0};

@@ -126,10 +126,6 @@ class Transport {
   short wanted(short natural) const noexcept;
   // True if a read would return data without waiting (data buffered above the socket).
   bool buffered() const noexcept;
-  // Ends our direction of the stream (after the last write), keeping reads open.
-  void shutdown_write() noexcept;
-  // True if every byte we wrote has left our send queue (false if that cannot be told).
-  bool all_sent() const noexcept;
   // True if the peer closed or sent something: for an idle pooled connection, which must have
   // nothing to read, either means it is unusable. Never blocks.
   bool readable_now() const noexcept;

@@ -35,7 +35,9 @@ void check(const AcquireReply& a, bool scripted) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   // The reader as connections use it: every byte passes the reply caps (HeaderScan) first, so a
-  // header declaring gigabytes ("*555555555", "$4000000000") is refused before hiredis allocates.
+  // header declaring gigabytes ("*555555555", "$4000000000"), or nested arrays each within the
+  // per-array cap but over the reply's total (seed nested-over-total), is refused before hiredis
+  // allocates.
   redlock::detail::Decoder decoder;
   if (!decoder.feed(reinterpret_cast<const char*>(data), size)) return 0;
   const std::string_view token("0123456789abcdef0123456789abcdef01234567");
