@@ -443,7 +443,7 @@ TEST_CASE("A Semaphore wait rides out a paused server as a Lock wait does",
   REQUIRE(lock_holder.try_lock());
   auto permit = std::async(std::launch::async, [&] { return waiter.try_acquire_for(15s); });
   auto lock = std::async(std::launch::async, [&] { return lock_waiter.try_lock_for(15s); });
-  std::this_thread::sleep_for(200ms);  // both wait
+  std::this_thread::sleep_for(200ms);              // both wait
   server.raw({"CLIENT", "PAUSE", "1500", "ALL"});  // attempts time out (command_timeout 200 ms)
   CHECK(lock.get());
   CHECK(permit.get());  // threw TimeoutError at the first timed-out attempt
