@@ -53,7 +53,7 @@ TEST_CASE("Cluster: CLUSTER KEYSLOT agrees with the library's slots and helper n
   for (const std::string& k : keys) {
     INFO(k);
     CHECK(cluster.keyslot(k) == key_slot(k));
-    for (const char* suffix : {":fence", ":released", ":queue", ":queue:info", ":permit:3"}) {
+    for (const char* suffix : {":fence", ":released", ":waiters", ":waiters:info", ":permit:3"}) {
       CHECK(cluster.keyslot(helper_key(k, suffix)) == cluster.keyslot(k));
     }
   }

@@ -44,7 +44,7 @@ redlock::LockOptions fair(std::chrono::milliseconds retry_delay = 10s,
 }
 
 long long queue_length(const RedisServer& server, const std::string& k) {
-  return server.raw({"LLEN", helper_key(k, ":queue")}).integer();
+  return server.raw({"LLEN", helper_key(k, ":waiters")}).integer();
 }
 
 // Waits (at most 5 s) until the server's queue for `k` has `n` entries.
@@ -156,10 +156,10 @@ TEST_CASE("Fair mode serves waiters in other processes in arrival order", "[redi
   // Five 20 ms holds handed over one after the other; the 10 s retry delay never came into it.
   CHECK(all_done - released < 2000000);
   // Nothing left behind: the queue and its info are gone, the lock is free.
-  CHECK(
-      held.server
-          .raw({"EXISTS", held.k, helper_key(held.k, ":queue"), helper_key(held.k, ":queue:info")})
-          .integer() == 0);
+  CHECK(held.server
+            .raw({"EXISTS", held.k, helper_key(held.k, ":waiters"),
+                  helper_key(held.k, ":waiters:info")})
+            .integer() == 0);
 }
 
 TEST_CASE("A hand-over reaches the waiter in another process without another command",
@@ -285,7 +285,8 @@ TEST_CASE("Fair mode skips a waiter that died in the queue", "[redis][fair][faul
   next.join();
   CHECK(got.load());
   CHECK(Clock::now() - released < 2s);
-  CHECK(held.server.raw({"EXISTS", helper_key(held.k, ":queue"), helper_key(held.k, ":queue:info")})
+  CHECK(held.server
+            .raw({"EXISTS", helper_key(held.k, ":waiters"), helper_key(held.k, ":waiters:info")})
             .integer() == 0);
 }
 
@@ -296,7 +297,7 @@ TEST_CASE("A fair waiter that times out leaves the queue", "[redis][fair]") {
   CHECK_FALSE(waiter.try_lock_for(300ms));
   CHECK(Clock::now() - start >= 300ms);
   CHECK(queue_length(held.server, held.k) == 0);
-  CHECK(held.server.raw({"HLEN", helper_key(held.k, ":queue:info")}).integer() == 0);
+  CHECK(held.server.raw({"HLEN", helper_key(held.k, ":waiters:info")}).integer() == 0);
   // The lock is still the holder's, and its release finds nobody to hand over to.
   CHECK(held.holder.owns_lock());
   CHECK(held.holder.release());
@@ -452,7 +453,7 @@ TEST_CASE("Fair mode hands over on keys with NUL and non-UTF-8 bytes", "[redis][
     CHECK(Clock::now() - released < 1500ms);
     // The holder's release and the waiter's own: the waiter never had to ask again.
     CHECK(command_calls(server, "evalsha") == 2);
-    CHECK(server.raw({"EXISTS", k, helper_key(k, ":queue"), helper_key(k, ":queue:info")})
+    CHECK(server.raw({"EXISTS", k, helper_key(k, ":waiters"), helper_key(k, ":waiters:info")})
               .integer() == 0);
   }
 }
@@ -508,7 +509,7 @@ TEST_CASE("A fair waiter cancelled from another thread leaves the queue", "[redi
   CHECK_FALSE(got.load());
   CHECK(Clock::now() - start < 2s);
   CHECK(queue_length(held.server, held.k) == 0);
-  CHECK(held.server.raw({"HLEN", helper_key(held.k, ":queue:info")}).integer() == 0);
+  CHECK(held.server.raw({"HLEN", helper_key(held.k, ":waiters:info")}).integer() == 0);
   // Nobody to hand over to: the release deletes the key.
   CHECK(held.holder.release());
   CHECK(held.server.raw({"EXISTS", held.k}).integer() == 0);
@@ -531,12 +532,12 @@ TEST_CASE("A fair wait keeps one place and one token for its whole wait", "[redi
     waiter.unlock();
   });
   REQUIRE(wait_for_queue(held.server, held.k, 1));
-  const std::string place = held.server.raw({"LINDEX", helper_key(held.k, ":queue"), "0"}).str();
+  const std::string place = held.server.raw({"LINDEX", helper_key(held.k, ":waiters"), "0"}).str();
   REQUIRE(place.size() == 40);
   for (int i = 0; i < 40; ++i) {  // two seconds of refreshes
     std::this_thread::sleep_for(50ms);
     CHECK(queue_length(held.server, held.k) == 1);
-    CHECK(held.server.raw({"LINDEX", helper_key(held.k, ":queue"), "0"}).str() == place);
+    CHECK(held.server.raw({"LINDEX", helper_key(held.k, ":waiters"), "0"}).str() == place);
   }
   held.holder.unlock();
   t.join();

@@ -34,15 +34,15 @@ TEST_CASE("hash tags follow the spec's first-brace rule", "[unit][cluster]") {
 TEST_CASE("helper keys keep a key's own tag, or wrap the key as one", "[unit][cluster]") {
   CHECK(helper_key("orders{42}:lock", ":fence") == "orders{42}:lock:fence");
   CHECK(helper_key("orders", ":fence") == "{orders}:fence");
-  CHECK(helper_key("orders", ":queue:info") == "{orders}:queue:info");
-  CHECK(helper_key("a{}b", ":queue") == "{a{}b}:queue");
+  CHECK(helper_key("orders", ":waiters:info") == "{orders}:waiters:info");
+  CHECK(helper_key("a{}b", ":waiters") == "{a{}b}:waiters");
   const std::string keys[] = {
       "orders", "orders{42}:lock",         "{x}", "a{b", "rltest:123:abc:lock",
       "a{b{",   std::string("bin\0ary", 7)};
   for (const std::string& key : keys) {
     INFO(key);
     REQUIRE(helpers_share_slot(key));
-    for (const char* suffix : {":fence", ":released", ":queue", ":queue:info", ":permit:7"}) {
+    for (const char* suffix : {":fence", ":released", ":waiters", ":waiters:info", ":permit:7"}) {
       CHECK(key_slot(helper_key(key, suffix)) == key_slot(key));
     }
   }

@@ -227,7 +227,7 @@ TEST_CASE("Observer: a waiter woken by a release, and a fair hand-over", "[redis
     // otherwise it has subscribed, and its one attempt after that takes a round trip.
     const auto until = std::chrono::steady_clock::now() + 5s;
     while (std::chrono::steady_clock::now() < until) {
-      if (fair ? server.raw({"LLEN", helper_key(k, ":queue")}).integer() == 1
+      if (fair ? server.raw({"LLEN", helper_key(k, ":waiters")}).integer() == 1
                : !server.raw({"PUBSUB", "CHANNELS"}).elements().empty()) {
         break;
       }

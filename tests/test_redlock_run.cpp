@@ -427,9 +427,8 @@ TEST_CASE("redlock-run waits for the holder, and two of them run one after the o
       CHECK(a.wait() == 0);
       CHECK(b.wait() == 0);
       CHECK(exists(b_ok));
-      CHECK(
-          server.raw({"EXISTS", helper_key(k, ":queue"), helper_key(k, ":queue:info")}).integer() ==
-          0);
+      CHECK(server.raw({"EXISTS", helper_key(k, ":waiters"), helper_key(k, ":waiters:info")})
+                .integer() == 0);
     }
   }
   CHECK_FALSE(held(server, k));
@@ -1004,7 +1003,7 @@ TEST_CASE("redlock-run --fair serves five staggered waiters in arrival order",
     // (a process that starts slowly on a busy machine must not be overtaken by the next).
     REQUIRE(eventually(
         [&] {
-          return server.raw({"LLEN", helper_key(k, ":queue")}).integer() == i;
+          return server.raw({"LLEN", helper_key(k, ":waiters")}).integer() == i;
         },
         10s));
   }
@@ -1021,11 +1020,11 @@ TEST_CASE("redlock-run --fair: SIGTERM while waiting leaves the queue cleanly", 
   REQUIRE(server.raw({"SET", k, "someone-else", "PX", "20000"}).str() == "OK");
   Tool tool({"--redis", uri(server), "--key", k, "--fair", "--", "true"});
   REQUIRE(eventually([&] {
-    return server.raw({"EXISTS", helper_key(k, ":queue")}).integer() == 1;
+    return server.raw({"EXISTS", helper_key(k, ":waiters")}).integer() == 1;
   }));
   REQUIRE(::kill(tool.pid(), SIGTERM) == 0);
   CHECK(tool.wait(5s) == 128 + SIGTERM);
-  CHECK(server.raw({"EXISTS", helper_key(k, ":queue")}).integer() == 0);
+  CHECK(server.raw({"EXISTS", helper_key(k, ":waiters")}).integer() == 0);
   CHECK(server.raw({"GET", k}).str() == "someone-else");
 }
 
@@ -1380,8 +1379,8 @@ TEST_CASE("redlock-run -v names the kind of lock, and says when there is no fenc
   CHECK_THAT(err, Catch::Contains("no fence"));
 }
 
-TEST_CASE("the key layout is 2: REDLOCK_KEY_LAYOUT and redlock::key_layout()", "[unit][cli]") {
-  STATIC_REQUIRE(REDLOCK_KEY_LAYOUT == 2);
+TEST_CASE("the key layout is 3: REDLOCK_KEY_LAYOUT and redlock::key_layout()", "[unit][cli]") {
+  STATIC_REQUIRE(REDLOCK_KEY_LAYOUT == 3);
   STATIC_REQUIRE(redlock::key_layout() == REDLOCK_KEY_LAYOUT);
 }
 
@@ -1390,7 +1389,7 @@ TEST_CASE("redlock-run --version prints the version and the key layout", "[cli]"
   CHECK(tool.wait() == 0);
   const std::string out = tool.out();
   CHECK(out.rfind(REDLOCK_VERSION_STRING "\n", 0) == 0);  // the first line: the version alone
-  CHECK_THAT(out, Catch::Contains("key layout 2 (since 0.2.0)"));
+  CHECK_THAT(out, Catch::Contains("key layout 3 (since 0.3.0)"));
 }
 
 TEST_CASE("redlock-run --limit: another limit on a held key is refused (64), naming both",

@@ -57,6 +57,7 @@ redlock::LockOptions patient(std::chrono::milliseconds ttl = 30s) {
   o.ttl = ttl;
   o.fencing = true;
   o.max_unavailable = 60s;  // a waiter waits through the failover
+  o.fair = false;           // these cases follow wake-on-release's channel; the queue has its own
   return o;
 }
 

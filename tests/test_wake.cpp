@@ -39,6 +39,7 @@ namespace {
 
 redlock::LockOptions slow_polling(std::chrono::milliseconds ttl = 60s) {
   redlock::LockOptions o;
+  o.fair = false;  // this suite is wake-on-release's
   o.ttl = ttl;
   o.retry_delay = 10s;  // polling alone could never pass these tests
   return o;
@@ -153,9 +154,8 @@ TEST_CASE("Fair mode: no lost hand-over in 5,000 release/attempt interleavings",
   INFO("worst wait " << worst_us << " us");
   CHECK(worst_us < 2000000);  // a lost hand-over would wait for the 5-15 s timer
   // Nothing left behind: lock, queue and queue info are all gone.
-  CHECK(
-      server.raw({"EXISTS", k, helper_key(k, ":queue"), helper_key(k, ":queue:info")}).integer() ==
-      0);
+  CHECK(server.raw({"EXISTS", k, helper_key(k, ":waiters"), helper_key(k, ":waiters:info")})
+            .integer() == 0);
 }
 
 TEST_CASE("Waiters still acquire after their subscriber connection is killed",
@@ -230,6 +230,7 @@ TEST_CASE("wake_on_release = false polls with the jittered retry delay", "[redis
   redlock::Client client(server.endpoint());
   const auto k = key("polling");
   redlock::LockOptions o;
+  o.fair = false;  // this suite is wake-on-release's
   o.ttl = 60s;
   o.retry_delay = 200ms;
   o.wake_on_release = false;
@@ -270,6 +271,7 @@ TEST_CASE("A refused SUBSCRIBE (NOPERM) falls back to polling with one warning a
     }
   });
   redlock::LockOptions o;
+  o.fair = false;  // this suite is wake-on-release's
   o.ttl = 10s;
   o.retry_delay = 20ms;
   for (int i = 0; i < 8; ++i) {
@@ -309,6 +311,7 @@ TEST_CASE("A lone thread after contention: its own lingering subscription is not
   redlock::Client client(server.endpoint());
   const auto k = key("lone-after-contention");
   redlock::LockOptions o;
+  o.fair = false;  // this suite is wake-on-release's
   o.ttl = 10s;
   {
     std::atomic<bool> stop{false};
@@ -351,6 +354,7 @@ TEST_CASE("A subscribed waiter does not poll faster than the holder's remaining 
   const auto k = key("no-poll-while-subscribed");
   server.raw({"SET", k, "someone-else", "PX", "60000"});
   redlock::LockOptions o;
+  o.fair = false;        // this suite is wake-on-release's
   o.retry_delay = 20ms;  // polling would make ~50 attempts in the second below
   redlock::Lock lock(client, k, o);
   const auto sets = [&] { return set_calls(server); };
@@ -370,6 +374,7 @@ TEST_CASE("Threads of one process with their own Lock on a key wait their turn i
   redlock::Client client(server.endpoint());
   const auto k = key("no-local-barging");
   redlock::LockOptions o;
+  o.fair = false;  // this suite is wake-on-release's
   o.ttl = 10s;
   const auto sets = [&] { return set_calls(server); };
   constexpr int kThreads = 8;
@@ -610,6 +615,7 @@ Shares contend_across_processes(const std::vector<redlock::Endpoint>& endpoints,
       std::vector<redlock::Client> clients(endpoints.begin(), endpoints.end());
       redlock::Client plain(endpoints.front());
       redlock::LockOptions options;
+      options.fair = false;  // this suite is wake-on-release's
       options.ttl = 10s;
       std::unique_ptr<redlock::LockBase> lock;
       if (clients.size() == 1) {

@@ -12,6 +12,7 @@
 #include <cstdint>     // std::uint64_t
 #include <functional>  // std::function
 #include <memory>      // std::shared_ptr
+#include <optional>    // std::optional
 #include <string>      // std::string
 
 namespace redlock {
@@ -60,14 +61,19 @@ struct LockOptions {
   // Waiters subscribe to the lock's release channel and retry as soon as a holder releases,
   // instead of only sleeping retry_delay. Costs one subscriber connection per Client.
   bool wake_on_release{true};
-  // First come, first served across processes (Lock only; a Redlock throws
-  // std::invalid_argument). Waiters queue on the server (`{<key>}:queue`, `{<key>}:queue:info`) and
-  // a release hands the lock straight to the longest-waiting live waiter, which learns it from the
-  // release channel without another round trip. A waiter that stops refreshing its place for
-  // max(5 * retry_delay, 250 ms) (a crashed process) is skipped; one that dies inside that window
-  // may be handed the lock and hold it, unused, for one ttl. Every client of a key should use
-  // the same setting: mixing is safe, but not fair.
-  bool fair{false};
+  // First come, first served across processes, and a release wakes exactly one waiter. Unset
+  // (the default): on for a Lock on Redis (standalone, TLS, Sentinel, Cluster), off for a Redlock
+  // over several servers, a Semaphore and the other backends. true on a Redlock over several
+  // servers or a Semaphore throws std::invalid_argument; false turns it off (then every waiting
+  // process retries on each release: wake-on-release).
+  //
+  // Waiters queue on the server (`{<key>}:queue`, `{<key>}:queue:info`, in the key's slot) and a
+  // release hands the lock straight to the longest-waiting live waiter, which learns it from its
+  // Client's own channel without another round trip. Nobody refreshes a place: a waiter whose
+  // process is gone has no subscriber left on its channel, so a release skips it. The first two
+  // waiters watch the holder's lease, so a crashed holder's lease passes on when it expires.
+  // Every client of a key should use the same setting: mixing is safe, but not fair.
+  std::optional<bool> fair;
   // How long a wait (lock(), try_lock_for(), try_lock_until()) rides out servers that cannot be
   // reached (Lock: its server; Redlock: fewer than a quorum answer) before it throws the last
   // ConnectionError/TimeoutError (QuorumUnavailableError for a Redlock). Counted from the first

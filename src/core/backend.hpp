@@ -52,6 +52,11 @@ struct AcquireResult {
   std::exception_ptr failure;
   // PermitBackend: the permit granted (1..limit), 0 if refused.
   std::size_t slot{0};
+  // Fair mode, refused and queued: 1 if this waiter heads the server's queue, 2 if it is next
+  // (both watch the holder's lease: an expiry announces nothing, so they advance the queue when
+  // it ends), 3 further back (it sleeps until a hand-over or a notice that it moved up). 0: not
+  // known (retry as a polling wait would).
+  unsigned char watcher{0};
   // Fair mode: the queue place is gone (fair_release ran, or may still run, with the token), so
   // any hand-over named by this attempt or an earlier one is void.
   bool left_queue{false};
@@ -89,6 +94,13 @@ class ReleaseWatch {
   virtual bool wait_until(SteadyClock::time_point until) = 0;
   // Fair mode: a hand-over that arrived for this waiter (attempt `seq`, fence `fence`).
   virtual bool take_grant(std::uint64_t& seq, std::uint64_t& fence) noexcept = 0;
+  // Fair mode: a notice that this waiter moved up to `position` (1 the head, 2 the next) of the
+  // queue, and that the holder's lease ends in `pttl`. False if none arrived.
+  virtual bool take_notice(unsigned& position, std::chrono::milliseconds& pttl) noexcept {
+    (void)position;
+    (void)pttl;
+    return false;
+  }
   // Fair mode: hand-overs are for the token with this SHA1 (hex) from now on; one to the old
   // token not taken yet is dropped.
   virtual void retoken(std::string token_sha1) noexcept = 0;

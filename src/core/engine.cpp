@@ -76,8 +76,8 @@ void LeaseEngine::build(Round& a) const {
     build_release(a.undo[static_cast<int>(pubsub)], keys_, a.token,
                   fair_ ? ReleaseScript::fair_release : ReleaseScript::undo, Send::eval, pubsub);
   }
-  const FairAttempt fair{ttl_ms_, a.request.queue == Queue::join ? "1" : "0", queue_alive_ms_,
-                         a.seq_text, fencing_ ? "1" : "0"};
+  FairAttempt fair{ttl_ms_, a.request.queue == Queue::join ? "1" : "0", "0", a.seq_text,
+                   fencing_ ? "1" : "0"};
   // Fair mode, a first attempt that does not queue: the default mode's SET NX, and EXISTS on the
   // queue in the same round trip (read_node gives back a grant that jumped a queue).
   a.fast_fair =
@@ -86,6 +86,7 @@ void LeaseEngine::build(Round& a) const {
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     AcquireCommand& c = a.commands[i];
     if (fair_ && !a.fast_fair) {
+      fair.spublish = publish_flag(nodes_[i]->pubsub());
       build_fair_acquire(c, keys_, a.token, fair);
     } else if (fencing_) {
       build_acquire_fenced(c, keys_, a.token, ttl_ms_);
@@ -134,6 +135,7 @@ void LeaseEngine::read_node(Round& a, std::size_t i, AcquireResult& result) cons
       a.answers[i] = r.answer;
       a.fences[i] = r.fence;
       a.tally.answered(r.answer == Answer::granted);
+      if (r.answer == Answer::refused && r.position != 0) result.watcher = r.position;
       if (r.answer == Answer::refused && r.holder_pttl >= 0) {
         const std::chrono::milliseconds value(r.holder_pttl);
         if (result.holder_pttl.count() < 0 || value < result.holder_pttl)

@@ -65,8 +65,6 @@ class LeaseEngine final : public LeaseBackend {
   // channel() + ":" + the Client's waiter_id().
   const std::string& grant_channel() const noexcept { return keys_.grant_channel; }
   double drift_factor() const noexcept { return drift_factor_; }
-  // Fair mode: how long a queued waiter keeps its place without refreshing it.
-  std::chrono::milliseconds queue_alive() const noexcept { return queue_alive_; }
 
  private:
   struct Round;  // one acquire attempt's commands and per-node outcome (engine.cpp)
@@ -89,8 +87,6 @@ class LeaseEngine final : public LeaseBackend {
   double drift_factor_;
   bool fencing_;
   bool fair_;
-  std::chrono::milliseconds queue_alive_{0};
-  std::string queue_alive_ms_;
   // The last grant made while nodes in back-off were skipped, and which nodes its token never
   // reached: its release leaves them out (a paused node would otherwise get a new connection
   // per release). A lock has one hold at a time; another token's release asks every node.

@@ -18,7 +18,7 @@ namespace {
 void check_nodes(const std::vector<std::shared_ptr<ClientImpl>>& nodes,
                  const LockOptions& options) {
   if (nodes.empty()) throw std::invalid_argument("redlock: instances must not be empty");
-  if (options.fair && nodes.size() > 1) {
+  if (options.fair.value_or(false) && nodes.size() > 1) {
     throw std::invalid_argument(
         "redlock: options.fair is supported by a single-instance Lock only (a queue on several "
         "independent servers cannot agree on an order)");
@@ -101,7 +101,7 @@ LeaseEngine::LeaseEngine(std::vector<std::shared_ptr<ClientImpl>> nodes, std::st
       ttl_(options.ttl),
       drift_factor_(options.clock_drift_factor),
       fencing_(options.fencing),
-      fair_(options.fair) {
+      fair_(options.fair.value_or(nodes_.size() == 1)) {
   check_nodes(nodes_, options);
   validate_lock_options(key, options);
   for (const auto& node : nodes_) {
@@ -115,13 +115,9 @@ LeaseEngine::LeaseEngine(std::vector<std::shared_ptr<ClientImpl>> nodes, std::st
   keys_.fence = helper_key(keys_.key, ":fence");
   keys_.channel = channel.empty() ? helper_key(keys_.key, ":released") : std::move(channel);
   keys_.grant_channel = keys_.channel + ":" + nodes_[0]->waiter_id();
-  keys_.queue = helper_key(keys_.key, ":queue");
-  keys_.queue_info = helper_key(keys_.key, ":queue:info");
+  keys_.queue = helper_key(keys_.key, ":waiters");
+  keys_.queue_info = helper_key(keys_.key, ":waiters:info");
   ttl_ms_ = std::to_string(ttl_.count());
-  // A waiter refreshes its place at least every 1.5 * retry_delay (the longest jittered wait).
-  queue_alive_ =
-      std::min(kMaxTtl, std::max(options.retry_delay * 5, std::chrono::milliseconds(250)));
-  queue_alive_ms_ = std::to_string(queue_alive_.count());
 }
 
 }  // namespace detail

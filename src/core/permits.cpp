@@ -71,6 +71,7 @@ std::shared_ptr<LeaseBackend> RedisPermits::permit(std::size_t slot) {
   if (!lease) {
     LockOptions slot_options = options_;
     slot_options.fencing = false;  // the semaphore's fence is per key, taken by acquire()
+    slot_options.fair = false;     // a permit's release is announced to the semaphore's waiters
     lease = std::make_shared<LeaseEngine>(std::vector<std::shared_ptr<ClientImpl>>{node_},
                                           keys_.slots[slot - 1], slot_options, keys_.channel);
   }

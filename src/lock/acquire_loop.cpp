@@ -41,7 +41,9 @@ bool AcquireLoop::run() {
   try {
     if (call_ != Call::try_lock && wait_.watch_is_free()) {
       wait_.start_watch(who_.ownership, deadline_);
-      if (wait_.hears_releases() && wait_.behind_others()) return queue_behind();
+      if (!wait_.queues() && wait_.hears_releases() && wait_.behind_others()) {
+        return queue_behind();
+      }
     }
     if (settle(wait_.attempt(wait_.watching() ? Attempt::contended : Attempt::first))) return true;
     if (call_ == Call::try_lock) return false;
@@ -80,12 +82,14 @@ bool AcquireLoop::wait_loop() {
       wait_.leave();
       return unavailable_.give_up();
     }
+    const auto wake_at = next_wake(now);
     const bool woken = [&] {
       const BlockedWait blocked;
-      return wait_.wait_until(next_wake(now));
+      return wait_.wait_until(wake_at);
     }();
     if (who_.ownership.cancelled()) continue;
     if (take_hand_over()) return true;
+    if (!woken && took_notice() && SteadyClock::now() < wake_at) continue;  // moved up: sleep on
     if (woken && event_) observe_wake(WakeKind::released);
     if (woken) yield_to_elders();
     const unsigned refused = refused_;
@@ -98,6 +102,7 @@ bool AcquireLoop::wait_loop() {
 // nor past the deadline. A wait that hears releases sleeps until the lease end (a release wakes
 // it sooner); retry_delay only when the lease end is unknown.
 SteadyClock::time_point AcquireLoop::next_wake(SteadyClock::time_point now) const {
+  if (watcher_ != 0 && wait_.hears_releases()) return turn_wake(now);
   auto wait = jittered(std::chrono::nanoseconds(who_.options.retry_delay));
   if (holder_pttl_.count() >= 0) {
     const auto lease_end = std::chrono::nanoseconds(holder_pttl_ + std::chrono::milliseconds(1));
@@ -107,9 +112,30 @@ SteadyClock::time_point AcquireLoop::next_wake(SteadyClock::time_point now) cons
   return deadline_ == kNoDeadline ? until : std::min(until, deadline_);
 }
 
+// A queued fair waiter's wake: the first two in the server's queue watch the holder's lease (an
+// expiry announces nothing) and advance the queue when it ends, the second one a hand-over
+// later (in case the first is gone too); the others sleep until a hand-over or a notice that
+// they moved up, with no command meanwhile.
+SteadyClock::time_point AcquireLoop::turn_wake(SteadyClock::time_point now) const {
+  if (watcher_ > 2 || holder_pttl_.count() < 0) return deadline_;
+  SteadyClock::duration wait = holder_pttl_ + std::chrono::milliseconds(1);
+  if (watcher_ == 2) wait += std::chrono::milliseconds(250) + 4 * answer_time(round_trip_);
+  return deadline_ == kNoDeadline ? now + wait : std::min(now + wait, deadline_);
+}
+
+bool AcquireLoop::took_notice() {
+  unsigned position = 0;
+  std::chrono::milliseconds pttl{-1};
+  if (!wait_.take_notice(position, pttl)) return false;
+  watcher_ = static_cast<unsigned char>(position);
+  holder_pttl_ = pttl;
+  return true;
+}
+
 // Applies one attempt's outcome: a failure goes to the unavailability rule, a grant is taken.
 bool AcquireLoop::settle(Try attempt) {
   holder_pttl_ = attempt.result.holder_pttl;
+  watcher_ = attempt.result.watcher;
   round_trip_ = SteadyClock::now() - attempt.sent;
   if (event_) {
     ++event_->attempts;

@@ -77,6 +77,8 @@ class AcquireLoop {
   bool take_hand_over();
   void observe_wake(WakeKind kind) const noexcept;
   SteadyClock::time_point next_wake(SteadyClock::time_point now) const;
+  SteadyClock::time_point turn_wake(SteadyClock::time_point now) const;
+  bool took_notice();
   void yield_to_elders() const;
 
   const Waiter& who_;
@@ -86,6 +88,7 @@ class AcquireLoop {
   const SteadyClock::time_point deadline_;
   Unavailability unavailable_;
   std::chrono::milliseconds holder_pttl_{-1};  // from the last attempt (-1: unknown)
+  unsigned char watcher_{0};  // fair mode: the place in the server's queue (AcquireResult)
   AcquireEvent* const event_;
   // Elder-first wake order (yield_to_elders): attempts the servers refused in this call, and
   // whether other processes are known to wait for the lock too.

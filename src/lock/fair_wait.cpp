@@ -70,6 +70,10 @@ bool FairWait::watch_is_free() const noexcept {
   return wake_ == FairWake::releases && backend_.watch_live();
 }
 
+bool FairWait::hears_releases() const noexcept {
+  return wake_ == FairWake::releases && watching() && backend_.watch_live();
+}
+
 std::unique_ptr<ReleaseWatch> FairWait::make_watch(SteadyClock::time_point deadline) {
   if (wake_ == FairWake::timer) return make_timer_watch();
   return backend_.watch(deadline, sha1_hex(token_));  // hand-overs name the token's SHA1

@@ -1,7 +1,8 @@
 // src/lock/fair_wait.hpp: fair mode's wait strategy, the one place fair waiting lives: one token
 // is the waiter's place in the server's queue for the whole wait (unless an attempt of it may
-// still be undone: see below), attempts refresh it, a release
-// hands the lock over without a round trip, and a waiter that gives up leaves the queue.
+// still be undone: see below), nothing refreshes it (the waiter's subscription is its liveness),
+// a release hands the lock over without a round trip, the first two waiters watch the holder's
+// lease (AcquireLoop::turn_wake), and a waiter that gives up leaves the queue.
 #ifndef REDLOCK_SRC_LOCK_FAIR_WAIT_HPP
 #define REDLOCK_SRC_LOCK_FAIR_WAIT_HPP
 
@@ -35,6 +36,10 @@ class FairWait final : public WaitStrategy {
   bool hand_over(Try& out) override;
   void leave() noexcept override;
   bool watch_is_free() const noexcept override;
+  // Subscribed for hand-overs on every node: the wait sleeps until a hand-over, a notice, or
+  // (a watcher) the holder's lease end, with no periodic attempt.
+  bool hears_releases() const noexcept override;
+  bool queues() const noexcept override { return true; }
 
  protected:
   std::unique_ptr<ReleaseWatch> make_watch(SteadyClock::time_point deadline) override;

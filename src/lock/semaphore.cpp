@@ -44,7 +44,7 @@ LockOptions validated(std::size_t limit, const std::string& key, LockOptions opt
         "limit slot keys); use a shorter key or a smaller limit",
         key.size(), limit));
   }
-  if (options.fair) {
+  if (options.fair.value_or(false)) {
     throw std::invalid_argument("redlock: options.fair is not supported by Semaphore");
   }
   if ((options.auto_renew || options.on_lost) && !options.watchdog) {

@@ -51,6 +51,9 @@ class WaitStrategy {
   // every node): it then retries only when woken or when the holder's lease would end, not every
   // retry_delay.
   virtual bool hears_releases() const noexcept { return false; }
+  // True if the wait holds a place in the server's queue (fair mode): its attempts join it, so
+  // it never skips one to wait behind this process's other waiters.
+  virtual bool queues() const noexcept { return false; }
 
   // Starts watching for releases, registered with `ownership` so that cancel_waits() wakes it;
   // subscription confirmations are awaited at most until `deadline`. Attempts made after it
@@ -59,9 +62,13 @@ class WaitStrategy {
   bool watching() const noexcept { return watch_ != nullptr; }
   // True if this process's earlier waiters for the lock are woken first (ReleaseWatch).
   bool behind_others() const noexcept { return watch_ && watch_->behind_others(); }
-  // Sleeps until a release is announced, cancel_waits(), or `until`. start_watch() first.
-  // Returns true if woken before `until`.
+  // Sleeps until a release is announced, cancel_waits(), a notice, or `until`. start_watch()
+  // first. Returns true if woken before `until` (a notice alone does not count: take_notice).
   bool wait_until(SteadyClock::time_point until) { return watch_->wait_until(until); }
+  // Fair mode: a notice that this waiter moved up in the server's queue (ReleaseWatch).
+  bool take_notice(unsigned& position, std::chrono::milliseconds& pttl) noexcept {
+    return watch_ && watch_->take_notice(position, pttl);
+  }
 
  protected:
   virtual std::unique_ptr<ReleaseWatch> make_watch(SteadyClock::time_point deadline) = 0;

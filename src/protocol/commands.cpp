@@ -32,7 +32,7 @@ void build_acquire_fenced(AcquireCommand& c, const LockKeys& keys, std::string_v
 void build_fair_acquire(AcquireCommand& c, const LockKeys& keys, std::string_view token,
                         const FairAttempt& attempt) noexcept {
   fair_keys(c.evalsha(Scripts::get().fair_acquire), keys);
-  c.arg(token).arg(attempt.ttl_ms).arg(attempt.join).arg(attempt.alive_ms).arg(attempt.seq);
+  c.arg(token).arg(attempt.ttl_ms).arg(attempt.spublish).arg(attempt.join).arg(attempt.seq);
   c.arg(attempt.fenced).arg(keys.grant_channel);
 }
 

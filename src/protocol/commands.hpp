@@ -43,8 +43,8 @@ class Command {
 struct LockKeys {
   std::string key;
   std::string fence;          // key + ":fence"
-  std::string queue;          // fair mode: key + ":queue"
-  std::string queue_info;     // fair mode: key + ":queue:info"
+  std::string queue;          // fair mode: key + ":waiters"
+  std::string queue_info;     // fair mode: key + ":waiters:info"
   std::string channel;        // key + ":released"
   std::string grant_channel;  // fair mode: channel + ":" + the Client's waiter_id
 };
@@ -52,8 +52,8 @@ struct LockKeys {
 // Fair mode: an acquire attempt's parameters beyond the token.
 struct FairAttempt {
   std::string_view ttl_ms;
-  std::string_view join;  // "1": queue (or refresh the place) when refused
-  std::string_view alive_ms;
+  std::string_view join;      // "1": queue (or update the place's info) when refused
+  std::string_view spublish;  // publish_flag() of the node it is sent to
   std::string_view seq;
   std::string_view fenced;  // "1" with fencing
 };

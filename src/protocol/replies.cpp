@@ -16,11 +16,13 @@ bool is_integer(const redisReply* reply) noexcept {
   return reply != nullptr && reply->type == REDIS_REPLY_INTEGER;
 }
 
-// {1, fence} or {0, pttl}; a fence is a counter value (0: the script issued none).
+// {1, fence} or {0, pttl} (fair mode: {0, pttl, position}); a fence is a counter value (0: the
+// script issued none).
 AcquireReply read_script_reply(const redisReply* reply) noexcept {
   AcquireReply out;
-  if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 || reply->element == nullptr ||
-      !is_integer(reply->element[0]) || !is_integer(reply->element[1])) {
+  if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 || reply->elements > 3 ||
+      reply->element == nullptr || !is_integer(reply->element[0]) ||
+      !is_integer(reply->element[1]) || (reply->elements == 3 && !is_integer(reply->element[2]))) {
     out.problem = AcquireReply::Problem::unexpected;
     return out;
   }
@@ -32,6 +34,8 @@ AcquireReply read_script_reply(const redisReply* reply) noexcept {
   } else if (flag == 0) {
     out.answer = Answer::refused;
     out.holder_pttl = value;
+    const long long position = reply->elements == 3 ? reply->element[2]->integer : 0;
+    if (position >= 1 && position <= 3) out.position = static_cast<unsigned char>(position);
   } else {
     out.problem = AcquireReply::Problem::unexpected;
   }

@@ -29,6 +29,9 @@ struct AcquireReply {
   Answer answer{Answer::failed};
   std::uint64_t fence{0};
   long long holder_pttl{-1};
+  // Fair mode, refused: 1 the head of the queue, 2 the next waiter (both watch the holder's
+  // lease), 3 further back, 0 not queued.
+  unsigned char position{0};
   Problem problem{Problem::none};
 };
 // `reply` answers the acquire command sent in `dialect`; `pttl` the pipelined PTTL, or null.

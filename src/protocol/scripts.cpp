@@ -42,13 +42,79 @@ local current = tonumber(redis.call('get', KEYS[2]) or '0')
 if current < tonumber(ARGV[2]) then redis.call('set', KEYS[2], ARGV[2]) end
 return 1)";
 
-// Fair mode. Server time, not client time, decides whether a queued waiter is still alive (every
-// client then judges by one clock). Dead waiters ahead of the caller are dropped from the queue.
-// Uncontended (no queue, the key free: a queue's list and info leave together) it is two calls,
-// EXISTS and SET NX: no GET, no clock read, no queue walk. Past that, the key is held or the
-// queue is not empty (the script is atomic), so the head of a live queue is never jumped.
-const char kFairAcquireLua[] = R"(if redis.replicate_commands then redis.replicate_commands() end
-local function fence(incr)
+// Fair mode: the server's FIFO of waiters (KEYS[2], a list of tokens in arrival order; KEYS[3],
+// a hash token -> "<ttl ms>:<seq>:<fenced 0/1>:<channel>"), shared by both fair scripts, whose
+// ARGV[3] is the SPUBLISH flag. Liveness needs no heartbeat: a waiter's channel is its process's
+// own (one per Client), so PUBLISH returning 0 receivers means that process is gone (its
+// subscription went with its socket); the entry is dropped and the next one tried. A waiter
+// that gave up deletes only its hash field (lazy: its list entry is skipped when popped), so
+// no O(N) LREM runs. The first two live waiters ("watchers") are told the holder's lease: they
+// sleep until it ends and then advance the queue (an expiry announces nothing), the second one
+// later, in case the first died too. No script reads TIME.
+#define REDLOCK_FAIR_QUEUE_LUA                                                                     \
+  "local function notify_watchers(pttl)\n"                                                         \
+  "  local pos = 0\n"                                                                              \
+  "  while pos < 2 do\n"                                                                           \
+  "    local w = redis.call('lindex', KEYS[2], pos)\n"                                             \
+  "    if not w then return end\n"                                                                 \
+  "    local info = redis.call('hget', KEYS[3], w)\n"                                              \
+  "    local heard = 0\n"                                                                          \
+  "    if info then\n"                                                                             \
+  "      local channel = string.match(info, '^%d+:%d+:[01]:(.*)$')\n"                              \
+  "      if channel then\n"                                                                        \
+  "        heard = publish(channel, 'head:' .. (pos + 1) .. ':' .. pttl .. ':' ..\n"               \
+  "                        redis.sha1hex(w))\n"                                                    \
+  "      end\n"                                                                                    \
+  "    end\n"                                                                                      \
+  "    if heard > 0 then\n"                                                                        \
+  "      pos = pos + 1\n"                                                                          \
+  "    else\n"                                                                                     \
+  "      if info then redis.call('hdel', KEYS[3], w) end\n"                                        \
+  "      if pos == 0 then\n"                                                                       \
+  "        redis.call('lpop', KEYS[2])\n"                                                          \
+  "      else\n"                                                                                   \
+  "        local head = redis.call('lpop', KEYS[2])\n"                                             \
+  "        redis.call('lpop', KEYS[2])\n"                                                          \
+  "        redis.call('lpush', KEYS[2], head)\n"                                                   \
+  "      end\n"                                                                                    \
+  "    end\n"                                                                                      \
+  "  end\n"                                                                                        \
+  "end\n"                                                                                          \
+  "local function hand_over(self)\n"                                                               \
+  "  local fence = nil\n"                                                                          \
+  "  while true do\n"                                                                              \
+  "    local w = redis.call('lpop', KEYS[2])\n"                                                    \
+  "    if not w then break end\n"                                                                  \
+  "    local info = redis.call('hget', KEYS[3], w)\n"                                              \
+  "    if info then\n"                                                                             \
+  "      redis.call('hdel', KEYS[3], w)\n"                                                         \
+  "      if w == self then return w end\n"                                                         \
+  "      local ttl, seq, fenced, channel = string.match(info, '^(%d+):(%d+):([01]):(.*)$')\n"      \
+  "      if ttl then\n"                                                                            \
+  "        redis.call('set', KEYS[1], w, 'PX', ttl)\n"                                             \
+  "        if fenced == '1' and not fence then\n"                                                  \
+  "          redis.call('incr', KEYS[4])\n"                                                        \
+  "          fence = redis.call('get', KEYS[4])\n"                                                 \
+  "        end\n"                                                                                  \
+  "        local f = '0'\n"                                                                        \
+  "        if fenced == '1' then f = fence end\n"                                                  \
+  "        if publish(channel, 'grant:' .. seq .. ':' .. f .. ':' .. redis.sha1hex(w)) > 0 then\n" \
+  "          notify_watchers(ttl)\n"                                                               \
+  "          return w\n"                                                                           \
+  "        end\n"                                                                                  \
+  "      end\n"                                                                                    \
+  "    end\n"                                                                                      \
+  "  end\n"                                                                                        \
+  "  redis.call('del', KEYS[1])\n"                                                                 \
+  "  return false\n"                                                                               \
+  "end\n"
+
+// Uncontended (no queue, the key free) it is two calls, EXISTS and SET NX. A free key with a
+// queue (a lease that lapsed, a head that left) is never barged: the caller advances the queue
+// and takes the key only if it is the live head or nobody live is ahead of it.
+const char kFairAcquireLua[] =
+    "if redis.replicate_commands then redis.replicate_commands() end\n" REDLOCK_PUBLISH_LUA
+        REDLOCK_FAIR_QUEUE_LUA R"(local function fence(incr)
   if ARGV[6] ~= '1' then return 0 end
   if incr then return redis.call('incr', KEYS[4]) end
   return tonumber(redis.call('get', KEYS[4]) or '0')
@@ -60,81 +126,52 @@ end
 local holder = redis.call('get', KEYS[1])
 if holder == ARGV[1] then
   redis.call('pexpire', KEYS[1], ARGV[2])
-  redis.call('lrem', KEYS[2], 0, ARGV[1])
   redis.call('hdel', KEYS[3], ARGV[1])
   return {1, fence(false)}
 end
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local head = redis.call('lindex', KEYS[2], 0)
-while head and head ~= ARGV[1] do
-  local info = redis.call('hget', KEYS[3], head)
-  local alive = info and tonumber(string.match(info, '^(%d+):'))
-  if alive and alive >= now then break end
-  redis.call('lpop', KEYS[2])
-  redis.call('hdel', KEYS[3], head)
-  head = redis.call('lindex', KEYS[2], 0)
-end
-if not holder and (not head or head == ARGV[1]) then
-  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  if head then redis.call('lpop', KEYS[2]) end
-  redis.call('hdel', KEYS[3], ARGV[1])
-  return {1, fence(true)}
-end
-if ARGV[3] == '1' then
-  local alive = tonumber(ARGV[4])
-  -- Concatenated, never %s: Lua 5.1's format cuts a string at its first NUL (keys are binary).
-  local info = string.format('%.0f', now + alive) .. ':' .. ARGV[2] .. ':' .. ARGV[5] .. ':' ..
-    ARGV[6] .. ':' .. ARGV[7]
-  if redis.call('hset', KEYS[3], ARGV[1], info) == 1 then
-    redis.call('lrem', KEYS[2], 0, ARGV[1])
-    redis.call('rpush', KEYS[2], ARGV[1])
+if not holder then
+  local got = hand_over(ARGV[1])
+  if not got or got == ARGV[1] then
+    redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    notify_watchers(ARGV[2])
+    return {1, fence(true)}
   end
-  -- One expiry for both keys (so they never outlive each other): outlasts every live place.
-  local keep = math.max(2 * alive, redis.call('pttl', KEYS[2]), redis.call('pttl', KEYS[3]))
-  redis.call('pexpire', KEYS[2], keep)
-  redis.call('pexpire', KEYS[3], keep)
 end
-local pttl = -2
-if holder then pttl = redis.call('pttl', KEYS[1]) end
-return {0, pttl})";
+local position = 0
+if ARGV[4] == '1' then
+  -- Concatenated, never %s: Lua 5.1's format cuts a string at its first NUL (keys are binary).
+  local info = ARGV[2] .. ':' .. ARGV[5] .. ':' .. ARGV[6] .. ':' .. ARGV[7]
+  if redis.call('hset', KEYS[3], ARGV[1], info) == 1 then
+    position = math.min(redis.call('rpush', KEYS[2], ARGV[1]), 3)
+  elseif redis.call('lindex', KEYS[2], 0) == ARGV[1] then
+    position = 1
+  elseif redis.call('lindex', KEYS[2], 1) == ARGV[1] then
+    position = 2
+  else
+    position = 3
+  end
+end
+return {0, redis.call('pttl', KEYS[1]), position})";
 
-// Nobody queued (the common case): a plain compare-and-delete and the announcement. The holder
-// has no place of its own in the queue (a grant removes it).
+// The holder's release hands the lock to the oldest live waiter, or (nobody live queued)
+// deletes it and announces the release. Anyone else's call is a waiter leaving the queue.
 const char kFairReleaseLua[] =
-    REDLOCK_PUBLISH_LUA R"(if redis.replicate_commands then redis.replicate_commands() end
-if redis.call('get', KEYS[1]) ~= ARGV[1] then
-  redis.call('lrem', KEYS[2], 0, ARGV[1])
-  redis.call('hdel', KEYS[3], ARGV[1])
-  return 0
-end
-if redis.call('exists', KEYS[2]) == 0 then
-  redis.call('del', KEYS[1])
-  return 1 + publish(ARGV[2], ARGV[1])
-end
-redis.call('lrem', KEYS[2], 0, ARGV[1])
-redis.call('hdel', KEYS[3], ARGV[1])
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-while true do
-  local waiter = redis.call('lpop', KEYS[2])
-  if not waiter then break end
-  local info = redis.call('hget', KEYS[3], waiter)
-  redis.call('hdel', KEYS[3], waiter)
-  if info then
-    local alive, ttl, seq, fenced, channel = string.match(info, '^(%d+):(%d+):(%d+):([01]):(.+)$')
-    if alive and tonumber(alive) >= now then
-      redis.call('set', KEYS[1], waiter, 'PX', ttl)
-      local fence = '0'
-      if fenced == '1' then
-        redis.call('incr', KEYS[4])
-        fence = redis.call('get', KEYS[4])  -- a string: a Lua number would print as 1e+14
-      end
-      publish(channel, 'grant:' .. seq .. ':' .. fence .. ':' .. redis.sha1hex(waiter))
-      return 1
+    "if redis.replicate_commands then redis.replicate_commands() end\n" REDLOCK_PUBLISH_LUA
+        REDLOCK_FAIR_QUEUE_LUA R"(if redis.call('get', KEYS[1]) ~= ARGV[1] then
+  if redis.call('hdel', KEYS[3], ARGV[1]) == 1 then
+    local pttl = redis.call('pttl', KEYS[1])
+    if pttl == -2 then
+      hand_over(false)
+    elseif redis.call('hlen', KEYS[3]) == 0 then
+      redis.call('del', KEYS[2])  -- nobody waits: what is left is entries that left
+    elseif redis.call('lindex', KEYS[2], 0) == ARGV[1] or
+        redis.call('lindex', KEYS[2], 1) == ARGV[1] then
+      notify_watchers(pttl)
     end
   end
+  return 0
 end
+if redis.call('exists', KEYS[2]) == 1 and hand_over(false) then return 1 end
 redis.call('del', KEYS[1])
 return 1 + publish(ARGV[2], ARGV[1]))";
 

@@ -41,22 +41,24 @@ struct Scripts {
   Script raise_fence;
   // KEYS[1] lock key; ARGV[1] token. Compare-and-delete without publishing. Returns 1 or 0.
   Script undo;
-  // Fair mode. KEYS[1] lock key, KEYS[2] queue (list of tokens), KEYS[3] queue info (hash:
-  // token -> "alive_until_ms:ttl_ms:seq:fenced:grant channel"), KEYS[4] fence counter. ARGV[1]
-  // token, ARGV[2] ttl ms, ARGV[3] "1" to queue (or refresh the place in the queue) when
-  // refused, ARGV[4] how long the place stays without a refresh (ms), ARGV[5] attempt sequence
-  // number, ARGV[6] "1" with fencing, ARGV[7] the channel to announce a hand-over on. Takes the
-  // lock if it is free and nobody live is queued ahead; a key already holding the token (a
-  // hand-over whose message was missed) is re-armed to the full ttl. Returns {1, fence (0 without
-  // fencing)} or {0, pttl of the holder}.
+  // Fair mode (the FIFO is described in scripts.cpp). KEYS[1] lock key, KEYS[2] queue (list of
+  // tokens), KEYS[3] queue info (hash: token -> "ttl_ms:seq:fenced:grant channel"), KEYS[4] fence
+  // counter. ARGV[1] token, ARGV[2] ttl ms, ARGV[3] the SPUBLISH flag, ARGV[4] "1" to join the
+  // queue when refused (or update the place's info), ARGV[5] attempt sequence number, ARGV[6]
+  // "1" with fencing, ARGV[7] the channel to hand the lock over on (this process's own). Takes
+  // the lock if it is free and nobody live is queued ahead; a key already holding the token (a
+  // hand-over whose message was missed or came too late to trust) is re-armed to the full ttl.
+  // Returns {1, fence (0 without fencing)} or {0, pttl of the holder, position}: position 1 for
+  // the head of the queue, 2 for the next one (both watch the holder's lease), 3 further back,
+  // 0 not queued (ARGV[4] not "1").
   Script fair_acquire;
   // Fair mode. KEYS as fair_acquire; ARGV[1] token, ARGV[2] release channel, ARGV[3] the
-  // SPUBLISH flag (for the hand-over's message too). Leaves the queue;
-  // then, if the key holds the token, hands it to the first live queued waiter (SET PX its ttl,
-  // publish "grant:<seq>:<fence>:<sha1 of token>" on that waiter's grant channel) or deletes it
-  // and publishes the token on ARGV[2]. Returns 0 if it was not ours, 1 if handed over, 1 + the
-  // number of subscribers if deleted. The message names the waiter by SHA1(token): a live holder's
-  // token is never published.
+  // SPUBLISH flag. If the key holds the token: hands it to the first live queued waiter (SET PX
+  // its ttl, publish "grant:<seq>:<fence>:<sha1 of token>" on that waiter's channel, and tell the
+  // next two waiters "head:<position>:<pttl>:<sha1>") or deletes it and publishes the token on
+  // ARGV[2]. Otherwise the waiter leaves the queue. Returns 0 if it was not ours, 1 if handed
+  // over, 1 + the number of subscribers if deleted. Messages name a waiter by SHA1(token): a
+  // live holder's token is never published.
   Script fair_release;
   static const Scripts& get();
 };

@@ -24,6 +24,9 @@ class SlotWatch : public ReleaseWatch {
   bool take_grant(std::uint64_t& seq, std::uint64_t& fence) noexcept override {
     return slot_.take_grant(seq, fence);
   }
+  bool take_notice(unsigned& position, std::chrono::milliseconds& pttl) noexcept override {
+    return slot_.take_notice(position, pttl);
+  }
   void wake() noexcept override { slot_.notify(); }
   void retoken(std::string token_sha1) noexcept override { slot_.retoken(std::move(token_sha1)); }
 

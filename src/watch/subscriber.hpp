@@ -68,6 +68,15 @@ class WakeSlot {
   // Fair mode: the server handed the lock to the token whose SHA1 is `named`
   // ("grant:<seq>:<fence>:<sha1>"); kept if that is this slot's token. Any thread.
   void offer_grant(std::string_view named, std::uint64_t seq, std::uint64_t fence) noexcept;
+  // Fair mode: the server told the token whose SHA1 is `named` that it is at `position` (1 the
+  // head, 2 the next) of the queue and that the holder's lease ends in `pttl_ms`
+  // ("head:<position>:<pttl>:<sha1>"); kept if that is this slot's token. Ends a wait (ready())
+  // without counting as a wake-up (wait_until and take() return false for it). Any thread.
+  void offer_notice(std::string_view named, std::uint64_t position, std::uint64_t pttl_ms) noexcept;
+  // Consumes a notice, if one arrived. Any thread.
+  bool take_notice(unsigned& position, std::chrono::milliseconds& pttl) noexcept;
+  // True if a wake-up, a hand-over or a notice waits to be consumed. Any thread.
+  bool ready() noexcept;
   // Fair mode: the waiter queues with another token from now on (SHA1 hex); a hand-over to the
   // old one that was not taken yet is dropped. Any thread.
   void retoken(std::string token_sha1) noexcept;
@@ -103,7 +112,10 @@ class WakeSlot {
   bool notified_{false};
   bool waited_{false};
   bool granted_{false};
+  bool noticed_{false};
   bool relocate_{false};
+  unsigned notice_position_{0};
+  std::uint64_t notice_pttl_{0};
   std::uint64_t grant_seq_{0};
   std::uint64_t grant_fence_{0};
   int interrupt_fd_{-1};  // guarded by mutex_; written (under it) when notified
@@ -115,6 +127,10 @@ class WakeSlot {
 // not one.
 bool parse_grant(std::string_view payload, std::uint64_t& seq, std::uint64_t& fence,
                  std::string_view& token_sha1) noexcept;
+// A watcher's notice ("head:<position>:<pttl ms>:<sha1 of token>"), parsed. False if `payload`
+// is not one.
+bool parse_notice(std::string_view payload, std::uint64_t& position, std::uint64_t& pttl_ms,
+                  std::string_view& token_sha1) noexcept;
 
 struct SubscriberStats {
   std::uint64_t messages{0};

@@ -98,7 +98,7 @@ std::optional<bool> Subscriber::wait_lent(WakeSlot& slot, std::size_t registrati
   char reason[kReasonSize];
   const char* failure = nullptr;
   bool recalled = false;
-  while (failure == nullptr && !recalled && !slot.pending() && SteadyClock::now() < until) {
+  while (failure == nullptr && !recalled && !slot.ready() && SteadyClock::now() < until) {
     const Ready ready = await(*connection, event_fd_, until);
     if (ready.failed) failure = copy_reason("poll failed", reason);
     if (ready.data) failure = read_lent(*connection, slot, reason);
@@ -110,7 +110,7 @@ std::optional<bool> Subscriber::wait_lent(WakeSlot& slot, std::size_t registrati
     std::lock_guard<std::mutex> guard(mutex_);
     give_back(slot, failure);
   }
-  if (failure != nullptr || (recalled && !slot.pending() && SteadyClock::now() < until)) {
+  if (failure != nullptr || (recalled && !slot.ready() && SteadyClock::now() < until)) {
     return std::nullopt;  // the rest of the wait on the slot
   }
   return slot.take();

@@ -112,7 +112,11 @@ void Subscriber::orphan_all() noexcept {
 void Subscriber::on_message(Channel& channel, std::string_view payload) {
   std::uint64_t seq = 0;
   std::uint64_t fence = 0;
-  std::string_view named;  // SHA1 of the waiter's token
+  std::string_view named;                          // SHA1 of the waiter's token
+  if (parse_notice(payload, seq, fence, named)) {  // (position, pttl): for one waiter only
+    for (WakeSlot* slot : channel.waiters) slot->offer_notice(named, seq, fence);
+    return;
+  }
   if (!parse_grant(payload, seq, fence, named)) {
     wake_one(channel);
     return;

@@ -45,10 +45,38 @@ void WakeSlot::offer_grant(std::string_view named, std::uint64_t seq,
   cv_.notify_all();
 }
 
+void WakeSlot::offer_notice(std::string_view named, std::uint64_t position,
+                            std::uint64_t pttl_ms) noexcept {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (token_sha1_.empty() || token_sha1_ != named) return;
+    noticed_ = true;
+    notice_position_ = static_cast<unsigned>(position);
+    notice_pttl_ = pttl_ms;
+    interrupt();
+  }
+  cv_.notify_all();
+}
+
+bool WakeSlot::take_notice(unsigned& position, std::chrono::milliseconds& pttl) noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (!noticed_) return false;
+  noticed_ = false;
+  position = notice_position_;
+  pttl = std::chrono::milliseconds(static_cast<std::chrono::milliseconds::rep>(notice_pttl_));
+  return true;
+}
+
+bool WakeSlot::ready() noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return notified_ || noticed_;
+}
+
 void WakeSlot::retoken(std::string token_sha1) noexcept {
   std::lock_guard<std::mutex> guard(mutex_);
   token_sha1_.swap(token_sha1);  // the old string is freed outside the lock
   granted_ = false;
+  noticed_ = false;
 }
 
 bool WakeSlot::take_grant(std::uint64_t& seq, std::uint64_t& fence) noexcept {
@@ -87,6 +115,18 @@ bool parse_grant(std::string_view payload, std::uint64_t& seq, std::uint64_t& fe
   }
   token_sha1 = payload;
   return true;
+}
+
+bool parse_notice(std::string_view payload, std::uint64_t& position, std::uint64_t& pttl_ms,
+                  std::string_view& token_sha1) noexcept {
+  constexpr std::string_view kPrefix = "head:";
+  if (payload.substr(0, kPrefix.size()) != kPrefix) return false;
+  payload.remove_prefix(kPrefix.size());
+  if (!parse_number(payload, position) || !parse_number(payload, pttl_ms) || payload.empty()) {
+    return false;
+  }
+  token_sha1 = payload;
+  return position == 1 || position == 2;
 }
 
 void WakeSlot::relocate() noexcept {
@@ -131,7 +171,7 @@ bool WakeSlot::take() noexcept {
 bool WakeSlot::wait_until(std::chrono::steady_clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
   waited_ = true;
-  cv_.wait_until(lock, deadline, [this] { return notified_; });
+  cv_.wait_until(lock, deadline, [this] { return notified_ || noticed_; });
   const bool was = notified_;
   notified_ = false;
   return was;

@@ -329,7 +329,9 @@ int run_controller(const Options& o) {
   if (o.auto_renew) {
     info.notes.emplace_back("auto_renew on: windows end at the last renewed deadline");
   }
-  if (o.fair) info.notes.emplace_back("fair mode: waiters queue; releases hand the lock over");
+  if (o.fair > 0 || (o.fair == 0 && o.mode == Mode::lock)) {
+    info.notes.emplace_back("fair mode: waiters queue; a release hands the lock to one of them");
+  }
   if (o.mode == Mode::zookeeper) {
     info.notes.emplace_back(
         "zookeeper: one server (tick 200 ms), session timeout 2 s; the faults are SIGSTOP of "

@@ -37,7 +37,7 @@ struct Options {
   bool auto_renew{false};
   int retry_delay_ms{20};
   int wake_on_release{2};    // 1 every thread, 0 none, 2 even-numbered threads (see worker.hpp)
-  bool fair{false};          // LockOptions::fair (lock mode only)
+  int fair{0};               // LockOptions::fair: 1 on, -1 off, 0 the default (lock: on)
   bool kill_clients{false};  // kill -9 a worker every 3-6 s and start a new one in its place
   int wait_replicas{0};      // sentinel mode: Endpoint::wait_replicas of every worker
   // Where the servers keep their directories (AOF). Empty: /dev/shm if writable, else $TMPDIR.

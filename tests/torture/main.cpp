@@ -63,6 +63,7 @@ options:
   --wake all|none|half    which threads use LockOptions::wake_on_release (default half: the
                           even-numbered ones; the others only poll every retry delay)
   --fair                  LockOptions::fair for every thread (--mode lock or postgres)
+  --no-fair               LockOptions::fair = false (lock mode's default is fair)
   --auto-renew            hold with LockOptions::auto_renew (long holds then last up to 2 ttl)
   --kill-clients          kill -9 a worker process every 3-6 s and start a new one in its place
                           (its open hold ends at its death; it must not let anyone in early,
@@ -125,7 +126,9 @@ int main(int argc, char** argv) {
     } else if (a == "--auto-renew") {
       o.auto_renew = true;
     } else if (a == "--fair") {
-      o.fair = true;
+      o.fair = 1;
+    } else if (a == "--no-fair") {
+      o.fair = -1;
     } else if (a == "--kill-clients") {
       o.kill_clients = true;
     } else if (a == "--wake") {
@@ -210,7 +213,7 @@ int main(int argc, char** argv) {
   if (o.mode != redlock::torture::Mode::redlock && o.unsafe != redlock::torture::Unsafe::none) {
     return usage_error("--unsafe needs --mode redlock (it breaks a majority of five nodes)");
   }
-  if (o.fair && o.mode != redlock::torture::Mode::lock &&
+  if (o.fair > 0 && o.mode != redlock::torture::Mode::lock &&
       o.mode != redlock::torture::Mode::postgres) {
     return usage_error(
         "--fair needs --mode lock or postgres (fair mode is for a single instance or database)");

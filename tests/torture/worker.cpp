@@ -211,7 +211,7 @@ class WorkerThread {
         config.wake_on_release == 1 || (config.wake_on_release == 2 && thread % 2 == 0);
     options.fencing = true;
     options.auto_renew = config.auto_renew;
-    options.fair = config.fair;
+    if (config.fair != 0) options.fair = config.fair > 0;  // 0: the lock's default
     if (pg != nullptr) {
       pg_.emplace(*pg, kLockKey, options);
     } else if (config.mode == Mode::zookeeper) {
@@ -389,7 +389,7 @@ std::vector<std::string> WorkerConfig::to_args() const {
   add("--auto-renew", auto_renew ? "1" : "0");
   add("--retry-delay", std::to_string(retry_delay_ms));
   add("--wake-on-release", std::to_string(wake_on_release));
-  add("--fair", fair ? "1" : "0");
+  add("--fair", std::to_string(fair));
   add("--parent", std::to_string(parent));
   add("--wait-replicas", std::to_string(wait_replicas));
   if (!node_ports.empty()) add("--nodes", join_ports(node_ports));
@@ -445,7 +445,7 @@ WorkerConfig parse_worker_args(const std::vector<std::string>& args) {
     } else if (name == "--wake-on-release") {
       c.wake_on_release = static_cast<int>(to_int64(name, value));
     } else if (name == "--fair") {
-      c.fair = to_int64(name, value) != 0;
+      c.fair = static_cast<int>(to_int64(name, value));
     } else if (name == "--parent") {
       c.parent = static_cast<pid_t>(to_int64(name, value));
     } else if (name == "--sentinel") {

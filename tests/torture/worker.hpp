@@ -48,7 +48,7 @@ struct WorkerConfig {
   bool auto_renew{false};       // LockOptions::auto_renew
   int retry_delay_ms{20};       // LockOptions::retry_delay
   int wake_on_release{2};       // LockOptions::wake_on_release: 1 all, 0 none, 2 even threads
-  bool fair{false};             // LockOptions::fair
+  int fair{0};                  // LockOptions::fair: 1 on, -1 off, 0 the lock's default
   std::string sentinel_uri;     // sentinel (cluster) mode: the redis-sentinel:// (redis-cluster://)
                                 // URI (node_ports unused)
   int wait_replicas{0};         // sentinel mode: Endpoint::wait_replicas

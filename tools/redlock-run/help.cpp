@@ -46,7 +46,7 @@ Servers (one is a plain lock; several form a Redlock, held when N/2+1 of them gr
 Lock:
   --key KEY             Name of the lock (the Redis key); the command gets REDLOCK_KEY.
                         Also used: {KEY}:fence (--fencing), KEY:holder (host, pid and command
-                        of the holder, for --status) and, with --fair, {KEY}:queue*.
+                        of the holder, for --status) and, with --fair, {KEY}:waiters*.
   --ttl DURATION        Lease on the server (default 30s, at least 100ms), renewed about
                         every ttl/3. If this host dies, the lock frees itself within a ttl.
   -w, --wait DURATION   Give up after this long if the lock is held elsewhere (exit 75).
@@ -59,7 +59,8 @@ Lock:
                         Exit N (0-255) instead of 75 when the lock is held elsewhere.
   --fencing             Issue a fencing token (a counter in {KEY}:fence that grows with every
                         hold); the command gets it as REDLOCK_FENCE.
-  --fair                First come, first served among waiters (one server only).
+  --fair                First come, first served among waiters (one server only; the
+                        default for one Redis server, asked for with PostgreSQL).
   --limit N             A semaphore: at most N commands hold KEY at once, each with its own
                         lease, fence and renewal (one server only; not with --fair). Every
                         user of KEY must give the same N: it is stored with the permits, and
@@ -136,12 +137,12 @@ void print_help() {
 
 // The first line is the version alone (scripts read it).
 void print_version() {
-  static_assert(REDLOCK_KEY_LAYOUT == 2, "describe the new key layout below");
+  static_assert(REDLOCK_KEY_LAYOUT == 3, "describe the new key layout below");
   std::fputs(
       REDLOCK_VERSION_STRING
-      "\nkey layout 2 (since 0.2.0): helper keys share the key's cluster slot, "
-      "{KEY}:fence, {KEY}:permit:N, ...; 0.1 used KEY:fence (layout 1), see docs/operations.md, "
-      "\"Upgrading from 0.1\"\n",
+      "\nkey layout 3 (since 0.3.0): helper keys share the key's cluster slot, "
+      "{KEY}:fence, {KEY}:waiters, {KEY}:permit:N, ...; 0.2 queued in {KEY}:queue (layout 2), "
+      "0.1 used KEY:fence (layout 1), see docs/operations.md, \"Upgrading\"\n",
       stdout);
 }
 

@@ -181,7 +181,7 @@ redlock::LockOptions lock_options(const Config& config, const Runtime& rt) {
   redlock::LockOptions options;
   options.ttl = config.ttl;
   options.fencing = config.fencing;
-  options.fair = config.fair;
+  if (config.fair) options.fair = true;  // unset: the lock's default (fair on one Redis server)
   options.max_unavailable = config.unavailable;
   options.auto_renew = true;
   options.on_lost = [fd = rt.lost_write](const redlock::LostEvent& event) {

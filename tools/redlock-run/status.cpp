@@ -13,11 +13,11 @@
 namespace redlock_run {
 namespace {
 
-// The name of a helper key of `key` in key layout 2 (docs/operations.md, "Key layout"):
+// The name of a helper key of `key` in key layout 3 (docs/operations.md, "Key layout"):
 // "{KEY}SUFFIX", or "KEYSUFFIX" when the key has a hash tag of its own. The library keeps this
 // naming internal; the layout number is its public contract, so a new layout stops the build here.
 std::string helper_key(const std::string& key, const std::string& suffix) {
-  static_assert(REDLOCK_KEY_LAYOUT == 2, "name the helper keys of the new key layout");
+  static_assert(REDLOCK_KEY_LAYOUT == 3, "name the helper keys of the new key layout");
   const std::size_t open = key.find('{');
   const std::size_t close = open == std::string::npos ? open : key.find('}', open + 1);
   const bool tagged = close != std::string::npos && close > open + 1;

@@ -20,7 +20,7 @@ class PgLeaseBackend final : public PgBackendBase {
  public:
   PgLeaseBackend(std::shared_ptr<PgDatabase> db, std::string name, const LockOptions& options)
       : PgBackendBase(std::move(db), std::move(name), options),
-        fair_(options.fair),
+        fair_(options.fair.value_or(false)),
         queue_ms_(std::to_string(3 * options.ttl.count())) {
     PgStatements sql = pg_statements(db_->table());
     acquire_sql_ = std::move(fair_ ? sql.fair_acquire : sql.acquire);
@@ -116,7 +116,7 @@ namespace {
 std::shared_ptr<detail::LockCore> make_core(const std::shared_ptr<detail::PgDatabase>& db,
                                             std::string name, LockOptions options) {
   detail::validate_lock_options(name, options);
-  if (options.fair && db->options().mode == Mode::session) {
+  if (options.fair.value_or(false) && db->options().mode == Mode::session) {
     throw std::invalid_argument("options.fair: not supported in session mode (advisory locks)");
   }
   std::shared_ptr<detail::LeaseBackend> backend =
