@@ -94,11 +94,13 @@ void postgres_rows(const FleetSettings& settings, FleetRows& rows) {
     w.owner = db;
     return w;
   };
-  // Statistics reach pg_stat_database when a backend flushes them (at most once a second, and
-  // when it exits): read them once the workers are gone, until two reads agree.
+  // Statistics reach pg_stat_database when a backend flushes them (at most once a second, within
+  // a second of going idle, and when it exits): read them a second after the workers' warm-up or
+  // once they are gone, until two reads agree but for the previous read's own transaction.
   const SampleServer sample = [&pg] {
     const std::string sql =
         "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1'100));
     double last = -1;
     for (int i = 0; i < 20; ++i) {
       const double v = std::stod(pg.psql(sql));
