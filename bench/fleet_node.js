@@ -45,6 +45,7 @@ function worker() {
   const client = new Redis({ host: '127.0.0.1', port: Number(port) });
   const redlock = new Redlock([client]);
   client.once('ready', () => process.send('ready'));
+  process.once('disconnect', () => process.exit(1));  // never outlive the harness
   process.once('message', (startMs) => {
     loop(redlock, Number(startMs))
       .then((line) => process.stdout.write(line, () => {

@@ -9,6 +9,7 @@ try_lock_until(end). Once every process is connected, this one prints
   acq <acquisitions inside the window> <longest single acquire() call in ms>
 Usage: python3 fleet_redis_py.py PORT KEY N SECONDS HOLD_MS
 """
+import ctypes
 import os
 import select
 import sys
@@ -20,6 +21,7 @@ RECORD = 24  # bytes of one start time on the go pipe (one atomic write and read
 
 
 def worker(port, key, seconds, hold_ms, ready_w, go_r):
+    ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL: never outlive the harness
     client = redis.Redis(host="127.0.0.1", port=port)
     client.ping()
     lock = client.lock(key, timeout=10)
