@@ -10,11 +10,12 @@
 // the workers wrote, counted in the workers: sent_commands.hpp); per-process min/max
 // acquisitions; the longest single wait; Redis's CPU per acquisition (INFO cpu delta). Then the
 // goals of #32 for the default Lock, as ratios to its first (smallest) N of the same run.
-#include <algorithm>  // std::max
-#include <iostream>   // std::cout
-#include <memory>     // std::make_shared, std::make_unique
-#include <string>     // std::string
-#include <vector>     // std::vector
+#include <algorithm>   // std::max
+#include <functional>  // std::function
+#include <iostream>    // std::cout
+#include <memory>      // std::make_shared, std::make_unique
+#include <string>      // std::string
+#include <vector>      // std::vector
 
 #include <fmt/format.h>
 
@@ -27,6 +28,20 @@
 #include "support/redis_server.hpp"
 
 namespace bench {
+
+FleetRow measured_row(const std::string& variant, int processes,
+                      const std::function<FleetResult()>& run) {
+  std::cout << "  running " << variant << ", N = " << processes << " ...\n";
+  std::cout.flush();
+  FleetRow row{variant, FleetResult{}, ""};
+  row.result.processes = processes;
+  try {
+    row.result = run();
+  } catch (const std::exception& e) {
+    row.result.error = e.what();
+  }
+  return row;
+}
 
 SampleServer redis_sampler(std::vector<redisContext*> admins) {
   return [admins] {
@@ -200,17 +215,11 @@ void redis_rows(const FleetSettings& settings, const std::vector<redlock::Endpoi
   int index = 0;
   for (const Variant& v : variants()) {
     for (const int n : settings.sizes) {
-      FleetRow row{v.name, FleetResult{}, ""};
-      row.result.processes = n;
       const std::string key = redlock::test::key("s12:" + std::to_string(index++));
-      std::cout << "  running " << v.name << ", N = " << n << " ...\n";
-      try {
-        row.result = run_fleet(n, settings, redis_maker(endpoints, v, key), v.redlock ? three : one,
-                               SampleAt::loops_done);
-      } catch (const std::exception& e) {
-        row.result.error = e.what();
-      }
-      rows.push_back(std::move(row));
+      rows.push_back(measured_row(v.name, n, [&] {
+        return run_fleet(n, settings, redis_maker(endpoints, v, key), v.redlock ? three : one,
+                         SampleAt::loops_done);
+      }));
     }
   }
 }
@@ -241,14 +250,15 @@ void section_fleet(const Config& config, Report& report) {
   const int anchor_n = config.quick ? settings.sizes.back() : 32;
   fleet_anchor_rows(anchor_n, settings, group[0].port(), one, rows);
   print_rows(rows);
-  std::cout << "  server cmds/acq: INFO commandstats delta (every call, those inside scripts "
-               "included, INFO's excluded) per acquisition; Redlock: each node's (its CPU: the 3 "
-               "servers' sum); PostgreSQL: "
-               "xact_commit delta; ZooKeeper: packets received (srvr)\n  client cmds/acq: RESP "
-               "commands the workers wrote, counted in each worker (its send() calls); peers: "
-               "-\n  max wait: the longest single try_lock_until() call (or peer acquire loop), "
-               "one still going at the end included\n";
-  std::cout << "  hand-off p50 (section 3's path: 2 workers alternating, own Client each, hold "
+  std::cout << "  server cmds/acq: INFO commandstats delta per acquisition (every call, those "
+               "inside scripts included, INFO's excluded);\n"
+               "    Redlock: each node's (Redis CPU: the 3 servers' sum); PostgreSQL: xact_commit "
+               "delta; ZooKeeper: packets received (srvr)\n"
+               "  client cmds/acq: RESP commands the workers wrote, counted in each worker (its "
+               "send() calls); Redis rows only\n"
+               "  max wait: the longest single try_lock_until() call (or peer acquire loop), one "
+               "cut by the end of the window included\n"
+               "  hand-off p50 (section 3's path: 2 workers alternating, own Client each, hold "
                "1 ms): "
             << num(handoff_p50_ms) << " ms\n";
   Json goals = print_goals(rows, handoff_p50_ms, static_cast<double>(settings.hold.count()));

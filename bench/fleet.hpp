@@ -78,6 +78,10 @@ struct FleetRow {
 // A row for every size in `settings`: the ones that could not run carry a note.
 using FleetRows = std::vector<FleetRow>;
 
+// The row of one run: says which is starting, runs it, and keeps an exception as its error.
+FleetRow measured_row(const std::string& variant, int processes,
+                      const std::function<FleetResult()>& run);
+
 // The backends' rows (fleet_peers.cpp): postgres::Lock and zookeeper::Lock, when built and
 // available; a row with a note otherwise.
 void fleet_backend_rows(const FleetSettings& settings, FleetRows& rows);

@@ -61,16 +61,11 @@ void backend_rows(const std::string& variant, const FleetSettings& settings,
       rows.push_back(noted(variant, n, "n/a: " + why));
       continue;
     }
-    std::cout << "  running " << variant << ", N = " << n << " ...\n";
-    FleetRow row{variant, FleetResult{}, ""};
-    row.result.processes = n;
-    try {
-      row.result = run_fleet(n, settings, make, sample, at);
-      row.result.client_commands = -1;  // the workers' counter reads RESP, not these protocols
-    } catch (const std::exception& e) {
-      row.result.error = e.what();
-    }
-    rows.push_back(std::move(row));
+    rows.push_back(measured_row(variant, n, [&] {
+      FleetResult r = run_fleet(n, settings, make, sample, at);
+      r.client_commands = -1;  // the workers' counter reads RESP, not these protocols
+      return r;
+    }));
   }
 }
 
@@ -280,15 +275,9 @@ void fleet_anchor_rows(int processes, const FleetSettings& settings, int port,
       rows.push_back(noted(a.variant, processes, a.missing));
       continue;
     }
-    std::cout << "  running " << a.variant << ", N = " << processes << " ...\n";
-    FleetRow row{a.variant, FleetResult{}, ""};
-    row.result.processes = processes;
-    try {
-      row.result = run_anchor(a.command, port, processes, settings, sample);
-    } catch (const std::exception& e) {
-      row.result.error = e.what();
-    }
-    rows.push_back(std::move(row));
+    rows.push_back(measured_row(a.variant, processes, [&] {
+      return run_anchor(a.command, port, processes, settings, sample);
+    }));
   }
 }
 
