@@ -63,13 +63,19 @@
 //   11. Redis Cluster (bench/cluster.cpp): the Lock cycle on a 3-master cluster against a
 //      standalone server (1 and 4 threads), client commands per cycle, the extend right after a
 //      held lock's slot migrated, and keys on 3 masters against 1.
+//   12. Fleet (bench/fleet.cpp): N = 8, 32, 128, 512 forked processes on one key, each its own
+//      Client and lock, try_lock_until / hold 1 ms / unlock for 4 s: acquisitions/s, server and
+//      client commands per acquisition, per-process min/max, max wait, Redis CPU per
+//      acquisition, for the default Lock, fair off and on, Redlock(3), PostgreSQL, ZooKeeper and
+//      the peers (node-redlock, redis-py) at N = 32; the goals of #32 as PASS or MISS.
 //
 // Nothing here asserts timing: a benchmark is not a test. The exit status is 1 only if a
 // measurement failed (an exception, a server that would not start, an uncontended attempt that
 // did not get its lock).
 //
 // Usage: redlock-bench [--quick] [--section N]... [--seconds S] [--rounds R] [--threads 1,4]
-//                      [--channels N] [--waiters N] [--json PATH]
+//                      [--channels N] [--waiters N] [--fleet-sizes LIST] [--fleet-seconds S]
+//                      [--json PATH]
 #include <sched.h>        // sched_getaffinity, CPU_COUNT
 #include <signal.h>       // signal, SIGPIPE
 #include <sys/utsname.h>  // uname
@@ -1032,14 +1038,32 @@ void usage(std::ostream& out) {
          "  --quick        short runs (smoke test): 0.25 s, 2 rounds, 1,000 leases\n"
          "  --section N    run section N only (1 uncontended, 2 redlock, 3 contended,\n"
          "                 4 watchdog, 5 degraded, 6 load, 7 tls, 8 sentinel, 9 backends,\n"
-         "                 10 zookeeper, 11 cluster); repeatable\n"
+         "                 10 zookeeper, 11 cluster, 12 fleet); repeatable\n"
          "  --seconds S    length of each timed measurement (default 1.0)\n"
          "  --rounds R     interleaved rounds in sections 1-2 (default 7)\n"
          "  --threads LIST client threads in sections 1, 2 and 5 (default 1,4)\n"
          "  --channels N   section 6: largest number of waiting threads on distinct keys\n"
          "                 (default 15000; 0, N/3 and N are measured)\n"
          "  --waiters N    section 6: threads waiting on one key (default 1000)\n"
+         "  --fleet-sizes LIST  section 12: worker processes per run (default 8,32,128,512;\n"
+         "                 --quick: 4,8)\n"
+         "  --fleet-seconds S   section 12: window of each run (default 4; --quick: 0.5)\n"
          "  --json PATH    where to write the figures (default " REDLOCK_BENCH_DEFAULT_JSON ")\n";
+}
+
+// "8,32,128": ascending worker counts for section 12.
+std::vector<int> fleet_sizes(const std::string& text) {
+  std::vector<int> out;
+  std::stringstream list(text);
+  std::string item;
+  while (std::getline(list, item, ',')) {
+    const int n = std::stoi(item);
+    if (n < 1 || n > 1024) throw std::invalid_argument("--fleet-sizes: each must be 1..1024");
+    if (!out.empty() && n <= out.back()) throw std::invalid_argument("--fleet-sizes: ascending");
+    out.push_back(n);
+  }
+  if (out.empty()) throw std::invalid_argument("--fleet-sizes: empty");
+  return out;
 }
 
 // Returns 0 to run, 1 on a bad argument, 2 after --help.
@@ -1047,6 +1071,8 @@ int parse(int argc, char** argv, Config& config) {
   config.json_path = REDLOCK_BENCH_DEFAULT_JSON;
   double seconds = -1;
   int rounds = -1;
+  double fleet_seconds = -1;
+  bool fleet_sizes_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -1057,7 +1083,7 @@ int parse(int argc, char** argv, Config& config) {
       config.quick = true;
     } else if (arg == "--section") {
       const int n = std::stoi(value());
-      if (n < 1 || n > 11) throw std::invalid_argument("--section must be 1..11");
+      if (n < 1 || n > 12) throw std::invalid_argument("--section must be 1..12");
       config.sections.push_back(n);
     } else if (arg == "--seconds") {
       seconds = std::stod(value());
@@ -1080,6 +1106,12 @@ int parse(int argc, char** argv, Config& config) {
     } else if (arg == "--waiters") {
       config.load_waiters = std::stoi(value());
       if (config.load_waiters < 2) throw std::invalid_argument("--waiters must be >= 2");
+    } else if (arg == "--fleet-sizes") {
+      config.fleet_sizes = fleet_sizes(value());
+      fleet_sizes_given = true;
+    } else if (arg == "--fleet-seconds") {
+      fleet_seconds = std::stod(value());
+      if (!(fleet_seconds > 0)) throw std::invalid_argument("--fleet-seconds must be > 0");
     } else if (arg == "--json") {
       config.json_path = value();
     } else if (arg == "--help" || arg == "-h") {
@@ -1095,7 +1127,10 @@ int parse(int argc, char** argv, Config& config) {
     config.paused_cycles = 3;
     config.leases = 1'000;
     config.watchdog_ttl = milliseconds(1'500);
+    config.fleet_seconds = 0.5;
+    if (!fleet_sizes_given) config.fleet_sizes = {4, 8};
   }
+  if (fleet_seconds > 0) config.fleet_seconds = fleet_seconds;
   if (seconds > 0) config.seconds = seconds;
   if (rounds > 0) config.rounds = rounds;
   for (int i = 0; i < argc; ++i) config.command_line += (i ? " " : "") + quote(argv[i]);
@@ -1168,6 +1203,7 @@ int run(int argc, char** argv) {
     {10, section_zookeeper},
 #endif
     {11, section_cluster},
+    {12, section_fleet},
   };
   const std::string load_at_start = load_average();
   const std::int64_t start = now_ns();

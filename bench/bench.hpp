@@ -3,9 +3,10 @@
 #ifndef REDLOCK_BENCH_BENCH_HPP
 #define REDLOCK_BENCH_BENCH_HPP
 
-#include <chrono>  // std::chrono::milliseconds
-#include <string>  // std::string
-#include <vector>  // std::vector
+#include <chrono>   // std::chrono::milliseconds
+#include <cstdint>  // std::int64_t
+#include <string>   // std::string
+#include <vector>   // std::vector
 
 #include <redlock/endpoint.hpp>  // Endpoint
 
@@ -37,6 +38,9 @@ struct Config {
   // Section 6: waiting threads on distinct keys (6a's largest W), and waiters on one key (6c).
   int load_channels{15'000};
   int load_waiters{1'000};
+  // Section 12: fleet sizes (worker processes on one key) and the window of each run, seconds.
+  std::vector<int> fleet_sizes{8, 32, 128, 512};
+  double fleet_seconds{4.0};
   // connect and command timeout of every endpoint (library and floor) outside the SIGSTOP run:
   // generous, so that a loaded CI machine never turns a slow reply into an error.
   std::chrono::milliseconds timeout{1'000};
@@ -69,6 +73,13 @@ void section_cluster(const Config& config, Report& report);
 void section_contended(const Config& config, Report& report);
 // Section 6 (load.cpp).
 void section_load(const Config& config, Report& report);
+// Section 12 (fleet.cpp).
+void section_fleet(const Config& config, Report& report);
+// Section 3's hand-off path alone (contended.cpp): 2 workers strictly alternating on `key`, each
+// with its own Client and a Lock with wake_on_release, hold 1 ms; each hand-off (a release to the
+// other's acquire) in nanoseconds.
+std::vector<std::int64_t> handoff_ping_pong(const redlock::Endpoint& endpoint,
+                                            const std::string& key, double seconds);
 // The hidden worker mode of section 3's process variant: `redlock-bench --contended-worker ...`.
 int contended_worker_main(int argc, char** argv);
 

@@ -773,6 +773,11 @@ void section_contended(const Config& config, Report& report) {
   report.sections.set("3_contended", std::move(j));
 }
 
+std::vector<std::int64_t> handoff_ping_pong(const redlock::Endpoint& endpoint,
+                                            const std::string& key, double seconds) {
+  return ping_pong<LibWaiter<false>>(endpoint, key, seconds);
+}
+
 int contended_worker_main(int argc, char** argv) {
   // argv: exe --contended-worker fd id ports timeout_ms key wake fair hold_us retry_ms
   // (ports: one, a Lock; several, comma-separated, a Redlock)
