@@ -137,18 +137,23 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("Cluster: a waiter whose slot migrates to another master resubscribes there and wakes",
-          "[cluster][redis]") {
+TEST_CASE(
+    "Cluster: a waiter whose slot migrates to another master resubscribes there and wakes, fair "
+    "(queued) or not",
+    "[cluster][redis]") {
   RedisCluster& cluster = shared_cluster();
   const auto masters = cluster.masters();
-  Waiting w(cluster, masters[0], "smigrate-");
-  const std::uint16_t slot = key_slot(w.k);
-  cluster.migrate_slot(slot, masters[1]);
-  // The old owner dropped the subscription (sunsubscribe); the waiter made it on the new one.
-  CHECK(await_shard_subscribers(cluster, masters[1], w.channel, 1));
-  CHECK(shard_subscribers(cluster, masters[0], w.channel) == 0);
-  w.release_and_check_wake();
-  cluster.migrate_slot(slot, masters[0]);
+  for (const bool fair : {false, true}) {
+    Waiting w(cluster, masters[0], fair ? "smigrate-fair-" : "smigrate-", fair);
+    INFO(w.k);
+    const std::uint16_t slot = key_slot(w.k);
+    cluster.migrate_slot(slot, masters[1]);  // the queue moves with the slot's keys
+    // The old owner dropped the subscription (sunsubscribe); the waiter made it on the new one.
+    CHECK(await_shard_subscribers(cluster, masters[1], w.channel, 1));
+    CHECK(shard_subscribers(cluster, masters[0], w.channel) == 0);
+    w.release_and_check_wake();
+    cluster.migrate_slot(slot, masters[0]);
+  }
 }
 
 TEST_CASE(

@@ -410,13 +410,59 @@ TEST_CASE("Fair mode: mutual exclusion and even shares across processes", "[redi
   CHECK(static_cast<double>(*lo) >= 0.3 * static_cast<double>(*hi));
 }
 
-TEST_CASE("Fair mode is refused for a Redlock", "[fair][bad_input]") {
-  std::vector<redlock::Client> clients{
-      redlock::Client(redlock::Endpoint::parse("redis://127.0.0.1:1")),
-      redlock::Client(redlock::Endpoint::parse("redis://127.0.0.1:2")),
-      redlock::Client(redlock::Endpoint::parse("redis://127.0.0.1:3"))};
-  CHECK_THROWS_AS(redlock::Redlock(clients, "k", fair()), std::invalid_argument);
-  CHECK_NOTHROW(redlock::Lock(clients[0], "k", fair()));
+TEST_CASE("A fair Redlock queues its waiters on one server, the same whatever the instances' order",
+          "[redis][redlock][fair]") {
+  redlock::test::ServerGroup group(3);
+  const auto k = key("fair-redlock-orderer");
+  const auto clients = [&](std::vector<std::size_t> order) {
+    std::vector<redlock::Client> out;
+    for (std::size_t i : order) out.emplace_back(group[i].endpoint());
+    return out;
+  };
+  redlock::Redlock holder(clients({0, 1, 2}), k, fair());
+  REQUIRE(holder.try_lock());
+  std::vector<int> served;
+  std::mutex served_mutex;
+  const auto waiter = [&](std::vector<std::size_t> order, int id) {
+    return std::thread([&, order, id] {
+      redlock::Redlock lock(clients(order), k, fair());
+      if (!lock.try_lock_for(20s)) return;
+      {
+        std::lock_guard<std::mutex> guard(served_mutex);
+        served.push_back(id);
+      }
+      lock.unlock();
+    });
+  };
+  const auto queued = [&] {
+    std::vector<long long> out;
+    for (std::size_t i = 0; i < 3; ++i) out.push_back(queue_length(group[i], k));
+    return out;
+  };
+  std::thread first = waiter({2, 0, 1}, 1);
+  const auto end = Clock::now() + 10s;
+  std::vector<long long> lengths = queued();
+  while (std::count(lengths.begin(), lengths.end(), 1) != 1 && Clock::now() < end) {
+    std::this_thread::sleep_for(5ms);
+    lengths = queued();
+  }
+  std::thread second = waiter({1, 2, 0}, 2);
+  while (std::count(lengths.begin(), lengths.end(), 2) != 1 && Clock::now() < end) {
+    std::this_thread::sleep_for(5ms);
+    lengths = queued();
+  }
+  INFO("queue lengths: " << lengths[0] << " " << lengths[1] << " " << lengths[2]);
+  CHECK(std::count(lengths.begin(), lengths.end(), 2) == 1);  // one orderer for both
+  CHECK(std::count(lengths.begin(), lengths.end(), 0) == 2);
+  holder.unlock();
+  first.join();
+  second.join();
+  CHECK(served == std::vector<int>{1, 2});
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(group[i]
+              .raw({"EXISTS", k, helper_key(k, ":waiters"), helper_key(k, ":waiters:info")})
+              .integer() == 0);
+  }
 }
 
 TEST_CASE("Fair mode hands over on keys with NUL and non-UTF-8 bytes", "[redis][fair][bad-input]") {

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,7 +48,7 @@ long long server_calls(const RedisServer& server) {
 
 struct FleetRun {
   std::vector<int> acquisitions;  // per process
-  long long server_commands{0};
+  long long server_commands{0};   // the most any one server ran
   long long total() const {
     long long sum = 0;
     for (int a : acquisitions) sum += a;
@@ -59,11 +60,12 @@ struct FleetRun {
 };
 
 // Forks `processes` processes that each loop, until `run` has passed: lock (waiting at most
-// until the end), hold 1 ms, unlock; with `options` (the defaults unless a test says otherwise).
-// Each reports its acquisitions through a pipe.
-FleetRun run_fleet(const RedisServer& server, const std::string& k, int processes,
-                   std::chrono::milliseconds run, const redlock::LockOptions& options) {
-  server.raw({"CONFIG", "RESETSTAT"});
+// until the end), hold 1 ms, unlock; with `options` (the defaults unless a test says otherwise),
+// a Lock on one server or a Redlock on several. Each reports its acquisitions through a pipe.
+FleetRun run_fleet(const std::vector<const RedisServer*>& servers, const std::string& k,
+                   int processes, std::chrono::milliseconds run,
+                   const redlock::LockOptions& options) {
+  for (const RedisServer* server : servers) server->raw({"CONFIG", "RESETSTAT"});
   int fds[2];
   REQUIRE(pipe(fds) == 0);
   // Every child starts its loop at the same moment, after all are forked and connected.
@@ -78,9 +80,16 @@ FleetRun run_fleet(const RedisServer& server, const std::string& k, int processe
       close(fds[0]);
       int count = -1;
       try {
-        redlock::Client client(server.endpoint());
-        client.ping();
-        redlock::Lock lock(client, k, options);
+        std::vector<redlock::Client> clients;
+        for (const RedisServer* server : servers) clients.emplace_back(server->endpoint());
+        for (auto& client : clients) client.ping();
+        std::unique_ptr<redlock::LockBase> owned;
+        if (clients.size() == 1) {
+          owned = std::make_unique<redlock::Lock>(clients[0], k, options);
+        } else {
+          owned = std::make_unique<redlock::Redlock>(clients, k, options);
+        }
+        redlock::LockBase& lock = *owned;
         while (monotonic_us() < start_at) std::this_thread::sleep_for(1ms);
         count = 0;
         for (;;) {
@@ -109,7 +118,9 @@ FleetRun run_fleet(const RedisServer& server, const std::string& k, int processe
     CHECK(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);
   }
-  out.server_commands = server_calls(server);
+  for (const RedisServer* server : servers) {
+    out.server_commands = std::max(out.server_commands, server_calls(*server));
+  }
   return out;
 }
 
@@ -120,8 +131,8 @@ TEST_CASE("64 waiting processes cost the server what 4 do per acquisition, and a
   RedisServer server;
   const auto k = key("fleet");
   const redlock::LockOptions defaults;
-  const FleetRun few = run_fleet(server, k, 4, 1500ms, defaults);
-  const FleetRun many = run_fleet(server, k, 64, 2500ms, defaults);
+  const FleetRun few = run_fleet({&server}, k, 4, 1500ms, defaults);
+  const FleetRun many = run_fleet({&server}, k, 64, 2500ms, defaults);
   INFO("server commands per acquisition: "
        << few.per_acquisition() << " at 4 processes (" << few.total() << " acquisitions), "
        << many.per_acquisition() << " at 64 (" << many.total() << ")");
@@ -289,4 +300,25 @@ TEST_CASE("A waiter that gives up as it is handed the lock passes it on, and lea
   CHECK(gave_up > 0);
   close(fds[1]);
   close(fds[0]);
+}
+
+TEST_CASE("A fair Redlock(3): 32 waiting processes cost each server what 4 do, and all are served",
+          "[redis][redlock][fleet][slow]") {
+  redlock::test::ServerGroup group(3);
+  const std::vector<const RedisServer*> servers{&group[0], &group[1], &group[2]};
+  const auto k = key("fleet-redlock");
+  redlock::LockOptions fair;
+  fair.fair = true;
+  const FleetRun few = run_fleet(servers, k, 4, 1500ms, fair);
+  const FleetRun many = run_fleet(servers, k, 32, 2500ms, fair);
+  INFO("busiest server's commands per acquisition: "
+       << few.per_acquisition() << " at 4 (" << few.total() << " acquisitions), "
+       << many.per_acquisition() << " at 32 (" << many.total() << ")");
+  REQUIRE(many.acquisitions.size() == 32);
+  REQUIRE(few.total() > 0);
+  const auto [lo, hi] = std::minmax_element(many.acquisitions.begin(), many.acquisitions.end());
+  INFO("acquisitions per process at 32: " << *lo << " - " << *hi);
+  CHECK(*lo > 0);
+  CHECK(many.per_acquisition() <= 2.0 * few.per_acquisition());
+  for (const RedisServer* server : servers) CHECK(server->raw({"EXISTS", k}).integer() == 0);
 }

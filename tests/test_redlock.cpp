@@ -30,10 +30,14 @@ std::vector<redlock::Client> clients_for(const std::vector<redlock::Endpoint>& e
   return out;
 }
 
+// These cases are about the quorum itself: plain wake-on-release, where a grant by any quorum
+// holds. In fair mode (the default) the node that orders the waiters can also veto a grant
+// (test_fair.cpp and test_fleet.cpp).
 redlock::LockOptions fast(std::chrono::milliseconds ttl = 10s) {
   redlock::LockOptions o;
   o.ttl = ttl;
   o.retry_delay = 5ms;
+  o.fair = false;
   return o;
 }
 

@@ -496,3 +496,40 @@ TEST_CASE(
   CHECK(ms >= 0);
   CHECK(ms < 3'000);
 }
+
+// Fair mode (the default) through a failover: the queue is replicated, but asynchronously, and
+// every waiter's subscription moves to the new master, so each one queues again there. The
+// order is not kept across the failover; what is kept: every waiter is served, once each.
+TEST_CASE("Sentinel: fair waiters queued before a failover are all served after it",
+          "[sentinel][fair]") {
+  SentinelSet set;
+  const auto k = key("sentinel-fair-queue");
+  redlock::LockOptions fair = patient(15s);
+  fair.fair = true;
+  fair.auto_renew = true;
+  redlock::Client a(set.uri());
+  redlock::Lock holder(a, k, fair);
+  REQUIRE(holder.try_lock());
+  await_replicated(set, k);
+  constexpr int kWaiters = 3;
+  std::atomic<int> served{0};
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < kWaiters; ++i) {
+    waiters.emplace_back([&] {
+      redlock::Client own(set.uri());  // its own channel: a process of its own, as it were
+      redlock::Lock lock(own, k, fair);
+      if (lock.try_lock_for(40s)) {
+        served.fetch_add(1);
+        lock.unlock();
+      }
+    });
+  }
+  REQUIRE(eventually([&] {
+    return set.data(0).raw({"LLEN", helper_key(k, ":waiters")}).integer() == kWaiters;
+  }));
+  set.failover();
+  await_serving(a, k);
+  holder.unlock();
+  for (auto& t : waiters) t.join();
+  CHECK(served.load() == kWaiters);
+}

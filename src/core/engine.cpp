@@ -51,6 +51,8 @@ struct LeaseEngine::Round {
   KeyCommand queued;       // fair mode's first attempt: EXISTS on the queue, after the SET
   bool fast_fair{false};   // fair mode's first attempt is the plain SET NX of the default mode
   ReleaseCommand undo[2];  // by PubSub: how the node announces (fair mode's undo may hand over)
+  ReleaseCommand plain_undo[2];  // fair mode, the nodes that do not order the waiters
+  bool vetoed{false};            // fair mode: the orderer refused (its queue is ahead)
   Tally tally;
   PerNode<Answer> answers;
   PerNode<std::uint64_t> fences;
@@ -75,17 +77,21 @@ void LeaseEngine::build(Round& a) const {
   for (const PubSub pubsub : {PubSub::classic, PubSub::sharded}) {
     build_release(a.undo[static_cast<int>(pubsub)], keys_, a.token,
                   fair_ ? ReleaseScript::fair_release : ReleaseScript::undo, Send::eval, pubsub);
+    if (fair_ && nodes_.size() > 1) {
+      build_release(a.plain_undo[static_cast<int>(pubsub)], keys_, a.token, ReleaseScript::undo,
+                    Send::eval, pubsub);
+    }
   }
   FairAttempt fair{ttl_ms_, a.request.queue == Queue::join ? "1" : "0", "0", a.seq_text,
                    fencing_ ? "1" : "0"};
   // Fair mode, a first attempt that does not queue: the default mode's SET NX, and EXISTS on the
   // queue in the same round trip (read_node gives back a grant that jumped a queue).
-  a.fast_fair =
-      fair_ && !fencing_ && a.request.attempt == Attempt::first && a.request.queue == Queue::none;
+  a.fast_fair = fair_ && nodes_.size() == 1 && !fencing_ && a.request.attempt == Attempt::first &&
+                a.request.queue == Queue::none;
   if (a.fast_fair) build_key_command(a.queued, "EXISTS", keys_.queue);
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     AcquireCommand& c = a.commands[i];
-    if (fair_ && !a.fast_fair) {
+    if (orders(i) && !a.fast_fair) {
       fair.spublish = publish_flag(nodes_[i]->pubsub());
       build_fair_acquire(c, keys_, a.token, fair);
     } else if (fencing_) {
@@ -103,7 +109,8 @@ void LeaseEngine::build(Round& a) const {
     // Endpoint::wait_replicas: the replicas' acknowledgement, in the same round trip.
     if (const CommandView* wait = nodes_[i]->replica_wait()) b.commands.push_back(*wait);
     // A node too slow to answer in time does not count; undo whatever it does later, in order.
-    b.on_timeout.push_back(a.undo[static_cast<int>(nodes_[i]->pubsub())].view());
+    const ReleaseCommand* undo = fair_ && !orders(i) ? a.plain_undo : a.undo;
+    b.on_timeout.push_back(undo[static_cast<int>(nodes_[i]->pubsub())].view());
   }
 }
 
@@ -132,6 +139,7 @@ void LeaseEngine::read_node(Round& a, std::size_t i, AcquireResult& result) cons
         return;
       }
       if (queue_check_vetoes(a, i, r.answer)) return;
+      if (orders(i) && nodes_.size() > 1 && r.answer == Answer::refused) a.vetoed = true;
       a.answers[i] = r.answer;
       a.fences[i] = r.fence;
       a.tally.answered(r.answer == Answer::granted);
@@ -187,6 +195,18 @@ bool LeaseEngine::jumped_queue(const Round& a, std::size_t i) const noexcept {
   const NodeBatch& b = a.batches[i];
   const std::size_t at = a.queued_at(i);
   return at >= b.replies.size() || !none_exist(b.replies[at].get());
+}
+
+// Fair mode over several nodes: the orderer granted, no node failed, and the rest refused.
+bool LeaseEngine::kept_turn(const Round& a, std::size_t i) const noexcept {
+  if (!orders(i) || nodes_.size() == 1 || a.answers[i] != Answer::granted ||
+      a.request.queue != Queue::join) {  // a try_lock() does not wait for its turn
+    return false;
+  }
+  for (std::size_t k = 0; k < nodes_.size(); ++k) {
+    if (k != i && a.answers[k] != Answer::refused) return false;
+  }
+  return true;
 }
 
 void LeaseEngine::read(Round& a, AcquireResult& result) const {
@@ -247,8 +267,12 @@ void LeaseEngine::roll_back(const Round& a, AcquireResult& result) {
     undo_on[i] = a.answers[i] == Answer::granted || (error && !late) ||
                  (a.answers[i] == Answer::refused && a.batches[i].retried && blind);
     rollback = rollback || undo_on[i];
-    // Fair mode: a timed-out node got fair_release on its abandoned connection (on_timeout).
-    result.left_queue = fair_ && (result.left_queue || undo_on[i] || late);
+    // Fair mode over several nodes: the orderer granted our turn (a hand-over, or the head's
+    // advance) and only the others refused (a newcomer's grants, rolled back after its veto):
+    // the turn is kept and the attempt made again at once (AcquireResult::watcher).
+    if (kept_turn(a, i)) undo_on[i] = false;
+    // Fair mode: a timed-out orderer got fair_release on its abandoned connection (on_timeout).
+    result.left_queue = orders(i) && (result.left_queue || undo_on[i] || late);
   }
   if (!rollback) return;
   try {
@@ -297,6 +321,7 @@ AcquireResult LeaseEngine::acquire(const AcquireRequest& request) {
   AcquireResult result;
   read(a, result);
   Decision decision = decide(n, result.granted, ttl_, drift_factor_, a.started, SteadyClock::now());
+  if (a.vetoed) decision.held = false;  // a queue is ahead of us on the orderer
   if (decision.held && fencing_) result.fence = raise_fence(a, decision);
   if (decision.held) {
     const bool skipped = std::any_of(a.batches.begin(), a.batches.end(),
@@ -308,12 +333,18 @@ AcquireResult LeaseEngine::acquire(const AcquireRequest& request) {
   }
   roll_back(a, result);
   if (a.tally.answers() == 0 && a.old_server) return acquire(request);  // with plain SET NX
+  if (kept_turn(a, orderer_)) {
+    result.watcher = 1;  // our turn on the orderer: try the others again after a few ms
+    result.holder_pttl = std::chrono::milliseconds(2);
+  }
   report(a, result);
   result.fence = 0;
   return result;
 }
 
 AcquireResult LeaseEngine::handed_over(std::uint64_t fence, SteadyClock::time_point sent) const {
+  // Over several nodes a hand-over is the orderer's alone: the attempt it wakes takes the rest.
+  if (nodes_.size() > 1) return AcquireResult{};
   const Decision d = decide(1, 1, ttl_, drift_factor_, sent, SteadyClock::now());
   AcquireResult result;
   result.granted = 1;
@@ -390,15 +421,21 @@ void LeaseEngine::remember_unsent(const Round& a, bool skipped) {
 
 ReleaseResult LeaseEngine::release_on(const std::string& token, const bool* only,
                                       Announce announce) {
-  // Fair mode always runs fair_release: leaving the queue hands on. One command for each way a
-  // node announces (PUBLISH, or SPUBLISH on a cluster), the same script.
+  // Fair mode always runs fair_release on the orderer: leaving the queue hands on; the other
+  // nodes only compare-and-delete (the orderer's grant wakes the next waiter, nobody else). One
+  // command for each way a node announces (PUBLISH, or SPUBLISH on a cluster).
   ReleaseCommand commands[2];
+  ReleaseCommand others[2];
   for (const PubSub pubsub : {PubSub::classic, PubSub::sharded}) {
     build_release(commands[static_cast<int>(pubsub)], keys_, token,
                   fair_                           ? ReleaseScript::fair_release
                   : announce == Announce::waiters ? ReleaseScript::release
                                                   : ReleaseScript::undo,
                   Send::evalsha, pubsub);
+    if (fair_) {
+      build_release(others[static_cast<int>(pubsub)], keys_, token, ReleaseScript::undo,
+                    Send::evalsha, pubsub);
+    }
   }
   PerNode<NodeBatch> batches;
   batches.reserve(nodes_.size());
@@ -407,7 +444,8 @@ ReleaseResult LeaseEngine::release_on(const std::string& token, const bool* only
     if (only != nullptr && !only[i]) continue;
     batches.emplace_back();
     batches.back().node = nodes_[i].get();
-    batches.back().commands.push_back(commands[static_cast<int>(nodes_[i]->pubsub())].view());
+    const ReleaseCommand* chosen = fair_ && !orders(i) ? others : commands;
+    batches.back().commands.push_back(chosen[static_cast<int>(nodes_[i]->pubsub())].view());
     index.push_back(i);
   }
   const std::size_t n = batches.size();

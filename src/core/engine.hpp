@@ -71,6 +71,9 @@ class LeaseEngine final : public LeaseBackend {
   // Compare-and-delete on the nodes where only[i] is true (every node if null).
   ReleaseResult release_on(const std::string& token, const bool* only, Announce announce);
   void build(Round& a) const;
+  // Fair mode: node i keeps the queue of waiters (the orderer; every node runs the lock).
+  bool orders(std::size_t i) const noexcept { return fair_ && i == orderer_; }
+  bool kept_turn(const Round& a, std::size_t i) const noexcept;
   void read(Round& a, AcquireResult& result) const;
   void read_node(Round& a, std::size_t i, AcquireResult& result) const;
   bool jumped_queue(const Round& a, std::size_t i) const noexcept;
@@ -87,6 +90,9 @@ class LeaseEngine final : public LeaseBackend {
   double drift_factor_;
   bool fencing_;
   bool fair_;
+  // Fair mode: the node that orders the waiters; over several nodes, the same one for every
+  // client of the key (engine_setup.cpp: by server identity, rotated by the key's slot).
+  std::size_t orderer_{0};
   // The last grant made while nodes in back-off were skipped, and which nodes its token never
   // reached: its release leaves them out (a paused node would otherwise get a new connection
   // per release). A lock has one hold at a time; another token's release asks every node.

@@ -15,14 +15,8 @@ namespace {
 
 // Several nodes: none may be another Client for a server already in the list (identity() asks
 // the server for its run_id; a single-instance Lock connects nothing here).
-void check_nodes(const std::vector<std::shared_ptr<ClientImpl>>& nodes,
-                 const LockOptions& options) {
+void check_nodes(const std::vector<std::shared_ptr<ClientImpl>>& nodes) {
   if (nodes.empty()) throw std::invalid_argument("redlock: instances must not be empty");
-  if (options.fair.value_or(false) && nodes.size() > 1) {
-    throw std::invalid_argument(
-        "redlock: options.fair is supported by a single-instance Lock only (a queue on several "
-        "independent servers cannot agree on an order)");
-  }
   std::map<std::string, std::size_t> identities;
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     if (!nodes[i]) throw std::invalid_argument("redlock: instances contains an empty Client");
@@ -89,6 +83,22 @@ void check_drift(const LockOptions& options) {
 
 }  // namespace
 
+namespace {
+
+// Fair mode over several servers: the one that orders the waiters, chosen alike by every client
+// whatever order it lists the servers in: the servers sorted by identity (run_id), rotated by
+// the key's hash slot, so hot keys spread their queues over the servers.
+std::size_t choose_orderer(const std::vector<std::shared_ptr<ClientImpl>>& nodes,
+                           const std::string& key) {
+  if (nodes.size() == 1) return 0;
+  std::vector<std::pair<std::string, std::size_t>> ids;
+  for (std::size_t i = 0; i < nodes.size(); ++i) ids.emplace_back(nodes[i]->identity(), i);
+  std::sort(ids.begin(), ids.end());
+  return ids[key_slot(key) % ids.size()].second;
+}
+
+}  // namespace
+
 void validate_lock_options(const std::string& key, const LockOptions& options) {
   check_key(key);
   check_durations(options);
@@ -101,8 +111,8 @@ LeaseEngine::LeaseEngine(std::vector<std::shared_ptr<ClientImpl>> nodes, std::st
       ttl_(options.ttl),
       drift_factor_(options.clock_drift_factor),
       fencing_(options.fencing),
-      fair_(options.fair.value_or(nodes_.size() == 1)) {
-  check_nodes(nodes_, options);
+      fair_(options.fair.value_or(true)) {
+  check_nodes(nodes_);
   validate_lock_options(key, options);
   for (const auto& node : nodes_) {
     if (node->router() != nullptr && !helpers_share_slot(key)) {
@@ -114,7 +124,8 @@ LeaseEngine::LeaseEngine(std::vector<std::shared_ptr<ClientImpl>> nodes, std::st
   keys_.key = std::move(key);
   keys_.fence = helper_key(keys_.key, ":fence");
   keys_.channel = channel.empty() ? helper_key(keys_.key, ":released") : std::move(channel);
-  keys_.grant_channel = keys_.channel + ":" + nodes_[0]->waiter_id();
+  if (fair_) orderer_ = choose_orderer(nodes_, keys_.key);
+  keys_.grant_channel = keys_.channel + ":" + nodes_[orderer_]->waiter_id();
   keys_.queue = helper_key(keys_.key, ":waiters");
   keys_.queue_info = helper_key(keys_.key, ":waiters:info");
   ttl_ms_ = std::to_string(ttl_.count());
