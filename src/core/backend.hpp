@@ -55,6 +55,11 @@ struct AcquireResult {
   // Fair mode: the queue place is gone (fair_release ran, or may still run, with the token), so
   // any hand-over named by this attempt or an earlier one is void.
   bool left_queue{false};
+  // Wake-one queues (PostgreSQL): the refused waiter has a place that needs no refresh, and its
+  // grant will wake it. A `watcher` (the queue's head or second) tries again when holder_pttl
+  // runs out, to move the queue past a crashed holder; the others sleep until their grant.
+  bool queued{false};
+  bool watcher{false};
 };
 
 struct ExtendResult {

@@ -96,12 +96,16 @@ bool AcquireLoop::wait_loop() {
 
 // Jittered retry_delay, never past the holder's lease end (it may end by expiry, unannounced)
 // nor past the deadline. A wait that hears releases sleeps until the lease end (a release wakes
-// it sooner); retry_delay only when the lease end is unknown.
+// it sooner); retry_delay only when the lease end is unknown. A place in a wake-one queue: a
+// watcher sleeps until the lease end, the others until their grant (or the deadline).
 SteadyClock::time_point AcquireLoop::next_wake(SteadyClock::time_point now) const {
+  if (queued_ && !(watcher_ && holder_pttl_.count() >= 0)) {  // until the grant
+    return std::min(deadline_, now + std::chrono::hours(1));
+  }
   auto wait = jittered(std::chrono::nanoseconds(who_.options.retry_delay));
   if (holder_pttl_.count() >= 0) {
     const auto lease_end = std::chrono::nanoseconds(holder_pttl_ + std::chrono::milliseconds(1));
-    wait = wait_.hears_releases() ? lease_end : std::min(wait, lease_end);
+    wait = wait_.hears_releases() || queued_ ? lease_end : std::min(wait, lease_end);
   }
   const auto until = now + wait;
   return deadline_ == kNoDeadline ? until : std::min(until, deadline_);
@@ -110,6 +114,8 @@ SteadyClock::time_point AcquireLoop::next_wake(SteadyClock::time_point now) cons
 // Applies one attempt's outcome: a failure goes to the unavailability rule, a grant is taken.
 bool AcquireLoop::settle(Try attempt) {
   holder_pttl_ = attempt.result.holder_pttl;
+  queued_ = attempt.result.queued;
+  watcher_ = attempt.result.watcher;
   round_trip_ = SteadyClock::now() - attempt.sent;
   if (event_) {
     ++event_->attempts;

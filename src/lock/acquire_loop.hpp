@@ -86,6 +86,7 @@ class AcquireLoop {
   const SteadyClock::time_point deadline_;
   Unavailability unavailable_;
   std::chrono::milliseconds holder_pttl_{-1};  // from the last attempt (-1: unknown)
+  bool queued_{false}, watcher_{false};        // the last attempt's (AcquireResult)
   AcquireEvent* const event_;
   // Elder-first wake order (yield_to_elders): attempts the servers refused in this call, and
   // whether other processes are known to wait for the lock too.
