@@ -42,9 +42,9 @@ const std::string kQueued = "SELECT count(*) FROM redlock_leases_waiters";
 // this test's own. (Not xact_commit: every NOTIFY makes each LISTEN session of the database read
 // the notification queue in a transaction of its own, whoever it is for.)
 long long statements(const PostgresServer& server) {
-  return std::stoll(server.psql(
-      "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query NOT LIKE "
-      "'%pg_stat_statements%'"));
+  return std::stoll(
+      server.psql("SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query NOT LIKE "
+                  "'%pg_stat_statements%'"));
 }
 
 // Forks a child that runs `body` (returning its exit code) and never returns into Catch.
@@ -254,5 +254,53 @@ TEST_CASE("postgres::Lock: a holder killed -9 is followed within its ttl and one
   ::kill(holder, SIGKILL);
   CHECK(exit_code(holder) == -1);
   for (pid_t kid : kids) CHECK(exit_code(kid) == 0);
+  CHECK(server.psql(kQueued) == "0");
+}
+
+// The second watcher: the waiter after the head is told when a grant makes it second, so a
+// holder and the head that die together are followed by it, within the holder's ttl and a claim
+// window, not at its own deadline.
+TEST_CASE("postgres::Lock: a holder and the head killed -9 together: the second follows",
+          "[postgres]") {
+  REQUIRE_POSTGRES();
+  PostgresServer server;
+  redlock::postgres::Database db(server.uri());
+  redlock::LockOptions options;
+  options.ttl = 3s;  // the claim window is min(ttl, 2 x statement_timeout (2 s)) = 3 s
+  redlock::postgres::Lock first(db, "pair", options);
+  REQUIRE(first.try_lock());
+  int held[2];
+  REQUIRE(::pipe(held) == 0);
+  const auto waiter = [&](bool holds) {
+    return spawn([&, holds] {
+      redlock::postgres::Database mine(server.uri());
+      redlock::postgres::Lock lock(mine, "pair", options);
+      if (!lock.try_lock_for(60s)) return 1;
+      if (holds) {
+        (void)!::write(held[1], "y", 1);
+        ::pause();  // until killed
+      }
+      lock.unlock();
+      return 0;
+    });
+  };
+  const pid_t holder = waiter(true);  // the head, then the holder
+  REQUIRE(eventually([&] { return server.psql(kQueued) == "1"; }, 10s));
+  const pid_t head = waiter(false);  // the second, then the head
+  REQUIRE(eventually([&] { return server.psql(kQueued) == "2"; }, 10s));
+  const pid_t second = waiter(false);  // told it is second when `holder` is granted
+  REQUIRE(eventually([&] { return server.psql(kQueued) == "3"; }, 10s));
+  first.unlock();
+  char c = 0;
+  REQUIRE(::read(held[0], &c, 1) == 1);
+  std::this_thread::sleep_for(200ms);  // the notice reaches `second`, which asks once
+  ::kill(holder, SIGKILL);
+  ::kill(head, SIGKILL);
+  const auto killed = Clock::now();
+  CHECK(exit_code(holder) == -1);
+  CHECK(exit_code(head) == -1);
+  CHECK(exit_code(second) == 0);
+  // ttl + claim window + a bound for a busy machine; without the notice: its 60 s deadline.
+  CHECK(Clock::now() - killed < options.ttl + 3s + 10s);
   CHECK(server.psql(kQueued) == "0");
 }
