@@ -26,8 +26,9 @@ std::chrono::milliseconds claim_window(std::chrono::milliseconds ttl,
 }
 
 // Every waiter queues (fair() is true whatever LockOptions::fair says): a release hands the
-// lease to the oldest live waiter with one NOTIFY to its process, and the other waiters sleep
-// (pg_sql.hpp). The claim is an attempt with the granted token.
+// lease to the oldest live waiter with one NOTIFY to its process (and tells the waiter after it
+// that it is now second), and the other waiters sleep (pg_sql.hpp). The claim is an attempt
+// with the granted token.
 class PgLeaseBackend final : public PgBackendBase {
  public:
   PgLeaseBackend(std::shared_ptr<PgDatabase> db, std::string name, const LockOptions& options)

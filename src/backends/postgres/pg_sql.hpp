@@ -25,6 +25,7 @@ constexpr long kPgWaiterLockSpace = 0x7265646c;
 // (`note`: "<lock hash>:<SHA1 of the token>") and its claim window. A row needs no refresh: a
 // hand-over that reaches the row of a dead process (its lock is free) deletes it and goes on.
 //
+// A refused attempt's reply counts the live places ahead of it (0..2, `<table>_place`).
 // A hand-over (`<table>_hand`) sets the lease to the first live waiter's token for its claim
 // window, draws its fence, deletes its row and sends ONE NOTIFY, "g:<note>", to that waiter's
 // process channel ("redlock_w_<16 hex of the waiter id>"); the waiter claims it with an acquire
@@ -60,6 +61,7 @@ inline std::string pg_with_table(const char* text, const std::string& table) {
 
 // T_next(name, after, self): the first row after seq `after` whose process lives (its LISTEN
 // session holds its advisory lock; `self`, the caller, lives), deleting the dead rows it passes.
+// T_place(name, token): live waiters ahead of the token's place, 0..2 (NULL: no place).
 // T_notice: tells the waiter after the head that it is second (it then watches the lease).
 // T_hand: hands the lease to the first live waiter (the caller holds the lease row's lock).
 static_assert(kPgWaiterLockSpace == 1919247468, "the functions below spell it out");
@@ -76,6 +78,18 @@ BEGIN
     DELETE FROM T_waiters WHERE name = p_name AND token = w.token;
   END LOOP;
   RETURN NULL;
+END $f$;
+CREATE OR REPLACE FUNCTION T_place(p_name text, p_token text) RETURNS int LANGUAGE plpgsql AS $f$
+DECLARE h T_waiters;
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM T_waiters WHERE name = p_name AND token = p_token) THEN
+    RETURN NULL;
+  END IF;
+  h := T_next(p_name, -1, p_token);
+  IF h.token = p_token THEN RETURN 0; END IF;
+  h := T_next(p_name, h.seq, p_token);
+  IF h.token = p_token THEN RETURN 1; END IF;
+  RETURN 2;
 END $f$;
 CREATE OR REPLACE FUNCTION T_notice(p_name text) RETURNS void LANGUAGE plpgsql AS $f$
 DECLARE h T_waiters; s T_waiters;
@@ -102,7 +116,7 @@ END $f$;
 CREATE OR REPLACE FUNCTION T_acquire(p_name text, p_token text, p_ttl bigint, p_join boolean,
     p_waiter bigint, p_note text, p_claim bigint, OUT r_fence bigint, OUT r_holder_ms bigint,
     OUT r_place int) LANGUAGE plpgsql AS $f$
-DECLARE l T; w T_waiters; mine bigint;
+DECLARE l T; w T_waiters;
 BEGIN
   INSERT INTO T (name, token, expires_at, fence) VALUES (p_name, '', to_timestamp(0), 0)
     ON CONFLICT (name) DO NOTHING;
@@ -129,15 +143,11 @@ BEGIN
       VALUES (p_name, p_token, p_waiter, p_note, p_claim)
       ON CONFLICT (name, token) DO UPDATE SET waiter = EXCLUDED.waiter, note = EXCLUDED.note;
   END IF;
-  SELECT seq INTO mine FROM T_waiters WHERE name = p_name AND token = p_token;
-  IF mine IS NOT NULL THEN
-    SELECT count(*) INTO r_place FROM (SELECT 1 FROM T_waiters WHERE name = p_name AND seq < mine
-      LIMIT 2) ahead;
-  END IF;
+  r_place := T_place(p_name, p_token);
 END $f$;
 CREATE OR REPLACE FUNCTION T_release(p_name text, p_token text) RETURNS boolean
 LANGUAGE plpgsql AS $f$
-DECLARE l T; mine bigint; ahead int;
+DECLARE l T; ahead int;
 BEGIN
   SELECT * INTO l FROM T WHERE name = p_name FOR UPDATE;
   IF NOT FOUND THEN RETURN false; END IF;
@@ -148,10 +158,8 @@ BEGIN
     END IF;
     RETURN true;
   END IF;
-  SELECT seq INTO mine FROM T_waiters WHERE name = p_name AND token = p_token;
-  IF mine IS NULL THEN RETURN false; END IF;
-  SELECT count(*) INTO ahead FROM (SELECT 1 FROM T_waiters WHERE name = p_name AND seq < mine
-    LIMIT 2) x;
+  ahead := T_place(p_name, p_token);
+  IF ahead IS NULL THEN RETURN false; END IF;
   DELETE FROM T_waiters WHERE name = p_name AND token = p_token;
   IF l.expires_at < clock_timestamp() THEN
     PERFORM T_hand(p_name);
