@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -303,5 +304,49 @@ TEST_CASE("postgres::Lock: a holder and the head killed -9 together: the second 
   CHECK(exit_code(second) == 0);
   // ttl + claim window + a bound for a busy machine; without the notice: its 60 s deadline.
   CHECK(Clock::now() - killed < options.ttl + 3s + 10s);
+  CHECK(server.psql(kQueued) == "0");
+}
+
+// A waiter whose LISTEN session breaks is passed over (its advisory lock went with the session);
+// it is woken when the listener connects again and takes a place again.
+TEST_CASE("postgres::Lock: waiters whose LISTEN sessions are terminated queue again",
+          "[postgres]") {
+  REQUIRE_POSTGRES();
+  PostgresServer server;
+  redlock::postgres::Database db(server.uri());
+  redlock::LockOptions options;
+  options.ttl = 60s;
+  redlock::postgres::Lock holder(db, "relisten", options);
+  REQUIRE(holder.try_lock());
+  std::vector<std::thread> waiters;
+  std::atomic<int> served{0};
+  for (int i = 0; i < 2; ++i) {
+    waiters.emplace_back([&] {
+      redlock::postgres::Database mine(server.uri());  // a LISTEN session of its own
+      redlock::postgres::Lock lock(mine, "relisten", options);
+      if (!lock.try_lock_for(30s)) return;
+      ++served;
+      lock.unlock();
+    });
+    REQUIRE(eventually([&] { return server.psql(kQueued) == std::to_string(i + 1); }, 10s));
+  }
+  const std::string listeners =
+      "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1919247468";
+  CHECK(server.psql(listeners) == "2");  // the waiters' (the holder's Database never waited)
+  server.psql(
+      "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND classid = "
+      "1919247468");
+  // Each listener connects again, takes an identity again, and wakes its waiter, which queues.
+  CHECK(eventually([&] { return server.psql(listeners) == "2"; }, 10s));
+  // Both places belong to a live identity again (kept, or taken again at the tail).
+  const std::string live_places =
+      "SELECT count(*) FROM redlock_leases_waiters w JOIN pg_locks l ON l.locktype = 'advisory' "
+      "AND l.classid = 1919247468 AND l.objid::bigint = (w.waiter & 2147483647) AND l.granted";
+  CHECK(eventually([&] { return server.psql(live_places) == "2"; }, 10s));
+  const auto released = Clock::now();
+  holder.unlock();
+  for (auto& t : waiters) t.join();
+  CHECK(served == 2);
+  CHECK(Clock::now() - released < 20s);  // not at the 30 s deadline
   CHECK(server.psql(kQueued) == "0");
 }
