@@ -302,11 +302,11 @@ void PgListener::remove_tagged(const std::string& tag, PgWatch* watch) noexcept 
 }
 
 void PgListener::retag(const std::string& from, const std::string& to, PgWatch* watch) noexcept {
-  remove_tagged(from, watch);
+  std::lock_guard<std::mutex> lock(mutex_);  // at once: no hand-over falls between the tags
+  unregister(tagged_, from, watch);
   try {
-    std::lock_guard<std::mutex> lock(mutex_);
     tagged_[to].push_back(watch);
-  } catch (...) {
+  } catch (...) {  // out of memory: the watch is left to its timer
   }
 }
 
