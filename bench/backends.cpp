@@ -19,7 +19,6 @@
 #include <redlock/postgres.hpp>
 #include <redlock/redlock.hpp>
 
-#include "backends/postgres/pg_listener.hpp"
 #include "backends/postgres/pg_sql.hpp"
 #include "bench.hpp"
 #include "common.hpp"
@@ -44,8 +43,9 @@ class PgFloor {
 
   bool cycle() {
     const std::string token = std::to_string(++n_) + "-floor-token-of-22-chars";
-    const bool got = exec(sql_.acquire, {name_, token, "30000"});
-    return exec(sql_.release, {name_, token, channel_}) && got;
+    // No place in the queue (join false), so no waiter id, note or claim window.
+    const bool got = exec(sql_.acquire, {name_, token, "30000", "false", "0", "", "0"});
+    return exec(sql_.release, {name_, token}) && got;
   }
 
  private:
@@ -65,7 +65,6 @@ class PgFloor {
   PGconn* conn_;
   redlock::detail::PgStatements sql_ = redlock::detail::pg_statements("redlock_leases");
   std::string name_ = "s9:floor";
-  std::string channel_ = redlock::detail::pg_channel("redlock_leases", name_);
   std::uint64_t n_{0};
 };
 

@@ -561,7 +561,7 @@ TEST_CASE("postgres::Lock, fair mode: waiters are served in arrival order", "[po
   std::mutex mutex;
   std::vector<int> order;
   std::vector<std::thread> waiters;
-  const std::string queued = "SELECT count(*) FROM redlock_leases_queue WHERE name = 'queue'";
+  const std::string queued = "SELECT count(*) FROM redlock_leases_waiters WHERE name = 'queue'";
   for (int i = 0; i < kWaiters; ++i) {
     waiters.emplace_back([&, i] {
       redlock::postgres::Lock lock(db, "queue", fair);
@@ -595,7 +595,7 @@ TEST_CASE("postgres::Lock, fair mode: a waiter that gives up leaves the queue", 
   redlock::postgres::Lock next(db, "leaving", fair);
   REQUIRE(holder.try_lock());
   CHECK_FALSE(quitter.try_lock_for(300ms));  // joined, then left
-  const std::string queued = "SELECT count(*) FROM redlock_leases_queue";
+  const std::string queued = "SELECT count(*) FROM redlock_leases_waiters";
   CHECK(server.psql(queued) == "0");
   holder.unlock();
   CHECK(next.try_lock());  // nobody's place is ahead of it

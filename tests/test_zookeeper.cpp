@@ -109,11 +109,27 @@ std::string env_or(const char* name, const char* fallback) {
 }  // namespace
 
 // The worker: REDLOCK_ZK_MODE=count adds 1 to the number in REDLOCK_ZK_FILE, ROUNDS times, each
-// under the lock; REDLOCK_ZK_MODE=hold takes the lock, writes REDLOCK_ZK_FILE and sleeps.
+// under the lock; REDLOCK_ZK_MODE=hold takes the lock, writes REDLOCK_ZK_FILE and sleeps;
+// REDLOCK_ZK_MODE=loop connects, writes REDLOCK_ZK_FILE.ready, waits for REDLOCK_ZK_FILE.go,
+// then takes the lock and holds it 1 ms in a loop for ROUNDS ms, and writes its count.
 TEST_CASE("zookeeper child worker", "[.zkchild]") {
   redlock::zookeeper::Session session(env_or("REDLOCK_ZK_URI", ""));
   redlock::zookeeper::Lock lock(session, "mutex");
   const std::string file = env_or("REDLOCK_ZK_FILE", "");
+  if (env_or("REDLOCK_ZK_MODE", "") == "loop") {
+    if (lock.try_lock()) lock.unlock();  // connected, the chroot made
+    std::ofstream(file + ".ready") << "1\n";
+    while (!std::ifstream(file + ".go")) std::this_thread::sleep_for(5ms);
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::milliseconds(std::stoi(env_or("REDLOCK_ZK_ROUNDS", "0")));
+    long n = 0;
+    for (; std::chrono::steady_clock::now() < until; ++n) {
+      std::lock_guard<redlock::zookeeper::Lock> guard(lock);
+      std::this_thread::sleep_for(1ms);
+    }
+    std::ofstream(file) << n << "\n";
+    return;
+  }
   if (env_or("REDLOCK_ZK_MODE", "") == "hold") {
     lock.lock();
     std::ofstream(file) << lock.fence() << "\n";
@@ -628,3 +644,71 @@ TEST_CASE("zookeeper: redlock-run stops the command when the session is lost (ex
   REQUIRE(WEXITSTATUS(status) == 70);
 }
 #endif
+
+namespace {
+
+// The packets the server has received ("Received: N" in `srvr`).
+long received(const ZooKeeperServer& server) {
+  const std::string srvr = server.ask("srvr");
+  const auto at = srvr.find("Received: ");
+  REQUIRE(at != std::string::npos);
+  return std::stol(srvr.substr(at + 10));
+}
+
+struct ZkContention {
+  double requests_per_acquisition{0};
+  long fewest{0};
+  long total{0};
+};
+
+// `processes` worker processes, each with its own Session and Lock on one name, loop lock /
+// hold 1 ms / unlock for 2.5 s; the server's packets over the run, per acquisition.
+ZkContention zk_contend(const ZooKeeperServer& server, int processes) {
+  const std::string uri = uri_of(server, fresh_chroot(), 10000);
+  const std::string base =
+      "/tmp/redlock-zk-herd-" + std::to_string(::getpid()) + "-" + std::to_string(processes) + "-";
+  std::vector<pid_t> kids;
+  for (int i = 0; i < processes; ++i) {
+    kids.push_back(
+        spawn_child({"REDLOCK_ZK_URI=" + uri, "REDLOCK_ZK_MODE=loop", "REDLOCK_ZK_ROUNDS=2500",
+                     "REDLOCK_ZK_FILE=" + base + std::to_string(i)}));
+  }
+  for (int i = 0; i < processes; ++i) {
+    const std::string ready = base + std::to_string(i) + ".ready";
+    REQUIRE(redlock::test::eventually([&] { return !!std::ifstream(ready); }, 30s));
+  }
+  const long before = received(server);
+  for (int i = 0; i < processes; ++i) std::ofstream(base + std::to_string(i) + ".go") << "1\n";
+  for (pid_t kid : kids) CHECK(wait_child(kid) == 0);
+  const long after = received(server);
+  ZkContention out;
+  out.fewest = 1L << 40;
+  for (int i = 0; i < processes; ++i) {
+    const std::string file = base + std::to_string(i);
+    long n = 0;
+    std::ifstream(file) >> n;
+    out.total += n;
+    out.fewest = std::min(out.fewest, n);
+    for (const char* suffix : {"", ".ready", ".go"}) ::unlink((file + suffix).c_str());
+  }
+  out.requests_per_acquisition =
+      out.total > 0 ? static_cast<double>(after - before) / out.total : 0;
+  return out;
+}
+
+}  // namespace
+
+// Issue #32: the recipe wakes only the successor (a watch on its predecessor), so the server's
+// work per acquisition does not grow with the number of waiting processes.
+TEST_CASE("zookeeper: requests per acquisition do not grow with the waiters", "[zookeeper]") {
+  REQUIRE_ZOOKEEPER();
+  const ZooKeeperServer& server = shared_server();
+  const ZkContention few = zk_contend(server, 4);
+  const ZkContention many = zk_contend(server, 16);
+  INFO("packets per acquisition: 4 processes "
+       << few.requests_per_acquisition << " (" << few.total << " acquisitions), 16 processes "
+       << many.requests_per_acquisition << " (" << many.total << ")");
+  CHECK(few.fewest > 0);
+  CHECK(many.fewest > 0);  // every process served
+  CHECK(many.requests_per_acquisition <= 1.5 * few.requests_per_acquisition);
+}

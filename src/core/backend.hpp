@@ -52,10 +52,12 @@ struct AcquireResult {
   std::exception_ptr failure;
   // PermitBackend: the permit granted (1..limit), 0 if refused.
   std::size_t slot{0};
-  // Fair mode, refused and queued: 1 if this waiter heads the server's queue, 2 if it is next
-  // (both watch the holder's lease: an expiry announces nothing, so they advance the queue when
-  // it ends), 3 further back (it sleeps until a hand-over or a notice that it moved up). 0: not
-  // known (retry as a polling wait would).
+  // A wake-one queue (Redis fair mode, PostgreSQL lease mode), refused and queued where a grant
+  // can reach the waiter: 1 if it heads the server's queue, 2 if it is next (both watch the
+  // holder's lease: an expiry announces nothing, so they advance the queue when it ends; a
+  // backend may fold the second's delay into holder_pttl and report 1), 3 further back (it
+  // sleeps until a hand-over or a notice that it moved up). 0: not queued or not known (retry as
+  // a polling wait would).
   unsigned char watcher{0};
   // Fair mode: the queue place is gone (fair_release ran, or may still run, with the token), so
   // any hand-over named by this attempt or an earlier one is void.

@@ -100,7 +100,8 @@ bool AcquireLoop::wait_loop() {
 
 // Jittered retry_delay, never past the holder's lease end (it may end by expiry, unannounced)
 // nor past the deadline. A wait that hears releases sleeps until the lease end (a release wakes
-// it sooner); retry_delay only when the lease end is unknown.
+// it sooner); retry_delay only when the lease end is unknown. A place in a wake-one queue: a
+// watcher sleeps until the lease end, the others until their grant (or the deadline).
 SteadyClock::time_point AcquireLoop::next_wake(SteadyClock::time_point now) const {
   if (watcher_ != 0 && wait_.hears_releases()) return turn_wake(now);
   auto wait = jittered(std::chrono::nanoseconds(who_.options.retry_delay));

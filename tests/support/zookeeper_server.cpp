@@ -190,25 +190,28 @@ void ZooKeeperServer::start() {
   throw std::runtime_error("zookeeper_server: no answer within 30 s:\n" + tail_of(log));
 }
 
-bool ZooKeeperServer::answers(std::chrono::milliseconds timeout) const {
+std::string ZooKeeperServer::ask(std::string_view word, std::chrono::milliseconds timeout) const {
   const int fd = connect_loopback(port_);
-  if (fd < 0) return false;
-  const char ask[] = "ruok";
-  bool ok = ::send(fd, ask, 4, MSG_NOSIGNAL) == 4;
+  if (fd < 0) return {};
+  bool ok = ::send(fd, word.data(), word.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(word.size());
   std::string reply;
   const auto deadline = Clock::now() + timeout;
-  while (ok && reply.size() < 4 && Clock::now() < deadline) {
+  while (ok && Clock::now() < deadline) {  // the server closes the connection after its reply
     pollfd p{fd, POLLIN, 0};
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (::poll(&p, 1, static_cast<int>(left.count()) + 1) <= 0) break;
-    char buffer[16];
+    char buffer[512];
     const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
     if (n <= 0) break;
     reply.append(buffer, static_cast<std::size_t>(n));
   }
   ::close(fd);
-  return reply.compare(0, 4, "imok") == 0;
+  return reply;
+}
+
+bool ZooKeeperServer::answers(std::chrono::milliseconds timeout) const {
+  return ask("ruok", timeout).compare(0, 4, "imok") == 0;
 }
 
 void ZooKeeperServer::pause() {

@@ -58,6 +58,10 @@ class ZooKeeperServer {
   void restart();
   // True if the server answers `ruok` with `imok` within `timeout`.
   bool answers(std::chrono::milliseconds timeout = std::chrono::milliseconds(500)) const;
+  // The server's whole answer to a four-letter word (`ruok` or `srvr`: the only ones enabled),
+  // read until it closes the connection or `timeout`; empty if it cannot be reached.
+  std::string ask(std::string_view word,
+                  std::chrono::milliseconds timeout = std::chrono::milliseconds(2000)) const;
 
  private:
   void start();

@@ -1,6 +1,7 @@
 // src/backends/postgres/pg_backend.cpp: the lease backend (core/backend.hpp) over one
-// PostgreSQL lease table, and the public Database and Lock. Each operation is one statement;
-// expiry is decided by the server's now().
+// PostgreSQL lease table and its wake-one queue, and the public Database and Lock. Each
+// operation is one statement; expiry is decided by the server's now().
+#include <algorithm>
 #include <stdexcept>
 
 #include <redlock/errors.hpp>
@@ -11,49 +12,67 @@
 #include "core/backend.hpp"
 #include "core/engine.hpp"
 #include "lock/lock_core.hpp"
+#include "util/sha1.hpp"
 
 namespace redlock {
 namespace detail {
 namespace {
 
+// The claim window of a hand-over: min(ttl, max(250 ms, 2 x statement_timeout)). A grant that
+// is not claimed within it lapses, and the queue's head takes the lease on.
+std::chrono::milliseconds claim_window(std::chrono::milliseconds ttl,
+                                       std::chrono::milliseconds statement_timeout) {
+  return std::min(ttl, std::max(std::chrono::milliseconds(250), 2 * statement_timeout));
+}
+
+// Every waiter queues (fair() is true whatever LockOptions::fair says): a release hands the
+// lease to the oldest live waiter with one NOTIFY to its process (and tells the waiter after it
+// that it is now second), and the other waiters sleep (pg_sql.hpp). The claim is an attempt
+// with the granted token.
 class PgLeaseBackend final : public PgBackendBase {
  public:
   PgLeaseBackend(std::shared_ptr<PgDatabase> db, std::string name, const LockOptions& options)
       : PgBackendBase(std::move(db), std::move(name), options),
-        fair_(options.fair.value_or(false)),
-        queue_ms_(std::to_string(3 * options.ttl.count())) {
-    PgStatements sql = pg_statements(db_->table());
-    acquire_sql_ = std::move(fair_ ? sql.fair_acquire : sql.acquire);
-    extend_sql_ = std::move(sql.extend);
-    release_sql_ = std::move(fair_ ? sql.fair_release : sql.release);
-  }
+        sql_(pg_statements(db_->table())),
+        hears_grants_(options.wake_on_release),
+        claim_(claim_window(options.ttl, db_->options().statement_timeout)),
+        tag_prefix_(channel_.substr(channel_.size() - 16) + ":") {}
 
-  bool fair() const noexcept override { return fair_; }
+  bool fair() const noexcept override { return true; }
 
   AcquireResult acquire(const AcquireRequest& request) override {
     AcquireResult out;
     auto start = SteadyClock::now();
+    const bool join = request.queue == Queue::join;
     try {
-      const PgUndo undo{release_sql_, {name_, *request.token, channel_}};
-      std::vector<std::string> params = {name_, *request.token, std::to_string(ttl_.count())};
-      if (fair_) {
-        params.push_back(request.queue == Queue::join ? "true" : "false");
-        params.push_back(queue_ms_);
-      }
-      PgResult r = db_->exec("acquire " + name_, acquire_sql_, params, &undo);
-      if (r.row.size() == 2 && !r.null[0]) {
+      // A place is of use once this process has a waiter id a hand-over can reach.
+      const std::uint64_t id =
+          join ? db_->listener()->identity(start + db_->options().statement_timeout) : 0;
+      const PgUndo undo{sql_.release, {name_, *request.token}};
+      const std::vector<std::string> params = {name_,
+                                               *request.token,
+                                               std::to_string(ttl_.count()),
+                                               join ? "true" : "false",
+                                               std::to_string(static_cast<long long>(id)),
+                                               tag_prefix_ + sha1_hex(*request.token),
+                                               std::to_string(claim_.count())};
+      PgResult r = db_->exec("acquire " + name_, sql_.acquire, params, &undo);
+      if (r.row.size() != 3) throw ProtocolError("postgres: acquire " + name_ + ": not 3 columns");
+      if (!r.null[0]) {
         out.fence = std::stoull(r.row[0]);
         out.valid_until = extend_floor(start, ttl_);
         out.held = out.valid_until > SteadyClock::now();
         out.granted = out.held ? 1 : 0;
         if (!out.held) release(*request.token, Announce::quietly);
-      } else if (r.row.size() == 2 && !r.null[1]) {
-        out.holder_pttl = std::chrono::milliseconds(std::max(0LL, std::stoll(r.row[1])));
+        return out;
       }
+      if (!r.null[1])
+        out.holder_pttl = std::chrono::milliseconds(std::max(0LL, std::stoll(r.row[1])));
+      if (!r.null[2]) place(out, std::stoi(r.row[2]), id);
     } catch (const TimeoutError&) {
-      // Fair: the attempt's undo (which also leaves the queue) may be queued behind it, and
-      // would take a later place of the same token with it: the waiter takes a new token.
-      out.left_queue = fair_;
+      // The attempt's undo (which also leaves the queue) may be queued behind it, and would take
+      // a later place of the same token with it: the waiter takes a new token.
+      out.left_queue = true;
       out.failure = std::current_exception();
     } catch (const Error&) {
       out.failure = std::current_exception();
@@ -66,7 +85,7 @@ class PgLeaseBackend final : public PgBackendBase {
     auto start = SteadyClock::now();
     try {
       PgResult r =
-          db_->exec("extend " + name_, extend_sql_, {name_, token, std::to_string(ttl.count())});
+          db_->exec("extend " + name_, sql_.extend, {name_, token, std::to_string(ttl.count())});
       out.valid_until = extend_floor(start, ttl);
       out.held = r.affected == 1 && out.valid_until > SteadyClock::now();
       out.confirmed = r.affected == 1 ? 1 : 0;
@@ -80,9 +99,9 @@ class PgLeaseBackend final : public PgBackendBase {
   ReleaseResult release(const std::string& token, Announce) override {
     ReleaseResult out;
     try {
-      PgResult r = db_->exec("release " + name_, release_sql_, {name_, token, channel_});
-      // Fair: a row that says whether the lease was ours (the queue place may be all it left).
-      const bool released = fair_ ? r.row.size() == 2 && r.row[0] == "t" : r.affected == 1;
+      PgResult r = db_->exec("release " + name_, sql_.release, {name_, token});
+      // False also for a waiter's leave (its place was all the token had).
+      const bool released = r.row.size() == 1 && r.row[0] == "t";
       // A resent release that finds nothing may have followed its own first send: unknown,
       // not a loss (nobody else is known to have taken the lease).
       out.released = released ? 1 : 0;
@@ -94,10 +113,26 @@ class PgLeaseBackend final : public PgBackendBase {
     return out;
   }
 
+  bool watch_live() const noexcept override { return db_->waiter_id() != 0; }
+  std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline,
+                                      std::string token_sha1) override {
+    return std::make_unique<PgWatch>(db_->listener(), tag_prefix_, token_sha1, deadline);
+  }
+
  private:
-  bool fair_;
-  std::string queue_ms_;  // a waiter's place lives 3 ttl past its last attempt
-  std::string acquire_sql_, extend_sql_, release_sql_;
+  // A refused attempt with a place, `ahead` (0..2) places behind the head. The head and the
+  // second watch the lease (the second one claim window longer: the head, or its grantee, goes
+  // first); the others sleep until their grant. Only a place a grant can reach is `queued`.
+  void place(AcquireResult& out, int ahead, std::uint64_t id) const noexcept {
+    const bool queued = hears_grants_ && id != 0 && id == db_->waiter_id();
+    out.watcher = !queued ? 0 : ahead <= 1 ? 1 : 3;  // the second's delay is in holder_pttl
+    if (ahead == 1 && out.holder_pttl.count() >= 0) out.holder_pttl += claim_;
+  }
+
+  PgStatements sql_;
+  bool hears_grants_;  // LockOptions::wake_on_release: waiters sleep until their grant
+  std::chrono::milliseconds claim_;
+  std::string tag_prefix_;  // "<the lock's 16 hex digits>:", before a token's SHA1
 };
 
 }  // namespace

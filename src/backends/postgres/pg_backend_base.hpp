@@ -1,7 +1,9 @@
 // src/backends/postgres/pg_backend_base.hpp: what the PostgreSQL component's two lease backends
 // (lease mode's row, session mode's advisory lock) share behind the seam: one store (size and
-// quorum 1), no fair mode, the drift allowance, renewals one by one, and wake-on-release through
-// the Database's LISTEN connection. Also the session backend's factory.
+// quorum 1), the drift allowance, renewals one by one, and wake-ups through the Database's
+// LISTEN connection (session mode: a release notifies the lock's channel and every waiter of
+// the lock tries pg_try_advisory_lock again; lease mode overrides fair() and the watch: a
+// wake-one queue, pg_sql.hpp). Also the session backend's factory.
 #ifndef REDLOCK_SRC_BACKENDS_POSTGRES_PG_BACKEND_BASE_HPP
 #define REDLOCK_SRC_BACKENDS_POSTGRES_PG_BACKEND_BASE_HPP
 
@@ -61,7 +63,7 @@ class PgBackendBase : public LeaseBackend {
   std::string name_;
   std::chrono::milliseconds ttl_;
   double drift_;
-  std::string channel_;  // where releases are announced
+  std::string channel_;  // where session mode's releases are announced; its hash names the lock
 };
 
 // Session mode's backend (pg_session.cpp).

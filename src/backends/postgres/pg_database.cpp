@@ -3,6 +3,7 @@
 #include "backends/postgres/pg_database.hpp"
 
 #include "backends/postgres/pg_listener.hpp"
+#include "backends/postgres/pg_sql.hpp"
 
 #include <poll.h>
 
@@ -313,6 +314,11 @@ bool PgDatabase::listening(const std::string& channel) const noexcept {
   return listener_ && listener_->live(channel);
 }
 
+std::uint64_t PgDatabase::waiter_id() const noexcept {
+  std::lock_guard<std::mutex> lock(listener_mutex_);
+  return listener_ ? listener_->identified() : 0;
+}
+
 PGconn* PgDatabase::dedicated() {
   if (!table_ready_.load(std::memory_order_acquire)) ensure_table();
   {
@@ -366,19 +372,10 @@ void PgDatabase::ensure_table() {
 // statement_timeout + 1 s a statement). ddl_mutex_ is held.
 void PgDatabase::create_table() {
   const std::string& t = options_.table;
-  // One statement (a DO block is its own transaction); the advisory lock serialises creators in
-  // other processes (CREATE ... IF NOT EXISTS races).
-  const std::string ddl =
-      "DO $redlock$ BEGIN PERFORM pg_advisory_xact_lock(7270451); CREATE SEQUENCE IF NOT EXISTS " +
-      t + "_fence; CREATE TABLE IF NOT EXISTS " + t +
-      " (name text PRIMARY KEY, token text NOT NULL, "
-      "expires_at timestamptz NOT NULL, fence bigint NOT NULL); CREATE TABLE IF NOT EXISTS " +
-      t +
-      "_queue (name text NOT NULL, token text NOT NULL, seq bigserial, expires_at "
-      "timestamptz NOT NULL, PRIMARY KEY (name, token)); END $redlock$";
-  // An existing table needs no DDL (and a user without CREATE on the schema may use it).
-  const std::string probe = "SELECT to_regclass('" + t + "') IS NOT NULL AND to_regclass('" + t +
-                            "_fence') IS NOT NULL AND to_regclass('" + t + "_queue') IS NOT NULL";
+  // One statement each. An existing table and its functions need no DDL (and a user without
+  // CREATE on the schema may use them).
+  const std::string ddl = pg_schema(t);
+  const std::string probe = pg_schema_probe(t);
   PGconn* conn = take();
   bool broken = true;
   try {

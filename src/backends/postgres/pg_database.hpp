@@ -77,6 +77,9 @@ class PgDatabase {
   std::shared_ptr<PgListener> listener();
   // True if `channel` is listened to already (false before the listener exists).
   bool listening(const std::string& channel) const noexcept;
+  // Lease mode: the listener's waiter id while it is connected and holds it (0 otherwise, and
+  // before the listener exists).
+  std::uint64_t waiter_id() const noexcept;
 
   const postgres::DatabaseOptions& options() const noexcept { return options_; }
   const std::string& table() const noexcept { return options_.table; }
