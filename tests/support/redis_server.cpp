@@ -610,7 +610,7 @@ std::vector<std::string> minimal_acl_rules() {
           "&{rltest:*", "+set", "+get", "+del", "+pexpire", "+pttl", "+incr", "+type", "+eval",
           "+evalsha", "+publish", "+subscribe", "+unsubscribe", "+ping",
           // fair mode's queue scripts
-          "+time", "+lindex", "+lpop", "+lrem", "+rpush", "+hget", "+hset", "+hdel", "+exists"};
+          "+lindex", "+lpop", "+lpush", "+rpush", "+hget", "+hset", "+hdel", "+hlen", "+exists"};
 }
 
 redlock::Endpoint RedisServer::unix_endpoint() const {
