@@ -311,6 +311,7 @@ AcquireResult LeaseEngine::acquire(const AcquireRequest& request) {
   // Done as soon as a quorum granted (or can no longer grant); stragglers get a short grace.
   EarlyFinish early;
   early.needed = quorum();
+  if (fair_ && n > 1) early.required = orderer_;  // its refusal is a veto: wait for it
   const auto granted = [&a](std::size_t i, const redisReply* reply) {
     return read_acquire_reply(reply, nullptr, a.dialects[i], a.token).answer == Answer::granted;
   };
@@ -321,7 +322,10 @@ AcquireResult LeaseEngine::acquire(const AcquireRequest& request) {
   AcquireResult result;
   read(a, result);
   Decision decision = decide(n, result.granted, ttl_, drift_factor_, a.started, SteadyClock::now());
-  if (a.vetoed) decision.held = false;  // a queue is ahead of us on the orderer
+  // A queue is ahead of us on the orderer, or the orderer was cut short once the others had
+  // answered (its answer decides; a silent orderer goes into back-off and is skipped, and the
+  // plain quorum decides then).
+  if (a.vetoed || (fair_ && n > 1 && a.batches[orderer_].abandoned)) decision.held = false;
   if (decision.held && fencing_) result.fence = raise_fence(a, decision);
   if (decision.held) {
     const bool skipped = std::any_of(a.batches.begin(), a.batches.end(),

@@ -276,6 +276,7 @@ void execute_routed(NodeBatch* batches, std::size_t count, const EarlyFinish* ea
   EarlyFinish mapped;
   if (early != nullptr && parts.size() == count) {
     mapped.needed = early->needed;
+    mapped.required = early->required;  // one part per batch: the indexes are the same
     mapped.succeed_when(test);
   }
   execute_direct(out.data(), out.size(), mapped.success != nullptr ? &mapped : nullptr, policy);

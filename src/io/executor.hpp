@@ -56,6 +56,9 @@ struct NodeBatch {
 // (on_timeout is sent behind their request, the connection closed, error = TimeoutError).
 struct EarlyFinish {
   std::size_t needed{0};
+  // A node whose answer the outcome needs whatever the others say (a fair Redlock's orderer:
+  // its refusal vetoes): no grace starts while it is still awaited. SIZE_MAX: none.
+  std::size_t required{static_cast<std::size_t>(-1)};
   // The test, as a function pointer and its context (no allocation); set with succeed_when().
   bool (*success)(const void* context, std::size_t node, const redisReply* reply){nullptr};
   const void* context{nullptr};

@@ -217,6 +217,10 @@ Clock::time_point grace_end(const Pending* pending, std::size_t count, Clock::ti
   std::size_t succeeded = 0;
   std::size_t failed = 0;
   std::size_t unavailable = 0;
+  if (early.required < count) {
+    const Pending& r = pending[early.required];
+    if (!r.done && !r.trailing && !complete(r)) return Clock::time_point::max();
+  }
   for (std::size_t i = 0; i < count; ++i) {
     const Pending& p = pending[i];
     if (p.done || p.trailing) {
