@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include <redlock/redlock.hpp>
 
@@ -290,4 +291,26 @@ TEST_CASE("Hold: Semaphore permits owned by handles", "[redis][hold][semaphore]"
   a.lock();  // a thread permit; a handle acquire by its owner would wait for itself
   CHECK_THROWS_AS(a.acquire_hold(), std::logic_error);
   a.unlock();
+}
+
+TEST_CASE("Hold: a Redlock's handle hold outlives its lock object", "[redis][hold][redlock]") {
+  redlock::test::ServerGroup group(3);
+  std::vector<redlock::Client> clients;
+  for (const auto& endpoint : group.endpoints()) clients.emplace_back(endpoint);
+  const auto k = key("hold-redlock");
+  const auto holders = [&] {
+    int n = 0;
+    for (std::size_t i = 0; i < group.size(); ++i) n += group[i].raw({"EXISTS", k}).integer();
+    return n;
+  };
+  redlock::Hold hold;
+  {
+    redlock::Redlock lock(clients, k, fast());
+    hold = lock.acquire();
+  }  // the lock object is gone; the Hold still holds
+  CHECK(holders() == 3);
+  CHECK(hold.holds());
+  CHECK(hold.extend(20s));
+  CHECK(hold.release());
+  CHECK(holders() == 0);
 }

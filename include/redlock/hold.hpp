@@ -64,6 +64,8 @@ class Hold {
   // Releases the hold, if any, without blocking: renewal stops and the release (announced to
   // waiters) runs on the library's background thread; the object's next local waiter proceeds
   // once it is done. Never throws; a failed release is logged and the lease expires by its ttl.
+  // A process that exits right after may end before the release is sent (the lease then
+  // expires by its ttl): call release() where that matters.
   ~Hold();
 
   // True if this Hold holds a lease that was not lost and validity() > 0. A lost Hold is still
