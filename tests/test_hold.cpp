@@ -17,38 +17,18 @@
 #include <redlock/redlock.hpp>
 
 #include "support/eventually.hpp"
+#include "support/lock_fixture.hpp"
 #include "support/redis_server.hpp"
 #include "util/key_slot.hpp"  // helper_key: a Semaphore's slot keys
 
 using namespace std::chrono_literals;
 using redlock::test::eventually;
+using redlock::test::fast;
 using redlock::test::key;
 using redlock::test::RedisServer;
+using redlock::test::Setup;
+using redlock::test::value_of;
 using Clock = std::chrono::steady_clock;
-
-namespace {
-
-redlock::LockOptions fast(std::chrono::milliseconds ttl = 10s) {
-  redlock::LockOptions o;
-  o.ttl = ttl;
-  o.retry_delay = 5ms;
-  return o;
-}
-
-std::string value_of(const RedisServer& server, const std::string& k) {
-  const auto r = server.raw({"GET", k});
-  return r.is_nil() ? std::string() : r.str();
-}
-
-// A server, a Client to it, and a key under the run's prefix.
-struct Setup {
-  explicit Setup(const std::string& name) : client(server.endpoint()), k(key(name)) {}
-  RedisServer server;
-  redlock::Client client;
-  std::string k;
-};
-
-}  // namespace
 
 TEST_CASE("Hold: acquired on one thread, released on another", "[redis][hold]") {
   Setup s("hold-threads");
