@@ -85,31 +85,35 @@ TEST_CASE("Hold: moved, default, and move-assigned", "[redis][hold]") {
 }
 
 TEST_CASE("Hold: the destructor's release reaches a waiter of another client", "[redis][hold]") {
-  Setup s("hold-dtor");
-  redlock::Lock lock(s.client, s.k, fast(60s));
-  redlock::Client other_client(s.server.endpoint());
-  redlock::Lock other(other_client, s.k, fast(60s));  // waits on another connection and subscriber
-  auto hold = std::make_unique<redlock::Hold>(lock.acquire());
-  const std::string token = value_of(s.server, s.k);
-  std::atomic<bool> waiting{false};
-  auto waiter = std::async(std::launch::async, [&] {
-    waiting = true;
-    return other.try_lock_for(30s) ? value_of(s.server, s.k) : std::string();
-  });
-  REQUIRE(eventually([&] { return waiting.load(); }));
-  std::this_thread::sleep_for(50ms);  // the waiter is refused and waits
-  const auto destroyed = Clock::now();
-  hold.reset();  // returns at once; the release runs in the background
-  const auto returned = Clock::now();
-  // A generous bound (the 60 s ttl is far away): the waiter holds because of the release.
-  REQUIRE(waiter.wait_for(20s) == std::future_status::ready);
-  const std::string winner = waiter.get();
-  CHECK_FALSE(winner.empty());
-  CHECK(winner != token);
-  CHECK(Clock::now() - destroyed < 20s);
-  CHECK(returned - destroyed < 5s);  // no round trip needed; a bound only a hang exceeds
-  other.unlock();
-  CHECK(s.server.raw({"EXISTS", s.k}).integer() == 0);
+  for (const bool fair : {false, true}) {
+    INFO("fair " << fair);
+    Setup s(fair ? "hold-dtor-fair" : "hold-dtor");
+    redlock::LockOptions options = fast(60s);
+    options.fair = fair;
+    redlock::Lock lock(s.client, s.k, options);
+    redlock::Client other_client(s.server.endpoint());
+    redlock::Lock other(other_client, s.k, options);  // another connection and subscriber
+    auto hold = std::make_unique<redlock::Hold>(lock.acquire());
+    const std::string token = value_of(s.server, s.k);
+    std::atomic<bool> waiting{false};
+    auto waiter = std::async(std::launch::async, [&] {
+      waiting = true;
+      return other.try_lock_for(30s) ? value_of(s.server, s.k) : std::string();
+    });
+    REQUIRE(eventually([&] { return waiting.load(); }));
+    std::this_thread::sleep_for(50ms);  // the waiter is refused and waits (fair: queued)
+    const auto destroyed = Clock::now();
+    hold.reset();  // returns at once; the release runs in the background
+    const auto returned = Clock::now();
+    // A generous bound (the 60 s ttl is far away): the waiter holds because of the release.
+    REQUIRE(waiter.wait_for(20s) == std::future_status::ready);
+    const std::string winner = waiter.get();
+    CHECK_FALSE(winner.empty());
+    CHECK(winner != token);
+    CHECK(returned - destroyed < 5s);  // no round trip needed; a bound only a hang exceeds
+    other.unlock();
+    CHECK(s.server.raw({"EXISTS", s.k}).integer() == 0);
+  }
 }
 
 TEST_CASE("Hold: the watchdog renews a handle hold past its ttl", "[redis][hold][watchdog]") {
