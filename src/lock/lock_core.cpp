@@ -136,7 +136,10 @@ bool LockCore::attempts(Call call, SteadyClock::time_point deadline, AcquireEven
                         AcquireLoop::Taker& taker) {
   const auto order = !backend_->fair() && options_.wake_on_release ? AcquireLoop::Order::elder_first
                                                                    : AcquireLoop::Order::none;
-  const AcquireLoop::Waiter waiter{ownership_, options_, backend_->key(), kWords, order};
+  // A thread's call takes through this object; a handle's through its HandleTaker.
+  const bool thread = &taker == static_cast<AcquireLoop::Taker*>(this);
+  const AcquireLoop::Waiter waiter{ownership_, options_, backend_->key(),
+                                   thread ? kWords : kHandleWords, order};
   const bool crowded = crowded_.load(std::memory_order_relaxed);
   const auto run = [&](WaitStrategy& wait) {
     return AcquireLoop(waiter, taker, wait, call, deadline, event, crowded).run();

@@ -190,7 +190,10 @@ bool SemaphoreCore::gated_acquire(Call call, SteadyClock::time_point deadline, A
   bool held = false;
   try {
     PermitWait wait(*permits_, options_.wake_on_release);
-    const AcquireLoop::Waiter waiter{ownership_, options_, key_, kWords, AcquireLoop::Order::none};
+    // A thread's call takes through this object; a handle's through its HandleTaker.
+    const bool thread = &taker == static_cast<AcquireLoop::Taker*>(this);
+    const AcquireLoop::Waiter waiter{ownership_, options_, key_, thread ? kWords : kHandleWords,
+                                     AcquireLoop::Order::none};
     held = AcquireLoop(waiter, taker, wait, call, deadline, event, false).run();
   } catch (...) {
     ownership_.open_gate();
