@@ -13,16 +13,17 @@
 //   });
 //
 // The destructor releases without blocking: the release goes to the library's background
-// thread (io/finisher), so destroying a Hold never delays the caller. release() releases now
+// thread (the one that also finishes abandoned requests), so destroying a Hold never delays the
+// caller. release() releases now
 // and reports, as LockBase::release() does.
 //
 // How handle holds and thread holds share one object: each object holds at most one hold at a
 // time, of either kind. Acquires of both kinds queue in one first come, first served local
 // queue, so a second acquire() waits until the first Hold is released, as a second lock() waits
 // for unlock(). Re-entrancy exists only for thread holds. A handle acquire by the thread that
-// owns the object's thread hold throws std::logic_error (it would wait for itself); a thread that
-// owns a Hold of an object and calls lock() or acquire() on the same object waits for itself
-// (until its deadline: use try_lock_for()/try_acquire_for(), or a second object).
+// owns the object's thread hold throws std::logic_error (it would wait for itself). The reverse
+// cannot be detected: a thread that keeps a Hold of an object and calls lock() or acquire() on
+// the same object waits for itself (until its deadline, with try_lock_for()/try_acquire_for()).
 //
 // auto_renew, on_lost, fencing, fair mode and wake-on-release work for a Hold exactly as for a
 // thread hold. A Hold may outlive the object that made it.
