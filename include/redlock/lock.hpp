@@ -101,10 +101,11 @@ class LockBase {
   // (redlock/hold.hpp): any thread may use, extend or release it, and its destructor releases
   // without blocking. Handle and thread holds of one object queue together, first come, first
   // served: this waits until the object's current hold (a Hold, or a thread's lock()) ends.
-  // Rides out unavailability like lock(). Throws ServerError for error replies (at once),
-  // CancelledError after cancel_waits(), and std::logic_error if the calling thread owns this
-  // object's thread hold (lock()): the Hold would wait for that thread's unlock(). Never
-  // re-entrant: a thread that owns a Hold of this object and calls acquire() waits for itself.
+  // Rides out unavailability and throws as lock() does: the last ConnectionError, TimeoutError or
+  // QuorumUnavailableError once max_unavailable has passed, ServerError for error replies (at
+  // once), CancelledError after cancel_waits(); and std::logic_error if the calling thread owns
+  // this object's thread hold (lock()): the Hold would wait for that thread's unlock(). Never
+  // re-entrant: a thread that keeps a Hold of this object and calls acquire() waits for itself.
   // Thread-safe.
   Hold acquire();
 
