@@ -711,4 +711,29 @@ TEST_CASE("zookeeper: requests per acquisition do not grow with the waiters", "[
   CHECK(few.fewest > 0);
   CHECK(many.fewest > 0);  // every process served
   CHECK(many.requests_per_acquisition <= 1.5 * few.requests_per_acquisition);
+// Issue 33: a hold owned by a handle, on the ZooKeeper backend (the same LockCore path).
+TEST_CASE("zookeeper: a Hold is released from another thread, and by its destructor",
+          "[zookeeper][hold]") {
+  REQUIRE_ZOOKEEPER();
+  auto& server = shared_server();
+  const std::string chroot = fresh_chroot();
+  const std::string uri = uri_of(server, chroot, 4000);
+  redlock::zookeeper::Session s1(uri), s2(uri);
+  redlock::zookeeper::Lock a(s1, "res"), b(s2, "res");
+  redlock::Hold hold;
+  std::thread([&] { hold = a.acquire(); }).join();
+  REQUIRE(hold.holds());
+  CHECK_FALSE(b.try_lock());
+  bool kept = false;
+  std::thread([&] { kept = hold.release(); }).join();
+  CHECK(kept);
+  REQUIRE(b.try_lock());
+  b.unlock();
+  auto second = a.try_acquire_for(5s);
+  REQUIRE(second);
+  CHECK_FALSE(b.try_lock());
+  second.reset();  // the destructor: released in the background
+  REQUIRE(b.try_lock_for(10s));
+  b.unlock();
+  REQUIRE(queue_length(uri, chroot + "/res") == 0);
 }

@@ -23,21 +23,27 @@
 // hold as it exits (best effort, logged as a warning), so a new thread with a recycled
 // std::thread::id never inherits it.
 //
+// A hold may be owned by a handle instead of a thread: acquire() and try_acquire_for() return a
+// Hold (redlock/hold.hpp), which any thread may use and release. owns_lock(), validity(), fence(),
+// lease(), extend() and release() of this class concern the thread hold only; a Hold has its own.
+//
 // What a lease can promise, and what it cannot, is in docs/safety.md ("The model in a page"): in
 // short, a holder paused for longer than validity() may still believe it holds the lock. Use
 // fence() tokens where that matters.
 #ifndef REDLOCK_LOCK_HPP
 #define REDLOCK_LOCK_HPP
 
-#include <chrono>   // std::chrono durations and time points
-#include <cstddef>  // std::size_t
-#include <cstdint>  // std::uint64_t
-#include <memory>   // std::shared_ptr
-#include <string>   // std::string
-#include <vector>   // std::vector
+#include <chrono>    // std::chrono durations and time points
+#include <cstddef>   // std::size_t
+#include <cstdint>   // std::uint64_t
+#include <memory>    // std::shared_ptr
+#include <optional>  // std::optional
+#include <string>    // std::string
+#include <vector>    // std::vector
 
 #include <redlock/client.hpp>         // Client
 #include <redlock/detail/chrono.hpp>  // saturating_ns, remaining_ns
+#include <redlock/hold.hpp>           // Hold
 #include <redlock/lease.hpp>          // LeaseToken
 #include <redlock/options.hpp>        // LockOptions
 
@@ -91,12 +97,41 @@ class LockBase {
     return try_lock_for_ns(detail::remaining_ns(deadline));
   }
 
+  // Waits until the lock is held by a handle, not by the calling thread, and returns that Hold
+  // (redlock/hold.hpp): any thread may use, extend or release it, and its destructor releases
+  // without blocking. Handle and thread holds of one object queue together, first come, first
+  // served: this waits until the object's current hold (a Hold, or a thread's lock()) ends.
+  // Rides out unavailability and throws as lock() does: the last ConnectionError, TimeoutError or
+  // QuorumUnavailableError once max_unavailable has passed, ServerError for error replies (at
+  // once), CancelledError after cancel_waits(); and std::logic_error if the calling thread owns
+  // this object's thread hold (lock()): the Hold would wait for that thread's unlock(). Never
+  // re-entrant: a thread that keeps a Hold of this object and calls acquire() waits for itself.
+  // Thread-safe.
+  Hold acquire();
+
+  // acquire() that gives up after `timeout` (steady clock): returns the Hold, or std::nullopt on
+  // contention at the deadline or after cancel_waits(). A zero or negative timeout makes one
+  // attempt, as try_lock(). Throws as try_lock_for() does, and std::logic_error as acquire().
+  // Never leaves a grant behind when it gives up. Thread-safe.
+  template <class Rep, class Period>
+  std::optional<Hold> try_acquire_for(const std::chrono::duration<Rep, Period>& timeout) {
+    return try_acquire_for_ns(detail::saturating_ns(timeout));
+  }
+
+  // As try_acquire_for(deadline - Clock::now()). Thread-safe.
+  template <class Clock, class Duration>
+  std::optional<Hold> try_acquire_until(const std::chrono::time_point<Clock, Duration>& deadline) {
+    return try_acquire_for_ns(detail::remaining_ns(deadline));
+  }
+
   // Cancels every wait on this object, now and later (sticky, like std::stop_source): lock(),
   // try_lock_for() and try_lock_until() in progress on any thread give up promptly, and so does
-  // every wait started afterwards. try_lock_for()/try_lock_until() then return false (a fair
-  // waiter first leaves the server's queue); lock() throws CancelledError. try_lock() and a hold
-  // already held are not affected. Never throws. Thread-safe, but not async-signal-safe: call it
-  // from a signal-handling thread or after a self-pipe wake-up, not from a signal handler.
+  // every wait started afterwards, and so do acquire() and try_acquire_*(). try_lock_for()/
+  // try_lock_until() then return false and try_acquire_*() std::nullopt (a fair waiter first
+  // leaves the server's queue); lock() and acquire() throw CancelledError. try_lock() and a hold
+  // already held (a Hold too) are not affected. Never throws. Thread-safe, but not
+  // async-signal-safe: call it from a signal-handling thread or after a self-pipe wake-up, not from
+  // a signal handler.
   void cancel_waits() noexcept;
 
   // Drops one level of the calling thread's hold; the last level releases the lease (release
@@ -161,6 +196,7 @@ class LockBase {
 
  private:
   bool try_lock_for_ns(std::chrono::nanoseconds timeout);
+  std::optional<Hold> try_acquire_for_ns(std::chrono::nanoseconds timeout);
 
   std::shared_ptr<detail::LockCore> core_;
 };

@@ -11,6 +11,7 @@
 #include <redlock/client.hpp>     // Client, Script
 #include <redlock/endpoint.hpp>   // Endpoint
 #include <redlock/errors.hpp>     // Error and its subclasses
+#include <redlock/hold.hpp>       // Hold
 #include <redlock/lease.hpp>      // LeaseToken
 #include <redlock/lock.hpp>       // Lock, Redlock
 #include <redlock/log.hpp>        // set_log_handler

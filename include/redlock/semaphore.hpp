@@ -32,17 +32,27 @@
 // other threads of the process queue on the object locally, first come, first served. For N permits
 // in one process, use N objects. release() by a thread that does not own the permit does nothing
 // (returns false).
+//
+// A permit may be owned by a handle instead: acquire_hold() and try_acquire_hold_for() return a
+// Hold (redlock/hold.hpp) that any thread may use and release (its slot's lease, renewed, fenced
+// and reported lost like a thread's permit). The object still holds at most one permit, of
+// either kind: handle and thread acquires queue together, first come, first served.
+// owns_permit(), validity(), fence(), lease(), slot() and release() concern the thread's permit.
+// (These are not named acquire()/try_acquire_for(), as on a Lock, because those names already
+// return void and bool here.)
 #ifndef REDLOCK_SEMAPHORE_HPP
 #define REDLOCK_SEMAPHORE_HPP
 
-#include <chrono>   // std::chrono durations and time points
-#include <cstddef>  // std::size_t
-#include <cstdint>  // std::uint64_t
-#include <memory>   // std::shared_ptr
-#include <string>   // std::string
+#include <chrono>    // std::chrono durations and time points
+#include <cstddef>   // std::size_t
+#include <cstdint>   // std::uint64_t
+#include <memory>    // std::shared_ptr
+#include <optional>  // std::optional
+#include <string>    // std::string
 
 #include <redlock/client.hpp>         // Client
 #include <redlock/detail/chrono.hpp>  // saturating_ns, remaining_ns
+#include <redlock/hold.hpp>           // Hold
 #include <redlock/lease.hpp>          // LeaseToken
 #include <redlock/options.hpp>        // LockOptions
 
@@ -92,6 +102,30 @@ class Semaphore {
   template <class Clock, class Duration>
   bool try_acquire_until(const std::chrono::time_point<Clock, Duration>& deadline) {
     return try_acquire_for_ns(detail::remaining_ns(deadline));
+  }
+
+  // Waits until a permit is held by a handle, not by the calling thread, and returns that Hold
+  // (redlock/hold.hpp): any thread may use, extend or release it, and its destructor gives the
+  // permit back without blocking. Waits, like acquire(), until this object's current permit (a
+  // Hold's or a thread's) is given back and a permit is free. Throws as acquire() (never
+  // re-entrant; CancelledError after cancel_waits()), and std::logic_error if the calling thread
+  // owns this object's thread permit (it would wait for itself). Thread-safe.
+  Hold acquire_hold();
+
+  // acquire_hold() that gives up after `timeout` (steady clock): returns the Hold, or
+  // std::nullopt when no permit became free by then or after cancel_waits(). A zero or negative
+  // timeout makes one attempt. Throws as try_acquire(), and std::logic_error as acquire_hold().
+  // Never leaves a taken slot behind when it gives up. Thread-safe.
+  template <class Rep, class Period>
+  std::optional<Hold> try_acquire_hold_for(const std::chrono::duration<Rep, Period>& timeout) {
+    return try_acquire_hold_for_ns(detail::saturating_ns(timeout));
+  }
+
+  // As try_acquire_hold_for(deadline - Clock::now()). Thread-safe.
+  template <class Clock, class Duration>
+  std::optional<Hold> try_acquire_hold_until(
+      const std::chrono::time_point<Clock, Duration>& deadline) {
+    return try_acquire_hold_for_ns(detail::remaining_ns(deadline));
   }
 
   // Drops one level of the calling thread's hold; the last level gives the permit back
@@ -155,6 +189,7 @@ class Semaphore {
 
  private:
   bool try_acquire_for_ns(std::chrono::nanoseconds timeout);
+  std::optional<Hold> try_acquire_hold_for_ns(std::chrono::nanoseconds timeout);
 
   std::shared_ptr<detail::SemaphoreCore> core_;
 };

@@ -4,10 +4,12 @@
 #ifndef REDLOCK_SRC_API_ACCESS_HPP
 #define REDLOCK_SRC_API_ACCESS_HPP
 
+#include <cstddef>
 #include <memory>
 #include <utility>
 
 #include <redlock/client.hpp>
+#include <redlock/hold.hpp>
 #include <redlock/lease.hpp>
 #include <redlock/watchdog.hpp>
 
@@ -30,6 +32,13 @@ struct Access {
   // A token observing `hold` (null: a token of no hold).
   static LeaseToken lease(std::shared_ptr<HoldState> hold) noexcept {
     return LeaseToken(std::move(hold));
+  }
+  // A Hold of `hold` (null: a Hold of nothing), on permit `slot` (0 for a lock), ended through
+  // `owner`.
+  static Hold hold(std::shared_ptr<HoldOwner> owner, std::shared_ptr<HoldState> hold,
+                   std::size_t slot) noexcept {
+    if (!hold) return Hold();
+    return Hold(std::move(owner), std::move(hold), slot);
   }
 };
 

@@ -1,10 +1,12 @@
-// src/io/finisher.cpp: the process-wide finisher thread behind finish_in_background().
+// src/io/finisher.cpp: the process-wide finisher thread behind finish_in_background(), and its
+// job thread behind run_in_background().
 #include "io/finisher.hpp"
 
 #include <poll.h>
 
 #include <chrono>
 #include <cstddef>
+#include <deque>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -122,11 +124,72 @@ class Finisher {
   bool started_{false};      // guarded by mutex_
 };
 
+// The jobs of run_in_background(): a thread of their own, so that a job that blocks (a release
+// to a server that does not answer) never holds up the connections being finished.
+class Jobs {
+ public:
+  // Never destroyed, as the Finisher.
+  static Jobs& get() {
+    static Jobs* jobs = new Jobs();
+    return *jobs;
+  }
+
+  void add(std::function<void()>& job) noexcept {
+    try {
+      std::lock_guard<std::mutex> guard(mutex_);
+      queue_.push_back(std::move(job));
+      if (started_) return;
+      try {
+        std::thread([this] { run(); }).detach();
+        started_ = true;
+        return;
+      } catch (...) {  // no thread: take the job back and run it here
+        job = std::move(queue_.back());
+        queue_.pop_back();
+      }
+    } catch (...) {  // no memory to queue it: run it here
+    }
+    run_one(job);
+  }
+
+ private:
+  static void run_one(std::function<void()>& job) noexcept {
+    try {
+      if (job) job();
+    } catch (...) {  // documented: a job must not throw; what it throws is swallowed
+    }
+  }
+
+  // Runs jobs until none is left, then ends (a later add() starts a new thread): an idle
+  // process keeps no thread of ours.
+  void run() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::lock_guard<std::mutex> guard(mutex_);
+        if (queue_.empty()) {
+          started_ = false;
+          return;
+        }
+        job = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      run_one(job);
+    }
+  }
+
+  std::mutex mutex_;
+  std::deque<std::function<void()>> queue_;  // guarded by mutex_
+  bool started_{false};                      // guarded by mutex_
+};
+
 }  // namespace
 
 void finish_in_background(std::unique_ptr<Connection> connection, std::size_t owed) noexcept {
   if (connection) Finisher::get().finish(std::move(connection), owed);
 }
+
+void run_in_background(std::function<void()> job) noexcept { Jobs::get().add(job); }
 
 }  // namespace detail
 }  // namespace redlock

@@ -13,6 +13,7 @@
 #define REDLOCK_SRC_IO_FINISHER_HPP
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 
 #include "io/wire.hpp"
@@ -24,6 +25,14 @@ namespace detail {
 // on it (for the commands written or queued and not answered yet), then closes it. Never
 // blocks; thread-safe.
 void finish_in_background(std::unique_ptr<Connection> connection, std::size_t owed) noexcept;
+
+// Runs `job` on the finisher's job thread, after every job queued before it: work nobody waits
+// for that may block for a while (a Hold's release on its destruction, bounded by its
+// command_timeout). The thread is started on first use and ends when no job is left, as the
+// connection finisher's does; jobs run one at a time, in order. `job` must not throw (what it
+// throws is swallowed). Never blocks, except that when no thread can be started (or no memory
+// queue the job) it runs `job` on the calling thread. Thread-safe.
+void run_in_background(std::function<void()> job) noexcept;
 
 }  // namespace detail
 }  // namespace redlock

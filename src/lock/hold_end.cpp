@@ -1,7 +1,11 @@
 // src/lock/hold_end.cpp: the end of a hold's last level (see hold_end.hpp).
 #include "lock/hold_end.hpp"
 
+#include <stdexcept>
+#include <string>
+
 #include "api/access.hpp"
+#include "core/engine.hpp"
 #include "util/log_internal.hpp"
 #include "util/observe.hpp"
 #include "watch/watchdog_impl.hpp"
@@ -28,6 +32,49 @@ HoldEnd end_hold(HoldState& hold, LeaseBackend& lease) noexcept {
     end.reason = was_valid ? result.reason : LostReason::expired;
   }
   return end;
+}
+
+bool extend_hold(const std::shared_ptr<HoldState>& hold, LeaseBackend& lease,
+                 const LockOptions& options, const std::string& key,
+                 std::chrono::milliseconds ttl) {
+  if (ttl.count() <= 0 || ttl > kMaxTtl || drift_of(ttl, options.clock_drift_factor) >= ttl) {
+    throw std::invalid_argument(
+        "redlock: extend: ttl must be longer than the drift allowance "
+        "(ttl * clock_drift_factor + 2 ms) and at most 200 years (got " +
+        std::to_string(ttl.count()) + " ms)");
+  }
+  if (!hold) return false;
+  const auto start = SteadyClock::now();
+  if (hold->ending() || hold->lost(start)) return false;
+  // From here the server may apply the new ttl at any moment, even if it is shorter than what
+  // is left, and a watchdog renewal may be in flight too: the hold tracks what is safe.
+  const auto id = hold->begin_extend(lease.extend_floor(start, ttl));
+  ExtendResult result;
+  try {
+    result = lease.extend(hold->token(), ttl);
+  } catch (...) {
+    hold->end_extend(id, false);
+    throw;
+  }
+  // Held only if a quorum confirmed before the old validity ran out.
+  const auto done = SteadyClock::now();
+  const bool in_time = result.held && done < hold->valid_until();
+  const bool held = hold->end_extend(id, in_time && !result.failure);
+  if (Observer* const observer = observer_of(options)) {
+    ExtendEvent event;
+    event.key = key;
+    event.held = held;
+    event.latency = done - start;
+    observer->on_extend(event);
+  }
+  if (result.failure) std::rethrow_exception(result.failure);
+  if (held) {
+    // A short ttl must not outlive the watchdog's schedule: its next renewal moves up.
+    if (options.auto_renew) Access::watchdog(*options.watchdog).reschedule(*hold);
+    return true;
+  }
+  report_loss(hold, result.reason, options, key);
+  return false;
 }
 
 void observe_release(Observer* observer, const std::string& key, const HoldState& hold,

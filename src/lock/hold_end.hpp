@@ -4,6 +4,7 @@
 #ifndef REDLOCK_SRC_LOCK_HOLD_END_HPP
 #define REDLOCK_SRC_LOCK_HOLD_END_HPP
 
+#include <chrono>
 #include <cstddef>
 #include <exception>
 #include <memory>
@@ -37,6 +38,14 @@ HoldEnd end_hold(HoldState& hold, LeaseBackend& lease) noexcept;
 // callback thread, naming `key`). Never throws.
 void report_loss(const std::shared_ptr<HoldState>& hold, LostReason reason,
                  const LockOptions& options, const std::string& key) noexcept;
+
+// Resets `hold`'s lease on `lease` to `ttl` from now (LockBase::extend(ttl) and Hold::extend):
+// the hold tracks what is safe while the extend and a renewal may be in flight; the observer
+// hears of it (`key`); with auto_renew the watchdog's next renewal moves up. Returns true if
+// renewed, false if the hold is ending or was lost (a loss found now is reported). Throws
+// std::invalid_argument for a bad ttl, and the extend's failure.
+bool extend_hold(const std::shared_ptr<HoldState>& hold, LeaseBackend& lease,
+                 const LockOptions& options, const std::string& key, std::chrono::milliseconds ttl);
 
 // Tells `observer` (nullptr: nobody) how the hold `key` ended. Never throws.
 void observe_release(Observer* observer, const std::string& key, const HoldState& hold,

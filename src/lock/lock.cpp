@@ -43,11 +43,21 @@ bool LockBase::try_lock() {
 void LockBase::cancel_waits() noexcept { core_->cancel_waits(); }
 
 bool LockBase::try_lock_for_ns(std::chrono::nanoseconds timeout) {
-  if (timeout <= std::chrono::nanoseconds::zero()) return try_lock();
-  const auto now = detail::SteadyClock::now();
-  const auto room = detail::SteadyClock::time_point::max() - now;
-  const auto deadline = timeout >= room ? detail::SteadyClock::time_point::max() : now + timeout;
-  return core_->acquire(detail::Call::try_lock_for, deadline);
+  const detail::TimedCall timed = detail::timed_call(timeout);
+  return core_->acquire(timed.call, timed.deadline);
+}
+
+Hold LockBase::acquire() {
+  detail::Held held =
+      core_->acquire_handle(detail::Call::lock, detail::SteadyClock::time_point::max());
+  return detail::Access::hold(core_, std::move(held.hold), 0);
+}
+
+std::optional<Hold> LockBase::try_acquire_for_ns(std::chrono::nanoseconds timeout) {
+  const detail::TimedCall timed = detail::timed_call(timeout);
+  detail::Held held = core_->acquire_handle(timed.call, timed.deadline);
+  if (!held.hold) return std::nullopt;
+  return detail::Access::hold(core_, std::move(held.hold), 0);
 }
 
 void LockBase::unlock() noexcept {

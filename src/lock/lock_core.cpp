@@ -63,6 +63,8 @@ ThreadHolds& thread_holds() {
 
 constexpr CallWords kWords{"lock() of ",
                            " by the thread that owns it, but its hold was lost; unlock() it first"};
+// A handle acquire never re-enters, so its `lost` words are never used.
+constexpr CallWords kHandleWords{"acquire() of ", ""};
 
 }  // namespace
 
@@ -77,20 +79,39 @@ LockCore::LockCore(std::shared_ptr<LeaseBackend> backend, LockOptions options)
   }
 }
 
+template <class FenceOfHold>
+bool LockCore::entered_acquire(Call call, SteadyClock::time_point deadline,
+                               AcquireLoop::Taker& taker, const FenceOfHold& fence_of_hold) {
+  Observer* const observer = observer_of(options_);
+  if (!observer) return gated_acquire(call, deadline, nullptr, taker);
+  return observed_acquire(
+      *observer, backend_->key(), backend_->size(),
+      [&](AcquireEvent* event) { return gated_acquire(call, deadline, event, taker); },
+      fence_of_hold);
+}
+
 bool LockCore::acquire(Call call, SteadyClock::time_point deadline) {
   const Ownership::Entry entry = ownership_.enter(call, deadline);
   if (entry != Ownership::Entry::entered) return entry_result(entry, call, backend_->key(), kWords);
-  Observer* const observer = observer_of(options_);
-  if (!observer) return gated_acquire(call, deadline, nullptr);
-  return observed_acquire(
-      *observer, backend_->key(), backend_->size(),
-      [&](AcquireEvent* event) { return gated_acquire(call, deadline, event); },
-      [&] { return ownership_.hold_of_caller()->fence(); });
+  return entered_acquire(call, deadline, *this,
+                         [&] { return ownership_.hold_of_caller()->fence(); });
+}
+
+Held LockCore::acquire_handle(Call call, SteadyClock::time_point deadline) {
+  const Ownership::Entry entry = ownership_.enter(call, deadline, Claim::handle);
+  if (entry != Ownership::Entry::entered) {
+    entry_result(entry, call, backend_->key(), kHandleWords);
+    return {};
+  }
+  HandleTaker<LockCore> taker(*this);
+  entered_acquire(call, deadline, taker, [&] { return taker.held().hold->fence(); });
+  return taker.held();
 }
 
 // This thread alone of this process talks to the servers for this object until it holds the
 // lock or gives up.
-bool LockCore::gated_acquire(Call call, SteadyClock::time_point deadline, AcquireEvent* event) {
+bool LockCore::gated_acquire(Call call, SteadyClock::time_point deadline, AcquireEvent* event,
+                             AcquireLoop::Taker& taker) {
   // This object just released a lock others were waiting for: give the woken waiter the few
   // round trips it needs before competing again (no barging; see release()).
   const SteadyClock::time_point courtesy{
@@ -100,7 +121,7 @@ bool LockCore::gated_acquire(Call call, SteadyClock::time_point deadline, Acquir
   }
   bool held = false;
   try {
-    held = attempts(call, deadline, event);
+    held = attempts(call, deadline, event, taker);
   } catch (...) {
     ownership_.open_gate();
     throw;
@@ -111,13 +132,17 @@ bool LockCore::gated_acquire(Call call, SteadyClock::time_point deadline, Acquir
 
 // The wait strategy is chosen once per call and lives on this stack frame; the loop is the one
 // every waiting primitive shares (lock/acquire_loop).
-bool LockCore::attempts(Call call, SteadyClock::time_point deadline, AcquireEvent* event) {
+bool LockCore::attempts(Call call, SteadyClock::time_point deadline, AcquireEvent* event,
+                        AcquireLoop::Taker& taker) {
   const auto order = !backend_->fair() && options_.wake_on_release ? AcquireLoop::Order::elder_first
                                                                    : AcquireLoop::Order::none;
-  const AcquireLoop::Waiter waiter{ownership_, options_, backend_->key(), kWords, order};
+  // A thread's call takes through this object; a handle's through its HandleTaker.
+  const bool thread = &taker == static_cast<AcquireLoop::Taker*>(this);
+  const AcquireLoop::Waiter waiter{ownership_, options_, backend_->key(),
+                                   thread ? kWords : kHandleWords, order};
   const bool crowded = crowded_.load(std::memory_order_relaxed);
   const auto run = [&](WaitStrategy& wait) {
-    return AcquireLoop(waiter, *this, wait, call, deadline, event, crowded).run();
+    return AcquireLoop(waiter, taker, wait, call, deadline, event, crowded).run();
   };
   if (backend_->fair()) {
     FairWait wait(*backend_, options_.wake_on_release ? FairWake::releases : FairWake::timer);
@@ -131,12 +156,11 @@ bool LockCore::attempts(Call call, SteadyClock::time_point deadline, AcquireEven
   return run(wait);
 }
 
-bool LockCore::take(const AcquireResult& result, std::string token, SteadyClock::time_point start) {
+Held LockCore::start_hold(const AcquireResult& result, std::string token,
+                          SteadyClock::time_point start) {
   auto hold =
       std::make_shared<HoldState>(std::move(token), result.fence, start, result.valid_until);
-  ownership_.own(Held{hold, 0});
-  thread_holds().add(shared_from_this());
-  if (!options_.auto_renew) return true;
+  if (!options_.auto_renew) return Held{hold, 0};
   try {
     Access::watchdog(*options_.watchdog)
         .watch(backend_, hold,
@@ -145,7 +169,6 @@ bool LockCore::take(const AcquireResult& result, std::string token, SteadyClock:
   } catch (...) {
     // Could not start renewal (thread creation failed): do not hand out a hold the caller
     // believes is renewed. Roll back and report.
-    ownership_.disown();
     hold->mark_released();
     try {
       backend_->release(hold->token(), Announce::waiters);
@@ -153,6 +176,12 @@ bool LockCore::take(const AcquireResult& result, std::string token, SteadyClock:
     }
     throw;
   }
+  return Held{hold, 0};
+}
+
+bool LockCore::take(const AcquireResult& result, std::string token, SteadyClock::time_point start) {
+  ownership_.own(start_hold(result, std::move(token), start));
+  thread_holds().add(shared_from_this());
   return true;
 }
 
@@ -171,7 +200,12 @@ bool LockCore::release() {
     case Ownership::Exit::last:
       break;
   }
-  const std::shared_ptr<HoldState>& hold = last.hold;
+  return release_last(last.hold);
+}
+
+bool LockCore::release_handle(const Held& held) { return release_last(held.hold); }
+
+bool LockCore::release_last(const std::shared_ptr<HoldState>& hold) {
   const HoldEnd end = end_hold(*hold, *backend_);
   observe_release(observer_of(options_), backend_->key(), *hold, end);
   if (end.listeners > 0 && !backend_->fair()) hold_back_after(end.sent);  // fair: queue decides
@@ -193,45 +227,11 @@ void LockCore::hold_back_after(SteadyClock::time_point release_start) {
 }
 
 bool LockCore::extend(std::chrono::milliseconds ttl) {
-  if (ttl.count() <= 0 || ttl > kMaxTtl || drift_of(ttl, options_.clock_drift_factor) >= ttl) {
-    throw std::invalid_argument(
-        "redlock: extend: ttl must be longer than the drift allowance "
-        "(ttl * clock_drift_factor + 2 ms) and at most 200 years (got " +
-        std::to_string(ttl.count()) + " ms)");
-  }
-  const std::shared_ptr<HoldState> hold = ownership_.hold_of_caller();
-  if (!hold) return false;
-  const auto start = SteadyClock::now();
-  if (hold->ending() || hold->lost(start)) return false;
-  // From here the server may apply the new ttl at any moment, even if it is shorter than what
-  // is left, and a watchdog renewal may be in flight too: the hold tracks what is safe.
-  const auto id = hold->begin_extend(backend_->extend_floor(start, ttl));
-  ExtendResult result;
-  try {
-    result = backend_->extend(hold->token(), ttl);
-  } catch (...) {
-    hold->end_extend(id, false);
-    throw;
-  }
-  // Held only if a quorum confirmed before the old validity ran out.
-  const auto done = SteadyClock::now();
-  const bool in_time = result.held && done < hold->valid_until();
-  const bool held = hold->end_extend(id, in_time && !result.failure);
-  if (Observer* const observer = observer_of(options_)) {
-    ExtendEvent event;
-    event.key = backend_->key();
-    event.held = held;
-    event.latency = done - start;
-    observer->on_extend(event);
-  }
-  if (result.failure) std::rethrow_exception(result.failure);
-  if (held) {
-    // A short ttl must not outlive the watchdog's schedule: its next renewal moves up.
-    if (options_.auto_renew) Access::watchdog(*options_.watchdog).reschedule(*hold);
-    return true;
-  }
-  report_lost(hold, result.reason);
-  return false;
+  return extend_hold(ownership_.hold_of_caller(), *backend_, options_, backend_->key(), ttl);
+}
+
+bool LockCore::extend_handle(const Held& held, std::chrono::milliseconds ttl) {
+  return extend_hold(held.hold, *backend_, options_, backend_->key(), ttl);
 }
 
 void LockCore::report_lost(const std::shared_ptr<HoldState>& hold, LostReason reason) {

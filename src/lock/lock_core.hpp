@@ -16,6 +16,7 @@
 #include "core/backend.hpp"
 #include "core/hold.hpp"
 #include "lock/acquire_loop.hpp"
+#include "lock/hold_owner.hpp"
 #include "lock/ownership.hpp"
 #include "lock/wait.hpp"
 
@@ -25,7 +26,9 @@ namespace detail {
 class ClientImpl;
 class LeaseEngine;
 
-class LockCore : public std::enable_shared_from_this<LockCore>, private AcquireLoop::Taker {
+class LockCore : public std::enable_shared_from_this<LockCore>,
+                 public HoldOwner,
+                 private AcquireLoop::Taker {
  public:
   // Throws std::invalid_argument for bad options or duplicate nodes.
   LockCore(std::vector<std::shared_ptr<ClientImpl>> nodes, std::string key, LockOptions options);
@@ -35,8 +38,20 @@ class LockCore : public std::enable_shared_from_this<LockCore>, private AcquireL
 
   // `deadline` max(): no deadline. Returns held; throws as LockBase::lock/try_lock*.
   bool acquire(Call call, SteadyClock::time_point deadline);
+  // A hold owned by a handle (LockBase::acquire/try_acquire_for): what was taken, a null hold if
+  // not held. Throws as acquire(), and std::logic_error when the calling thread owns the thread
+  // hold.
+  Held acquire_handle(Call call, SteadyClock::time_point deadline);
+  // A granted attempt made a hold, renewed with auto_renew; nobody owns it yet. Throws if
+  // renewal could not start (the grant is then released).
+  Held start_hold(const AcquireResult& result, std::string token, SteadyClock::time_point start);
   bool release();
   bool extend(std::chrono::milliseconds ttl);
+  // HoldOwner (lock/hold_owner.hpp): a Hold's release and extend.
+  bool release_handle(const Held& held) override;
+  bool extend_handle(const Held& held, std::chrono::milliseconds ttl) override;
+  std::chrono::milliseconds ttl() const noexcept override { return options_.ttl; }
+  std::string describe() const override { return backend_->key(); }
   void destroy() noexcept;
   void cancel_waits() noexcept { ownership_.cancel(); }
   // The thread that owns the hold is exiting: release the hold (best effort), so that no thread
@@ -48,10 +63,19 @@ class LockCore : public std::enable_shared_from_this<LockCore>, private AcquireL
   const LeaseBackend& backend() const noexcept { return *backend_; }
 
  private:
-  bool gated_acquire(Call call, SteadyClock::time_point deadline, AcquireEvent* event);
-  bool attempts(Call call, SteadyClock::time_point deadline, AcquireEvent* event);
-  // A granted attempt becomes this object's hold (and is renewed with auto_renew).
+  // An acquire call that has the gate: `taker` takes the grant; an observer is told of
+  // `fence_of_hold()`.
+  template <class FenceOfHold>
+  bool entered_acquire(Call call, SteadyClock::time_point deadline, AcquireLoop::Taker& taker,
+                       const FenceOfHold& fence_of_hold);
+  bool gated_acquire(Call call, SteadyClock::time_point deadline, AcquireEvent* event,
+                     AcquireLoop::Taker& taker);
+  bool attempts(Call call, SteadyClock::time_point deadline, AcquireEvent* event,
+                AcquireLoop::Taker& taker);
+  // A granted attempt becomes the calling thread's hold (and is renewed with auto_renew).
   bool take(const AcquireResult& result, std::string token, SteadyClock::time_point start) override;
+  // Ends the last level of a hold of either kind and opens the gate; returns as release().
+  bool release_last(const std::shared_ptr<HoldState>& hold);
   void hold_back_after(SteadyClock::time_point release_start);
   void report_lost(const std::shared_ptr<HoldState>& hold, LostReason reason);
 

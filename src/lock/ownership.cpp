@@ -3,6 +3,7 @@
 #include "lock/ownership.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 #include <utility>
 
 #include <redlock/errors.hpp>
@@ -12,9 +13,11 @@
 namespace redlock {
 namespace detail {
 
-Ownership::Entry Ownership::enter(Call call, SteadyClock::time_point deadline) {
+Ownership::Entry Ownership::enter(Call call, SteadyClock::time_point deadline, Claim claim) {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (owner_ == std::this_thread::get_id()) return reenter();
+  if (owner_ == std::this_thread::get_id()) {
+    return claim == Claim::thread ? reenter() : Entry::self;
+  }
   if (!busy_ && queue_.empty()) {
     if (call != Call::try_lock && cancelled()) return Entry::cancelled;
     busy_ = true;
@@ -153,6 +156,10 @@ bool entry_result(Ownership::Entry entry, Call call, const std::string& key,
       return false;
     case Ownership::Entry::cancelled:
       return cancelled_result(call, key, words);
+    case Ownership::Entry::self:
+      throw std::logic_error(std::string("redlock: ") + words.call + key +
+                             " by the thread that holds it with lock(): a Hold would wait for that "
+                             "thread's unlock(); unlock() first, or use another object");
     case Ownership::Entry::entered:
     case Ownership::Entry::busy:
     case Ownership::Entry::timed_out:

@@ -8,6 +8,7 @@
 #define REDLOCK_SRC_LOCK_OWNERSHIP_HPP
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -25,6 +26,25 @@ namespace detail {
 
 // How a caller waits: try_lock() once, try_lock_for/until() until a deadline, or lock().
 enum class Call { try_lock, try_lock_for, lock };
+// Who will own what an acquire gets: the calling thread (lock(), re-entrant) or a Hold
+// (acquire(), redlock/hold.hpp). Both queue in the same local queue; only a thread re-enters.
+enum class Claim { thread, handle };
+
+// A timed acquire (try_lock_for, try_acquire_for, ...): one attempt for a zero or negative
+// `timeout`, else until now + timeout on the steady clock (max(), no deadline, where that would
+// overflow; cancel_waits() still ends it).
+struct TimedCall {
+  Call call;
+  SteadyClock::time_point deadline;
+};
+inline TimedCall timed_call(std::chrono::nanoseconds timeout) noexcept {
+  const auto now = SteadyClock::now();
+  if (timeout <= std::chrono::nanoseconds::zero()) return {Call::try_lock, now};
+  if (timeout >= SteadyClock::time_point::max() - now) {
+    return {Call::try_lock_for, SteadyClock::time_point::max()};
+  }
+  return {Call::try_lock_for, now + timeout};
+}
 
 // What the owner thread holds: the hold and, for a Semaphore, the permit's slot (0 for a lock).
 struct Held {
@@ -42,14 +62,18 @@ class Ownership {
     busy,       // try_lock(): another thread has the gate
     timed_out,  // the deadline passed in the local queue
     cancelled,  // cancel_waits() (not for try_lock(), which never waits)
+    self,       // a handle acquire by the thread that owns the thread hold: it would wait for
+                // itself
   };
   // What exit() did.
   enum class Exit { not_owner, nested_valid, nested_lost, last };
 
-  // Re-entry, else a place in the local queue until the gate is free (FIFO), the deadline
-  // (max(): none) or cancel_waits(). After `entered`, call own() or open_gate(). Thread-safe.
-  Entry enter(Call call, SteadyClock::time_point deadline);
-  // The gate's holder gives the gate to the next queued thread (or frees it). Thread-safe.
+  // Re-entry (Claim::thread), else a place in the local queue until the gate is free (FIFO), the
+  // deadline (max(): none) or cancel_waits(). After `entered`, call own() (Claim::thread) or
+  // open_gate(); a handle hold keeps the gate until it ends, then opens it. Thread-safe.
+  Entry enter(Call call, SteadyClock::time_point deadline, Claim claim = Claim::thread);
+  // The gate's holder gives the gate to the next queued waiter (or frees it). Any thread: a
+  // handle hold may end on another thread than the one that acquired it. Thread-safe.
   void open_gate() noexcept;
   // The gate's holder (the calling thread) now owns `held`, at depth 1.
   void own(Held held) noexcept;
@@ -110,7 +134,8 @@ struct CallWords {
 
 // What an acquire call returns when enter() gave anything but Entry::entered: true (re-entered)
 // or false; throws Error for lock() of a lost hold (it must not return without the lock, and
-// the thread cannot wait for itself) and CancelledError for a cancelled lock().
+// the thread cannot wait for itself), CancelledError for a cancelled lock(), and
+// std::logic_error for Entry::self.
 bool entry_result(Ownership::Entry entry, Call call, const std::string& key,
                   const CallWords& words);
 // A wait ended by cancel_waits(): false, or CancelledError for lock().

@@ -20,6 +20,7 @@
 #include "core/permits.hpp"
 #include "lock/acquire_loop.hpp"
 #include "lock/hold_end.hpp"
+#include "lock/hold_owner.hpp"
 #include "lock/observed.hpp"
 #include "lock/ownership.hpp"
 #include "util/log_internal.hpp"
@@ -57,6 +58,8 @@ LockOptions validated(std::size_t limit, const std::string& key, LockOptions opt
 
 constexpr CallWords kWords{"acquire() of a permit of ",
                            " by the thread that owns one, but it was lost; release() it first"};
+// A handle acquire never re-enters, so its `lost` words are never used.
+constexpr CallWords kHandleWords{"acquire_hold() of a permit of ", ""};
 
 // A Semaphore's wait strategy: each attempt asks the permits for the first free one with a new
 // token; a wait watches the permits' release channel (wake_on_release), or a timer. It never
@@ -90,12 +93,26 @@ class PermitWait final : public WaitStrategy {
   const bool wake_;
 };
 
-class SemaphoreCore final : private AcquireLoop::Taker {
+class SemaphoreCore final : public HoldOwner, private AcquireLoop::Taker {
  public:
   SemaphoreCore(Client client, std::string key, std::size_t limit, LockOptions options);
 
   bool acquire(Call call, SteadyClock::time_point deadline);
+  // A permit owned by a handle (Semaphore::acquire_hold and try_acquire_hold_for): what was
+  // taken, a null hold if none. Throws as acquire(), and std::logic_error when the calling
+  // thread owns this object's thread permit.
+  Held acquire_handle(Call call, SteadyClock::time_point deadline);
+  // A granted permit made a hold, renewed with auto_renew; nobody owns it yet. Throws if renewal
+  // could not start (the permit is then given back).
+  Held start_hold(const AcquireResult& result, std::string token, SteadyClock::time_point start);
   bool release();
+  // HoldOwner (lock/hold_owner.hpp): a Hold's release and extend.
+  bool release_handle(const Held& held) override { return release_last(held); }
+  bool extend_handle(const Held& held, std::chrono::milliseconds ttl) override {
+    return extend_hold(held.hold, *permits_->permit(held.slot), options_, key_, ttl);
+  }
+  std::chrono::milliseconds ttl() const noexcept override { return options_.ttl; }
+  std::string describe() const override { return "a permit of " + key_; }
   void destroy() noexcept;
   void cancel() noexcept { ownership_.cancel(); }
 
@@ -105,8 +122,15 @@ class SemaphoreCore final : private AcquireLoop::Taker {
   const LockOptions& options() const noexcept { return options_; }
 
  private:
-  bool gated_acquire(Call call, SteadyClock::time_point deadline, AcquireEvent* event);
+  // Enters the local queue; false (and `result`) when the call ends there.
+  bool entered(Call call, SteadyClock::time_point deadline, Claim claim, bool& result);
+  template <class FenceOfHold>
+  bool entered_acquire(Call call, SteadyClock::time_point deadline, AcquireLoop::Taker& taker,
+                       const FenceOfHold& fence_of_hold);
+  bool gated_acquire(Call call, SteadyClock::time_point deadline, AcquireEvent* event,
+                     AcquireLoop::Taker& taker);
   bool take(const AcquireResult& result, std::string token, SteadyClock::time_point start) override;
+  bool release_last(const Held& last);
   void report_lost(const std::shared_ptr<HoldState>& hold, LostReason reason);
 
   std::string key_;
@@ -120,27 +144,57 @@ SemaphoreCore::SemaphoreCore(Client client, std::string key, std::size_t limit, 
       options_(validated(limit, key_, std::move(options))),
       permits_(make_redis_permits(std::move(client), key_, limit, options_)) {}
 
-bool SemaphoreCore::acquire(Call call, SteadyClock::time_point deadline) {
-  const Ownership::Entry entry = ownership_.enter(call, deadline);
-  if (entry != Ownership::Entry::entered) return entry_result(entry, call, key_, kWords);
+bool SemaphoreCore::entered(Call call, SteadyClock::time_point deadline, Claim claim,
+                            bool& result) {
+  const Ownership::Entry entry = ownership_.enter(call, deadline, claim);
+  if (entry != Ownership::Entry::entered) {
+    result = entry_result(entry, call, key_, claim == Claim::thread ? kWords : kHandleWords);
+    return false;
+  }
   if (ownership_.cancelled()) {  // try_acquire() too ends after cancel_waits()
     ownership_.open_gate();
-    return cancelled_result(call, key_, kWords);
+    result = cancelled_result(call, key_, claim == Claim::thread ? kWords : kHandleWords);
+    return false;
   }
-  Observer* const observer = observer_of(options_);
-  if (!observer) return gated_acquire(call, deadline, nullptr);
-  return observed_acquire(
-      *observer, key_, 1, [&](AcquireEvent* event) { return gated_acquire(call, deadline, event); },
-      [&] { return ownership_.hold_of_caller()->fence(); });
+  return true;
 }
 
-bool SemaphoreCore::gated_acquire(Call call, SteadyClock::time_point deadline,
-                                  AcquireEvent* event) {
+template <class FenceOfHold>
+bool SemaphoreCore::entered_acquire(Call call, SteadyClock::time_point deadline,
+                                    AcquireLoop::Taker& taker, const FenceOfHold& fence_of_hold) {
+  Observer* const observer = observer_of(options_);
+  if (!observer) return gated_acquire(call, deadline, nullptr, taker);
+  return observed_acquire(
+      *observer, key_, 1,
+      [&](AcquireEvent* event) { return gated_acquire(call, deadline, event, taker); },
+      fence_of_hold);
+}
+
+bool SemaphoreCore::acquire(Call call, SteadyClock::time_point deadline) {
+  bool result = false;
+  if (!entered(call, deadline, Claim::thread, result)) return result;
+  return entered_acquire(call, deadline, *this,
+                         [&] { return ownership_.hold_of_caller()->fence(); });
+}
+
+Held SemaphoreCore::acquire_handle(Call call, SteadyClock::time_point deadline) {
+  bool result = false;
+  if (!entered(call, deadline, Claim::handle, result)) return {};
+  HandleTaker<SemaphoreCore> taker(*this);
+  entered_acquire(call, deadline, taker, [&] { return taker.held().hold->fence(); });
+  return taker.held();
+}
+
+bool SemaphoreCore::gated_acquire(Call call, SteadyClock::time_point deadline, AcquireEvent* event,
+                                  AcquireLoop::Taker& taker) {
   bool held = false;
   try {
     PermitWait wait(*permits_, options_.wake_on_release);
-    const AcquireLoop::Waiter waiter{ownership_, options_, key_, kWords, AcquireLoop::Order::none};
-    held = AcquireLoop(waiter, *this, wait, call, deadline, event, false).run();
+    // A thread's call takes through this object; a handle's through its HandleTaker.
+    const bool thread = &taker == static_cast<AcquireLoop::Taker*>(this);
+    const AcquireLoop::Waiter waiter{ownership_, options_, key_, thread ? kWords : kHandleWords,
+                                     AcquireLoop::Order::none};
+    held = AcquireLoop(waiter, taker, wait, call, deadline, event, false).run();
   } catch (...) {
     ownership_.open_gate();
     throw;
@@ -149,12 +203,11 @@ bool SemaphoreCore::gated_acquire(Call call, SteadyClock::time_point deadline,
   return held;
 }
 
-bool SemaphoreCore::take(const AcquireResult& result, std::string token,
-                         SteadyClock::time_point start) {
+Held SemaphoreCore::start_hold(const AcquireResult& result, std::string token,
+                               SteadyClock::time_point start) {
   auto hold =
       std::make_shared<HoldState>(std::move(token), result.fence, start, result.valid_until);
-  ownership_.own(Held{hold, result.slot});
-  if (!options_.auto_renew) return true;
+  if (!options_.auto_renew) return Held{hold, result.slot};
   const std::shared_ptr<LeaseBackend> lease = permits_->permit(result.slot);
   try {
     // on_lost names the semaphore's key, not the slot key the watchdog renews.
@@ -169,7 +222,6 @@ bool SemaphoreCore::take(const AcquireResult& result, std::string token,
     Access::watchdog(*options_.watchdog).watch(lease, hold, std::move(settings));
   } catch (...) {
     // Renewal could not start: do not hand out a permit the caller believes is renewed.
-    ownership_.disown();
     hold->mark_released();
     try {
       lease->release(hold->token(), Announce::waiters);
@@ -177,6 +229,12 @@ bool SemaphoreCore::take(const AcquireResult& result, std::string token,
     }
     throw;
   }
+  return Held{hold, result.slot};
+}
+
+bool SemaphoreCore::take(const AcquireResult& result, std::string token,
+                         SteadyClock::time_point start) {
+  ownership_.own(start_hold(result, std::move(token), start));
   return true;
 }
 
@@ -199,6 +257,10 @@ bool SemaphoreCore::release() {
     case Ownership::Exit::last:
       break;
   }
+  return release_last(last);
+}
+
+bool SemaphoreCore::release_last(const Held& last) {
   const std::shared_ptr<HoldState>& hold = last.hold;
   const HoldEnd end = end_hold(*hold, *permits_->permit(last.slot));
   observe_release(observer_of(options_), key_, *hold, end);
@@ -239,13 +301,21 @@ bool Semaphore::try_acquire() {
 }
 
 bool Semaphore::try_acquire_for_ns(std::chrono::nanoseconds timeout) {
-  if (timeout <= std::chrono::nanoseconds::zero()) return try_acquire();
-  const auto now = detail::SteadyClock::now();
-  if (timeout >= detail::SteadyClock::time_point::max() - now) {
-    // Effectively forever, but cancellation still answers false.
-    return core_->acquire(detail::Call::try_lock_for, detail::SteadyClock::time_point::max());
-  }
-  return core_->acquire(detail::Call::try_lock_for, now + timeout);
+  const detail::TimedCall timed = detail::timed_call(timeout);
+  return core_->acquire(timed.call, timed.deadline);
+}
+
+Hold Semaphore::acquire_hold() {
+  detail::Held held =
+      core_->acquire_handle(detail::Call::lock, detail::SteadyClock::time_point::max());
+  return detail::Access::hold(core_, std::move(held.hold), held.slot);
+}
+
+std::optional<Hold> Semaphore::try_acquire_hold_for_ns(std::chrono::nanoseconds timeout) {
+  const detail::TimedCall timed = detail::timed_call(timeout);
+  detail::Held held = core_->acquire_handle(timed.call, timed.deadline);
+  if (!held.hold) return std::nullopt;
+  return detail::Access::hold(core_, std::move(held.hold), held.slot);
 }
 
 bool Semaphore::release() { return core_->release(); }
