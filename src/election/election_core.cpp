@@ -1,0 +1,186 @@
+// src/election/election_core.cpp: campaign (a lock acquire, then the claim), resign (the lock's
+// release), run()'s service loop and the observers' thread, over any backend's lease and board.
+#include "election/election_core.hpp"
+
+#include <stdexcept>
+#include <utility>
+
+#include <redlock/errors.hpp>
+
+#include "api/access.hpp"
+#include "lock/lock_core.hpp"
+#include "util/log_internal.hpp"
+
+namespace redlock {
+namespace detail {
+
+void StopState::request() noexcept {
+  std::vector<std::function<void()>> run;
+  {
+    std::lock_guard<std::mutex> guard(mutex);
+    if (stopped) return;
+    stopped = true;
+    run.swap(callbacks);
+  }
+  cv.notify_all();
+  for (auto& callback : run) {
+    try {
+      callback();
+    } catch (...) {
+      logf(LogLevel::warn, "redlock: an Election stop callback threw; ignored");
+    }
+  }
+}
+
+ElectionCore::ElectionCore(std::shared_ptr<LeaseBackend> lease, LockOptions lock_options,
+                           std::shared_ptr<LeaderBoard> board, std::string name, std::string id,
+                           ElectionOptions options)
+    : lease_(std::move(lease)),
+      lock_options_(std::move(lock_options)),
+      board_(std::move(board)),
+      name_(std::move(name)),
+      id_(std::move(id)),
+      options_(std::move(options)) {}
+
+ElectionCore::~ElectionCore() { shutdown(); }
+
+// The lock a campaign waits on: one per campaign that leads, so that a resign, from any thread,
+// can destroy it (its hold released whatever thread acquired it). mutex_ held.
+std::shared_ptr<LockCore> ElectionCore::generation() {
+  if (!campaigning_) campaigning_ = std::make_shared<LockCore>(lease_, lock_options_);
+  return campaigning_;
+}
+
+std::optional<std::uint64_t> ElectionCore::campaign(SteadyClock::time_point deadline) {
+  for (;;) {
+    std::shared_ptr<LockCore> core;
+    Term stale;
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      if (stopped_) {
+        if (deadline == SteadyClock::time_point::max()) {
+          throw CancelledError("redlock: campaign for " + name_ + " after stop()");
+        }
+        return std::nullopt;
+      }
+      if (term_.core && !term_.lease.lost()) return term_.fence;
+      if (term_.core) stale = std::exchange(term_, Term{});
+      core = generation();
+    }
+    if (stale.core) end_term(std::move(stale));
+    if (auto term = attempt(core, deadline)) return term;
+    if (SteadyClock::now() >= deadline) return std::nullopt;
+  }
+}
+
+// One lock acquire on `core` until `deadline`, then the claim: leading only once the server
+// confirmed it. Nothing if refused, cancelled (a resign or stop() replaced the generation) or
+// the claim found the lease gone.
+std::optional<std::uint64_t> ElectionCore::attempt(const std::shared_ptr<LockCore>& core,
+                                                   SteadyClock::time_point deadline) {
+  const bool forever = deadline == SteadyClock::time_point::max();
+  bool held = false;
+  try {
+    held = core->acquire(forever ? Call::lock : Call::try_lock_for, deadline);
+  } catch (const CancelledError&) {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (stopped_) throw;
+    return std::nullopt;
+  }
+  if (!held) return std::nullopt;
+  const std::shared_ptr<HoldState> hold = core->ownership().hold_of_caller();
+  const auto drop = [&] {
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      if (campaigning_ == core) campaigning_.reset();
+    }
+    end_term(Term{core, LeaseToken(), 0, nullptr});
+  };
+  bool claimed = false;
+  try {
+    claimed = hold && board_->claim(hold->token(), hold->fence(), id_);
+  } catch (...) {
+    drop();
+    throw;
+  }
+  Term term{core, Access::lease(hold), hold ? hold->fence() : 0, std::make_shared<StopState>()};
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (claimed && !stopped_ && campaigning_ == core) {
+      campaigning_.reset();
+      term_ = term;
+    } else {
+      claimed = false;
+    }
+  }
+  if (!claimed) {
+    drop();
+    return std::nullopt;
+  }
+  const std::shared_ptr<StopState> stop = term.stop;
+  term.lease.on_lost([stop] { stop->request(); });
+  return term.fence;
+}
+
+ElectionCore::Term ElectionCore::take_term() noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return std::exchange(term_, Term{});
+}
+
+// Ends a term: its worker is asked to stop, waits on its lock end, and the lease is released
+// (announced: the next candidate is woken at once). Failures are logged; the lease expires.
+void ElectionCore::end_term(Term term) noexcept {
+  if (term.stop) term.stop->request();
+  term.core->cancel_waits();
+  term.core->destroy();
+}
+
+bool ElectionCore::resign() noexcept {
+  Term term = take_term();
+  if (!term.core) return false;
+  const bool kept = !term.lease.lost();
+  end_term(std::move(term));
+  return kept;
+}
+
+bool ElectionCore::is_leader() const noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return term_.core && !term_.lease.lost();
+}
+
+std::uint64_t ElectionCore::term() const noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return term_.core && !term_.lease.lost() ? term_.fence : 0;
+}
+
+void ElectionCore::stop() noexcept {
+  std::shared_ptr<LockCore> campaigning;
+  std::shared_ptr<StopState> worker;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    stopped_ = true;
+    campaigning = campaigning_;
+    worker = term_.stop;
+  }
+  stopped_cv_.notify_all();
+  if (campaigning) campaigning->cancel_waits();
+  if (worker) worker->request();
+}
+
+void ElectionCore::shutdown() noexcept {
+  stop();
+  resign();
+  std::thread observer;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    closing_ = true;
+    if (observe_watch_) observe_watch_->wake();
+    observer.swap(observer_);
+  }
+  stopped_cv_.notify_all();
+  if (observer.joinable() && observer.get_id() != std::this_thread::get_id()) observer.join();
+  if (observer.joinable()) observer.detach();  // destroyed from its own callback: let it end
+}
+
+}  // namespace detail
+}  // namespace redlock
