@@ -19,24 +19,19 @@
 
 #include <redlock/redlock.hpp>
 
+#include "election_worker.hpp"
 #include "support/eventually.hpp"
 #include "support/redis_server.hpp"
 #include "util/key_slot.hpp"  // helper_key: the election's lock key
 
 using namespace std::chrono_literals;
 using redlock::test::eventually;
+using redlock::test::with_ttl;
 using redlock::test::key;
 using redlock::test::RedisServer;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-redlock::ElectionOptions with_ttl(std::chrono::milliseconds ttl) {
-  redlock::ElectionOptions o;
-  o.ttl = ttl;
-  o.backoff = 20ms;
-  return o;
-}
 
 // The leader key of election `name` (what a raw client takes over in the nemesis tests).
 std::string leader_key(const std::string& name) {
@@ -108,6 +103,10 @@ TEST_CASE("Election: one of two candidates leads; resign hands over at once, the
   REQUIRE(second);
   CHECK(*second > first);
   CHECK(b.is_leader());
+  // The thread that campaigned has exited: leadership is not the thread's.
+  REQUIRE(a.leader());
+  CHECK(a.leader()->id == "b");
+  CHECK(a.leader()->term == *second);
   CHECK_FALSE(a.is_leader());
   CHECK(a.term() == 0);
   CHECK_FALSE(a.resign());  // not leading: nothing to do
@@ -201,40 +200,19 @@ TEST_CASE("Election: run() stops the worker when leadership is lost and campaign
   RedisServer server;
   const std::string name = key("election-run");
   redlock::Election election(redlock::Client(server.endpoint()), name, "runner", with_ttl(900ms));
-  std::mutex mutex;
-  std::vector<std::uint64_t> terms;
-  std::atomic<int> stopped{0};
-  std::thread service([&] {
-    election.run([&](redlock::StopToken stop, std::uint64_t term) {
-      {
-        std::lock_guard<std::mutex> guard(mutex);
-        terms.push_back(term);
-      }
-      while (!stop.wait_for(1s)) {
-      }
-      ++stopped;
-    });
-  });
-  const auto count = [&] {
-    std::lock_guard<std::mutex> guard(mutex);
-    return terms.size();
-  };
-  REQUIRE(eventually([&] { return count() == 1; }));
+  redlock::test::RecordingWorker worker(election);
+  REQUIRE(eventually([&] { return worker.started() == 1; }));
   CHECK(election.is_leader());
 
   // A raw client takes the key over: the next renewal is refused, the worker is stopped.
   server.raw({"SET", leader_key(name), "intruder", "PX", "1500"});
-  CHECK(eventually([&] { return stopped == 1; }));
+  CHECK(eventually([&] { return worker.stopped() == 1; }));
   CHECK_FALSE(election.is_leader());
   // The intruder's key expires; run() campaigns again and leads with a higher term.
-  REQUIRE(eventually([&] { return count() == 2; }));
-  {
-    std::lock_guard<std::mutex> guard(mutex);
-    CHECK(terms[1] > terms[0]);
-  }
-  election.stop();
-  service.join();
-  CHECK(stopped == 2);
+  REQUIRE(eventually([&] { return worker.started() == 2; }));
+  CHECK(worker.terms()[1] > worker.terms()[0]);
+  worker.stop_and_join();
+  CHECK(worker.stopped() == 2);
   CHECK_FALSE(election.is_leader());
   CHECK_FALSE(election.leader());  // stop() resigned
 }

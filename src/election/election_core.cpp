@@ -8,6 +8,7 @@
 #include <redlock/errors.hpp>
 
 #include "api/access.hpp"
+#include "lock/hold_end.hpp"
 #include "lock/lock_core.hpp"
 #include "util/log_internal.hpp"
 
@@ -88,33 +89,29 @@ std::optional<std::uint64_t> ElectionCore::attempt(const std::shared_ptr<LockCor
     return std::nullopt;
   }
   if (!held) return std::nullopt;
-  const std::shared_ptr<HoldState> hold = core->ownership().hold_of_caller();
-  const auto drop = [&] {
-    {
-      std::lock_guard<std::mutex> guard(mutex_);
-      if (campaigning_ == core) campaigning_.reset();
-    }
-    end_term(Term{core, LeaseToken(), 0, nullptr});
-  };
+  Term term{core, core->hand_out(), LeaseToken(), 0, std::make_shared<StopState>()};
+  if (!term.hold) return std::nullopt;
+  term.lease = Access::lease(term.hold);
+  term.fence = term.hold->fence();
   bool claimed = false;
   try {
-    claimed = hold && board_->claim(hold->token(), hold->fence(), id_);
+    claimed = board_->claim(term.hold->token(), term.fence, id_);
   } catch (...) {
-    drop();
+    forget(core);
+    end_term(std::move(term));
     throw;
   }
-  Term term{core, Access::lease(hold), hold ? hold->fence() : 0, std::make_shared<StopState>()};
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    if (claimed && !stopped_ && campaigning_ == core) {
+    claimed = claimed && !stopped_ && campaigning_ == core;
+    if (claimed) {
       campaigning_.reset();
       term_ = term;
-    } else {
-      claimed = false;
     }
   }
   if (!claimed) {
-    drop();
+    forget(core);
+    end_term(std::move(term));
     return std::nullopt;
   }
   const std::shared_ptr<StopState> stop = term.stop;
@@ -122,25 +119,43 @@ std::optional<std::uint64_t> ElectionCore::attempt(const std::shared_ptr<LockCor
   return term.fence;
 }
 
+// A generation that will not lead: the next campaign makes a new one.
+void ElectionCore::forget(const std::shared_ptr<LockCore>& core) noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (campaigning_ == core) campaigning_.reset();
+}
+
 ElectionCore::Term ElectionCore::take_term() noexcept {
   std::lock_guard<std::mutex> guard(mutex_);
   return std::exchange(term_, Term{});
 }
 
-// Ends a term: its worker is asked to stop, waits on its lock end, and the lease is released
-// (announced: the next candidate is woken at once). Failures are logged; the lease expires.
-void ElectionCore::end_term(Term term) noexcept {
+// Ends a term: its worker is asked to stop, waits on its generation end, and the lease is
+// released (announced: the next candidate is woken at once). Returns true if the lease was
+// still ours. A loss found on the way is reported; a failure is logged and the lease expires.
+bool ElectionCore::end_term(Term term) noexcept {
   if (term.stop) term.stop->request();
   term.core->cancel_waits();
-  term.core->destroy();
+  if (!term.hold) return false;
+  const HoldEnd end = end_hold(*term.hold, *lease_);
+  if (end.lost) report_loss(term.hold, end.reason, lock_options_, lease_->key());
+  term.hold->mark_released();
+  if (end.error) {
+    try {
+      std::rethrow_exception(end.error);
+    } catch (const std::exception& e) {
+      logf(LogLevel::warn, "redlock: the leader of {} could not resign ({}); its lease expires",
+           name_, e.what());
+    } catch (...) {
+    }
+  }
+  return end.kept;
 }
 
 bool ElectionCore::resign() noexcept {
   Term term = take_term();
   if (!term.core) return false;
-  const bool kept = !term.lease.lost();
-  end_term(std::move(term));
-  return kept;
+  return end_term(std::move(term));
 }
 
 bool ElectionCore::is_leader() const noexcept {

@@ -3,8 +3,9 @@
 // board, where a confirmed grant is claimed with the candidate's id and where anyone reads who
 // leads. Every backend shares this class; a backend brings only its LeaderBoard.
 //
-// Leadership is not tied to a thread: each campaign uses a fresh LockCore (a "generation"), and
-// resigning destroys the generation (LockCore::destroy releases whatever thread acquired).
+// Leadership is not tied to a thread: each campaign uses a fresh LockCore (a "generation"); a
+// grant's hold is handed out of it (LockCore::hand_out), so the campaigning thread's exit does
+// not release it, and a resign from any thread ends it (lock/hold_end).
 #ifndef REDLOCK_SRC_ELECTION_ELECTION_CORE_HPP
 #define REDLOCK_SRC_ELECTION_ELECTION_CORE_HPP
 
@@ -29,6 +30,7 @@
 namespace redlock {
 namespace detail {
 
+class HoldState;
 class LockCore;
 
 // A reading of the board: the leader (if any) and how long its lease has left by the server
@@ -91,6 +93,7 @@ class ElectionCore {
   // The current term's state; `core` null when not leading.
   struct Term {
     std::shared_ptr<LockCore> core;
+    std::shared_ptr<HoldState> hold;  // handed out of `core`: no thread's
     LeaseToken lease;
     std::uint64_t fence{0};
     std::shared_ptr<StopState> stop;  // run()'s worker stop, requested when the term ends
@@ -98,8 +101,9 @@ class ElectionCore {
   std::optional<std::uint64_t> attempt(const std::shared_ptr<LockCore>& core,
                                        SteadyClock::time_point deadline);
   std::shared_ptr<LockCore> generation();
+  void forget(const std::shared_ptr<LockCore>& core) noexcept;
   Term take_term() noexcept;
-  void end_term(Term term) noexcept;
+  bool end_term(Term term) noexcept;
   std::optional<std::uint64_t> campaign_in_run();
   void back_off();
   void observe_loop();
