@@ -64,6 +64,11 @@ class PgBackendBase : public LeaseBackend {
   std::string channel_;  // where releases are announced
 };
 
+// The lease backend of a lock named `name` in `db`'s mode (lease: a row; session: an advisory
+// lock). Throws std::invalid_argument for options a Lock rejects (pg_backend.cpp).
+std::shared_ptr<LeaseBackend> make_pg_backend(const std::shared_ptr<PgDatabase>& db,
+                                              std::string name, const LockOptions& options);
+
 // Session mode's backend (pg_session.cpp).
 std::shared_ptr<LeaseBackend> make_pg_session_backend(std::shared_ptr<PgDatabase> db,
                                                       std::string name, const LockOptions& options);
