@@ -158,14 +158,12 @@ bool ElectionCore::resign() noexcept {
   return end_term(std::move(term));
 }
 
-bool ElectionCore::is_leader() const noexcept {
-  std::lock_guard<std::mutex> guard(mutex_);
-  return term_.core && !term_.lease.lost();
-}
+bool ElectionCore::is_leader() const noexcept { return term() != 0; }
 
 std::uint64_t ElectionCore::term() const noexcept {
   std::lock_guard<std::mutex> guard(mutex_);
-  return term_.core && !term_.lease.lost() ? term_.fence : 0;
+  const bool leading = term_.core && !term_.lease.lost() && !board_->suspended();
+  return leading ? term_.fence : 0;
 }
 
 void ElectionCore::stop() noexcept {

@@ -40,6 +40,9 @@ struct Sighting {
   std::chrono::milliseconds expires_in{-1};
 };
 
+// Whether a read of the board also watches it (see LeaderBoard::read).
+enum class Look { once, watch };
+
 // Where a backend records the leader's id for a term, and reads it back.
 class LeaderBoard {
  public:
@@ -48,8 +51,13 @@ class LeaderBoard {
   // `fence` if the server still holds the lease for `token`, and announces the change. Returns
   // true if the server confirmed. Throws the transport or server failure.
   virtual bool claim(const std::string& token, std::uint64_t fence, const std::string& id) = 0;
-  // Who leads now; never a leader whose lease expired. Throws the transport or server failure.
-  virtual Sighting read() = 0;
+  // Who leads now; never a leader whose lease expired. `look` watch: the read also asks the
+  // server to notify a change of what it read (ZooKeeper's one-shot watches; the other stores
+  // always announce). Throws the transport or server failure.
+  virtual Sighting read(Look look) = 0;
+  // True while this process cannot tell whether it still leads (ZooKeeper: disconnected, the
+  // session suspended): a leader does not count itself leading then.
+  virtual bool suspended() const noexcept { return false; }
   // A subscription to the board's change notices (claims, releases), registered before the read
   // that follows it. Never null.
   virtual std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline) = 0;
@@ -79,7 +87,7 @@ class ElectionCore {
   bool resign() noexcept;
   bool is_leader() const noexcept;
   std::uint64_t term() const noexcept;
-  std::optional<Leader> leader() const { return board_->read().leader; }
+  std::optional<Leader> leader() const { return board_->read(Look::once).leader; }
   void observe(std::function<void(const std::optional<Leader>&)> callback);
   void run(const std::function<void(StopToken, std::uint64_t)>& worker);
   void stop() noexcept;

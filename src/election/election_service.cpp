@@ -110,7 +110,7 @@ void ElectionCore::observe_loop() {
         observe_watch_ = std::move(made);
         watch = observe_watch_.get();
       }
-      const Sighting seen = board_->read();
+      const Sighting seen = board_->read(Look::watch);
       if (seen.leader && seen.expires_in.count() >= 0) {
         pause = seen.expires_in + std::chrono::milliseconds(1);
       }

@@ -53,7 +53,7 @@ class PgBoard final : public LeaderBoard {
     return r.affected == 1;
   }
 
-  Sighting read() override {
+  Sighting read(Look) override {
     const PgResult r = db_->exec("leader " + lease_->key(), read_sql_, {lease_->key(), record_});
     Sighting seen;
     if (r.affected != 1 || r.row.size() != 3) return seen;

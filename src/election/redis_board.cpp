@@ -112,7 +112,7 @@ bool RedisBoard::claim(const std::string& token, std::uint64_t fence, const std:
 
 // On a quorum, the leader is the one a majority of nodes names (the same term and id); its
 // lease ends at the earliest of theirs.
-Sighting RedisBoard::read() {
+Sighting RedisBoard::read(Look) {
   std::vector<Sighting> seen(nodes_.size());
   on_nodes([&](std::size_t i) {
     seen[i] = decode(nodes_[i].eval(read_script(), {engine_->key(), record_}, {}));

@@ -22,7 +22,7 @@ class RedisBoard final : public LeaderBoard {
   RedisBoard(std::vector<Client> nodes, std::shared_ptr<LeaseEngine> engine);
 
   bool claim(const std::string& token, std::uint64_t fence, const std::string& id) override;
-  Sighting read() override;
+  Sighting read(Look look) override;
   std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline) override;
 
  private:
