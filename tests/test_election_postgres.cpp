@@ -21,8 +21,8 @@
 
 using namespace std::chrono_literals;
 using redlock::test::eventually;
-using redlock::test::with_ttl;
 using redlock::test::PostgresServer;
+using redlock::test::with_ttl;
 using Clock = std::chrono::steady_clock;
 
 TEST_CASE("postgres::Election: resign hands over at once, the term grows, leader() and observe()",
@@ -30,45 +30,10 @@ TEST_CASE("postgres::Election: resign hands over at once, the term grows, leader
   REQUIRE_POSTGRES();
   PostgresServer server;
   redlock::postgres::Database db(server.uri());
-  std::mutex mutex;
-  std::vector<std::optional<redlock::Leader>> changes;
-  const auto last = [&] {
-    std::lock_guard<std::mutex> guard(mutex);
-    return changes.empty() ? std::nullopt : changes.back();
-  };
   redlock::postgres::Election watcher(db, "svc", "watcher", with_ttl(60s));
-  watcher.observe([&](const std::optional<redlock::Leader>& leader) {
-    std::lock_guard<std::mutex> guard(mutex);
-    changes.push_back(leader);
-  });
   redlock::postgres::Election a(db, "svc", "a", with_ttl(60s));
   redlock::postgres::Election b(db, "svc", "b", with_ttl(60s));
-  CHECK_FALSE(watcher.leader());
-
-  const std::uint64_t first = a.campaign();
-  CHECK(a.is_leader());
-  CHECK(a.term() == first);
-  REQUIRE(watcher.leader());
-  CHECK(watcher.leader()->id == "a");
-  CHECK(watcher.leader()->term == first);
-  CHECK(eventually([&] { return last() && last()->id == "a"; }));
-  CHECK_FALSE(b.try_campaign_for(100ms));
-
-  std::optional<std::uint64_t> second;
-  std::thread waiting([&] { second = b.try_campaign_for(30s); });
-  std::this_thread::sleep_for(200ms);
-  const auto resigned = Clock::now();
-  CHECK(a.resign());
-  waiting.join();
-  CHECK(Clock::now() - resigned < 5s);  // woken by NOTIFY, well inside the 60 s ttl
-  REQUIRE(second);
-  CHECK(*second > first);
-  REQUIRE(watcher.leader());
-  CHECK(watcher.leader()->id == "b");
-  CHECK(eventually([&] { return last() && last()->id == "b" && last()->term == *second; }));
-  b.resign();
-  CHECK_FALSE(watcher.leader());
-  CHECK(eventually([&] { return !last(); }));
+  redlock::test::check_hand_over(a, b, watcher);
 }
 
 TEST_CASE(
