@@ -26,9 +26,9 @@
 
 using namespace std::chrono_literals;
 using redlock::test::eventually;
-using redlock::test::with_ttl;
 using redlock::test::key;
 using redlock::test::RedisServer;
+using redlock::test::with_ttl;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -244,6 +244,40 @@ TEST_CASE("Election: run() stops the worker when the server is paused past valid
   CHECK(eventually([&] { return started == 2; }, 10s));
   election.stop();
   service.join();
+}
+
+TEST_CASE("Election over a quorum: a majority decides; a paused node changes nothing",
+          "[election][redlock]") {
+  redlock::test::ServerGroup group(3);
+  const auto clients = [&] {
+    std::vector<redlock::Client> out;
+    for (const auto& endpoint : group.endpoints()) out.emplace_back(endpoint);
+    return out;
+  };
+  const std::string name = key("election-quorum");
+  redlock::Election a(clients(), name, "a", with_ttl(60s));
+  redlock::Election b(clients(), name, "b", with_ttl(60s));
+  redlock::Election watcher(clients(), name, "watcher");
+  const std::uint64_t first = a.campaign();
+  REQUIRE(watcher.leader());
+  CHECK(watcher.leader()->id == "a");
+  CHECK(watcher.leader()->term == first);
+
+  group[2].pause();  // two of three still answer: the same leader, and a hand-over
+  CHECK(watcher.leader()->id == "a");
+  std::optional<std::uint64_t> second;
+  std::thread waiting([&] { second = b.try_campaign_for(30s); });
+  std::this_thread::sleep_for(200ms);
+  CHECK(a.resign());
+  waiting.join();
+  REQUIRE(second);
+  CHECK(*second > first);
+  REQUIRE(watcher.leader());
+  CHECK(watcher.leader()->id == "b");
+  group[1].pause();  // one of three: nobody can tell
+  CHECK_THROWS_AS(watcher.leader(), redlock::QuorumUnavailableError);
+  group[1].resume();
+  group[2].resume();
 }
 
 TEST_CASE("Election: bad arguments are named", "[election]") {
