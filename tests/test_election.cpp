@@ -112,6 +112,20 @@ TEST_CASE("Election: one of two candidates leads; resign hands over at once, the
   CHECK_FALSE(a.resign());  // not leading: nothing to do
 }
 
+TEST_CASE("Election: concurrent campaigns on one Election all return its term", "[election]") {
+  RedisServer server;
+  redlock::Election election(redlock::Client(server.endpoint()), key("election-threads"), "e",
+                             with_ttl(60s));
+  std::vector<std::uint64_t> terms(4);
+  std::vector<std::thread> threads;
+  for (auto& term : terms) {
+    threads.emplace_back([&term, &election] { term = election.try_campaign_for(5s).value_or(0); });
+  }
+  for (auto& thread : threads) thread.join();
+  CHECK(terms[0] > 0);
+  for (const std::uint64_t term : terms) CHECK(term == terms[0]);
+}
+
 TEST_CASE("Election: leader() from a process that never campaigns, none once resigned",
           "[election]") {
   RedisServer server;

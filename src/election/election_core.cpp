@@ -114,6 +114,9 @@ std::optional<std::uint64_t> ElectionCore::attempt(const std::shared_ptr<LockCor
     end_term(std::move(term));
     return std::nullopt;
   }
+  // Another thread's campaign queued on this generation (whose gate stays closed) ends, and
+  // finds this term.
+  core->cancel_waits();
   const std::shared_ptr<StopState> stop = term.stop;
   term.lease.on_lost([stop] { stop->request(); });
   return term.fence;
