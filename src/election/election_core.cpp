@@ -164,9 +164,12 @@ bool ElectionCore::resign() noexcept {
 bool ElectionCore::is_leader() const noexcept { return term() != 0; }
 
 std::uint64_t ElectionCore::term() const noexcept {
-  std::lock_guard<std::mutex> guard(mutex_);
-  const bool leading = term_.core && !term_.lease.lost() && !board_->suspended();
-  return leading ? term_.fence : 0;
+  std::uint64_t fence = 0;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (term_.core && !term_.lease.lost()) fence = term_.fence;
+  }
+  return fence != 0 && !board_->suspended() ? fence : 0;  // the board's mutex taken alone
 }
 
 void ElectionCore::stop() noexcept {
