@@ -13,6 +13,7 @@ namespace {
 const char kUsage[] = R"(Usage: redlock-run [OPTIONS] [--] COMMAND [ARGS...]
        redlock-run [OPTIONS] --hold
        redlock-run [OPTIONS] --status
+       redlock-run [OPTIONS] --leader
 
 Run a command while holding a Redis lock: flock(1) for a fleet.
 
@@ -76,6 +77,9 @@ Command:
                         semaphore (--limit N, or the limit stored with its permits), how
                         many permits are held and each one's ttl. Exit 0 if held (a
                         permit), 1 if not.
+  --leader              Print "ID TERM" of the leader of the election KEY (a
+                        redlock::Election, on any store), exit 0; exit 1 if none leads
+                        (none claimed, or its lease expired).
 Output:
   -v, --verbose         Say on stderr when waiting, acquired (the kind of lock: Lock,
                         Redlock and its quorum, Semaphore and its limit; the fence or "no
@@ -94,8 +98,8 @@ const char kFooter[] = R"(
 Exit status:
   N        the command's exit status
   128+N    the command was killed by signal N (or redlock-run got signal N while waiting)
-  0        --hold: stdin closed; --status: the key is held
-  1        --status: the key is not held
+  0        --hold: stdin closed; --status: the key is held; --leader: there is a leader
+  1        --status: the key is not held; --leader: nobody leads
   64       usage error: bad option, duration, URI or key, or a --limit other than
            the one the holders of a semaphore's permits use
   69       unavailable: a server could not be reached or answered with an error (e.g. a

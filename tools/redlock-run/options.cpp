@@ -202,6 +202,8 @@ bool take_flag(std::string_view flag, Config& config) {
     config.mode = Mode::hold;
   } else if (flag == "--status") {
     config.mode = Mode::status;
+  } else if (flag == "--leader") {
+    config.mode = Mode::leader;
   } else {
     return false;
   }
@@ -319,11 +321,15 @@ void finish_config(const Raw& raw, Config& config) {
   }
   const bool has_command = !config.command.empty();
   if (config.mode == Mode::run && !has_command) {
-    throw UsageError("no command to run: add it after the options (or use --hold or --status)");
+    throw UsageError(
+        "no command to run: add it after the options (or use --hold, --status or --leader)");
   }
   if (config.mode != Mode::run && has_command) {
-    throw UsageError(std::string(config.mode == Mode::hold ? "--hold" : "--status") +
-                     " takes no command, but got '" + config.command.front() + "'");
+    const char* mode = config.mode == Mode::hold     ? "--hold"
+                       : config.mode == Mode::status ? "--status"
+                                                     : "--leader";
+    throw UsageError(std::string(mode) + " takes no command, but got '" + config.command.front() +
+                     "'");
   }
 }
 

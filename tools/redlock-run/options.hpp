@@ -19,8 +19,8 @@
 namespace redlock_run {
 
 // What to do once the options are read: run a command under the lock, hold it until stdin
-// closes, or show who holds it (see modes.hpp).
-enum class Mode { run, hold, status };
+// closes, show who holds it, or show the leader of the election KEY (see modes.hpp).
+enum class Mode { run, hold, status, leader };
 
 struct Config {
   std::vector<std::string> uris;
