@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include <redlock/election.hpp>  // --leader
 #include <redlock/semaphore.hpp>
 #include <redlock/version.hpp>  // REDLOCK_VERSION_STRING, REDLOCK_KEY_LAYOUT
 
@@ -513,6 +514,24 @@ TEST_CASE("redlock-run stops waiting on SIGTERM: 128+15, the command never runs"
   CHECK(tool.wait(3s) == 128 + SIGTERM);
   CHECK_FALSE(exists(ran));
   CHECK(server.raw({"GET", k}).str() == "someone-else");
+}
+
+TEST_CASE("redlock-run --leader prints the leader's id and term; exit 1 when nobody leads",
+          "[redis][cli][election]") {
+  RedisServer server;
+  const auto k = key("cli-leader");
+  {
+    Tool nobody({"--redis", uri(server), "--key", k, "--leader"});
+    CHECK(nobody.wait() == 1);
+    CHECK(nobody.out().empty());
+    CHECK(nobody.err().find("nobody leads") != std::string::npos);
+  }
+  redlock::Election candidate(redlock::Client(server.endpoint()), k, "pod-7");
+  const std::uint64_t term = candidate.campaign();
+  Tool leader({"--redis", uri(server), "--key", k, "--leader"});
+  CHECK(leader.wait() == 0);
+  CHECK(leader.out() == "pod-7 " + std::to_string(term) + "\n");
+  CHECK(run({"--redis", uri(server), "--key", k, "--leader", "--", "true"}) == 64);
 }
 
 TEST_CASE("redlock-run usage errors exit 64", "[redis][cli]") {
