@@ -14,6 +14,7 @@ const char kUsage[] = R"(Usage: redlock-run [OPTIONS] [--] COMMAND [ARGS...]
        redlock-run [OPTIONS] --hold
        redlock-run [OPTIONS] --status
        redlock-run [OPTIONS] --leader
+       redlock-run [OPTIONS] --elect ID [--] COMMAND [ARGS...]
 
 Run a command while holding a Redis lock: flock(1) for a fleet.
 
@@ -80,6 +81,12 @@ Command:
   --leader              Print "ID TERM" of the leader of the election KEY (a
                         redlock::Election, on any store), exit 0; exit 1 if none leads
                         (none claimed, or its lease expired).
+  --elect ID            A hot standby for the election KEY, as candidate ID: campaign, run
+                        the command while leading (with REDLOCK_TERM and REDLOCK_FENCE, the
+                        term), stop it like a lost lease when leadership is lost, and
+                        campaign again. Exits when the command exits by itself (its status;
+                        the next candidate takes over at once) or on a stop signal. Not with
+                        --limit, --wait or --no-wait.
 Output:
   -v, --verbose         Say on stderr when waiting, acquired (the kind of lock: Lock,
                         Redlock and its quorum, Semaphore and its limit; the fence or "no
@@ -121,7 +128,8 @@ A wait rides out servers that do not answer, and ends with 69 if they still do n
 --wait or --unavailable-timeout runs out.
 
 The command's environment: REDLOCK_KEY=<key>, REDLOCK_TTL_MS=<ttl>,
-REDLOCK_VALIDITY_MS=<validity left when it started> and, with --fencing, REDLOCK_FENCE=<n>.
+REDLOCK_VALIDITY_MS=<validity left when it started> and, with --fencing, REDLOCK_FENCE=<n>
+(with --elect also REDLOCK_TERM=<n>, the same number).
 Durations: 250ms, 0.5s, 30s, 1m30s, 2h; a bare number is seconds.
 
 Examples:
