@@ -58,6 +58,8 @@ class LeaderBoard {
   // True while this process cannot tell whether it still leads (ZooKeeper: disconnected, the
   // session suspended): a leader does not count itself leading then.
   virtual bool suspended() const noexcept { return false; }
+  // Whether suspended() can ever be true (then run() watches it while its worker runs).
+  virtual bool may_suspend() const noexcept { return false; }
   // A subscription to the board's change notices (claims, releases), registered before the read
   // that follows it. Never null.
   virtual std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline) = 0;
@@ -115,6 +117,8 @@ class ElectionCore {
   std::optional<std::uint64_t> campaign_in_run();
   void back_off();
   void observe_loop();
+  void run_term(const std::function<void(StopToken, std::uint64_t)>& worker,
+                const std::shared_ptr<StopState>& stop, std::uint64_t term);
   void tell(const std::optional<Leader>& seen, std::optional<Leader>& last, std::size_t& told,
             bool& known);
 

@@ -2,6 +2,7 @@
 // while leading, resign, back off) and the observers' thread (read the board, tell the
 // callbacks of a change, sleep until a notice or the leader's expiry).
 #include <stdexcept>
+#include <thread>
 #include <utility>
 
 #include <redlock/errors.hpp>
@@ -33,7 +34,7 @@ void ElectionCore::run(const std::function<void(StopToken, std::uint64_t)>& work
     }
     if (!stop) continue;  // already ended (lost, resigned) before it could start
     try {
-      worker(StopToken(stop), *term);
+      run_term(worker, stop, *term);
     } catch (...) {
       resign();
       throw;
@@ -41,6 +42,35 @@ void ElectionCore::run(const std::function<void(StopToken, std::uint64_t)>& work
     resign();
     back_off();
   }
+}
+
+// The worker of one term. On a board that may be suspended (ZooKeeper), a thread of this term
+// watches the session's events meanwhile and stops the worker when the session is suspended.
+void ElectionCore::run_term(const std::function<void(StopToken, std::uint64_t)>& worker,
+                            const std::shared_ptr<StopState>& stop, std::uint64_t term) {
+  if (!board_->may_suspend()) return worker(StopToken(stop), term);
+  const std::shared_ptr<ReleaseWatch> watch = board_->watch(SteadyClock::time_point::max());
+  StopToken(stop).on_stop([watch] { watch->wake(); });
+  std::thread guard([this, watch, stop] {
+    while (!StopToken(stop).stop_requested()) {
+      if (board_->suspended()) {
+        logf(LogLevel::warn, "redlock: the leader of {} is suspended (disconnected); stepping down",
+             name_);
+        stop->request();
+        return;
+      }
+      watch->wait_until(SteadyClock::now() + std::chrono::seconds(1));
+    }
+  });
+  struct Join {
+    std::thread& thread;
+    const std::shared_ptr<StopState>& stop;
+    ~Join() {
+      stop->request();
+      thread.join();
+    }
+  } join{guard, stop};
+  worker(StopToken(stop), term);
 }
 
 // campaign() until leading or stop(); a failure (servers unreachable past max_unavailable) is

@@ -75,6 +75,7 @@ class ZkBoard final : public LeaderBoard {
   }
 
   bool suspended() const noexcept override { return !session_->connected(); }
+  bool may_suspend() const noexcept override { return true; }
 
  private:
   // The head znode's data (the claimed id) and czxid; none if unclaimed or gone.
