@@ -85,3 +85,20 @@ TEST_CASE("zookeeper::Election: a session expiry stops run()'s worker; it leads 
   worker.stop_and_join();
   CHECK_FALSE(watcher.leader());
 }
+
+TEST_CASE("zookeeper::Election: a disconnected leader steps down at once; it leads again after",
+          "[zookeeper][election]") {
+  REQUIRE_ZOOKEEPER();
+  ZooKeeperServer server;  // its own: this case stops it
+  redlock::zookeeper::Session session(fresh_uri(server, 30000));
+  redlock::zookeeper::Election election(session, "suspend", "s", redlock::test::with_ttl(30s));
+  redlock::test::RecordingWorker worker(election);
+  REQUIRE(eventually([&] { return worker.started() == 1; }, 10s));
+  server.kill9();
+  // Suspended (disconnected): stopped long before the 30 s session's validity would run out.
+  CHECK(eventually([&] { return worker.stopped() == 1; }, 8s));
+  CHECK_FALSE(election.is_leader());
+  server.restart();
+  REQUIRE(eventually([&] { return worker.started() == 2; }, 60s));
+  CHECK(worker.terms()[1] > worker.terms()[0]);
+}
