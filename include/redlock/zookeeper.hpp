@@ -95,10 +95,12 @@ class Lock final : public LockBase {
 // queue. The term is the leader znode's czxid (it grows from each leader to the next); the
 // claim writes the id as the znode's data and counts only if the server says our session owns
 // the znode (CURATOR-696). The session is the lease: options.ttl is not used (the session
-// timeout is), and an expired session's leader is gone at once. While the session is
-// disconnected (suspended) is_leader() and term() say no, and the lease's validity, counted from
-// its last confirmation, ends it (run()'s worker is stopped then) before the server can expire
-// the session; a reconnect within it confirms the znode again. leader() is two round trips
+// timeout is), and an expired session's leader is gone at once. A leader whose session is
+// disconnected (suspended) steps down: is_leader() and term() say no, and run() stops its worker
+// at once, resigns and campaigns again once reconnected (Curator's LeaderLatch does the same). A
+// leader that only campaign()ed keeps its term if it reconnects while the lease's validity,
+// counted from its last confirmation, lasts (the znode is confirmed again); the validity runs out
+// before the server can expire the session. leader() is two round trips
 // (list the queue, read the head); observe() uses watches, no polling.
 class Election final : public redlock::Election {
  public:
