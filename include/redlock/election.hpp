@@ -149,7 +149,8 @@ class Election {
 
   // The current leader as the servers see it, or nothing (no leader, the leader's lease expired,
   // or a new leader's grant not yet claimed). Needs no campaign: any process may ask. One round
-  // trip on one Redis Client (one per instance, at once, on a quorum: a majority must agree).
+  // trip on one Redis Client (one per instance, in turn, on a quorum: a majority must agree;
+  // ZooKeeper: two, PostgreSQL: one statement).
   // Throws ConnectionError / TimeoutError / QuorumUnavailableError / ServerError. Thread-safe.
   std::optional<Leader> leader() const;
 
