@@ -2,7 +2,9 @@
 // Built as its own executable with CXX_STANDARD 20 (the library itself is C++17).
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <stop_token>
 #include <thread>
 
@@ -45,4 +47,27 @@ TEST_CASE("C++20: a normal release never requests stop", "[redis][cxx20]") {
   lock.unlock();
   std::this_thread::sleep_for(50ms);
   CHECK_FALSE(stop.stop_requested());
+}
+
+TEST_CASE("C++20: Election::run() takes a worker of std::stop_token, stopped by stop()",
+          "[redis][election][cxx20]") {
+  redlock::test::RedisServer server;
+  redlock::Election election(redlock::Client(server.endpoint()),
+                             redlock::test::key("cxx20-election"), "w");
+  std::atomic<std::uint64_t> led{0};
+  std::thread service([&] {
+    election.run([&](std::stop_token stop, std::uint64_t term) {
+      led = term;
+      while (!stop.stop_requested()) std::this_thread::sleep_for(5ms);
+    });
+  });
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (led == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  CHECK(led > 0);
+  CHECK(election.term() == led);
+  election.stop();
+  service.join();
+  CHECK_FALSE(election.is_leader());
 }

@@ -30,16 +30,6 @@ using redlock::test::PostgresServer;
 
 namespace {
 
-// Outside CI a machine without postgresql-15 skips; CI installs it (scripts/deps.sh) and must run.
-#define REQUIRE_POSTGRES()                                                          \
-  do {                                                                              \
-    if (!PostgresServer::available()) {                                             \
-      if (std::getenv("CI")) FAIL("postgresql-15 is missing in CI");                \
-      WARN("skipped: postgresql-15 not installed in " + PostgresServer::bin_dir()); \
-      return;                                                                       \
-    }                                                                               \
-  } while (0)
-
 redlock::LockOptions short_ttl(std::chrono::milliseconds ttl) {
   redlock::LockOptions o;
   o.ttl = ttl;

@@ -39,21 +39,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// Outside CI a machine without ZooKeeper or java skips; CI installs them (scripts/deps.sh).
-#define REQUIRE_ZOOKEEPER()                                                          \
-  do {                                                                               \
-    if (!ZooKeeperServer::available()) {                                             \
-      if (std::getenv("CI")) FAIL("zookeeper or java is missing in CI");             \
-      WARN("skipped: no java or /usr/share/java/zookeeper.jar (package zookeeper)"); \
-      return;                                                                        \
-    }                                                                                \
-  } while (0)
-
-ZooKeeperServer& shared_server() {
-  static ZooKeeperServer server;
-  return server;
-}
-
 // A chroot no other case (or run) uses.
 std::string fresh_chroot() {
   static std::atomic<int> n{0};
@@ -191,7 +176,7 @@ TEST_CASE("zookeeper: an unreachable server is a ConnectionError, not contention
 TEST_CASE("zookeeper: try_lock, re-entrancy, fence, and no znode left by a refusal",
           "[zookeeper]") {
   REQUIRE_ZOOKEEPER();
-  auto& server = shared_server();
+  auto& server = redlock::test::shared_zookeeper_server();
   const std::string chroot = fresh_chroot();
   const std::string uri = uri_of(server, chroot, 4000);
   redlock::zookeeper::Session s1(uri), s2(uri);
@@ -227,7 +212,7 @@ TEST_CASE("zookeeper: try_lock, re-entrancy, fence, and no znode left by a refus
 TEST_CASE("zookeeper: a release after the znode was deleted and taken is false, and lost",
           "[zookeeper]") {
   REQUIRE_ZOOKEEPER();
-  auto& server = shared_server();
+  auto& server = redlock::test::shared_zookeeper_server();
   const std::string chroot = fresh_chroot();
   const std::string uri = uri_of(server, chroot, 4000);
   redlock::zookeeper::Session s1(uri), s2(uri);
@@ -252,7 +237,7 @@ TEST_CASE("zookeeper: a release after the znode was deleted and taken is false, 
 
 TEST_CASE("zookeeper: waiters are served first come, first served (50 waiters)", "[zookeeper]") {
   REQUIRE_ZOOKEEPER();
-  auto& server = shared_server();
+  auto& server = redlock::test::shared_zookeeper_server();
   const std::string chroot = fresh_chroot();
   const std::string uri = uri_of(server, chroot, 4000);
   redlock::zookeeper::Session session(uri);
@@ -290,7 +275,7 @@ TEST_CASE("zookeeper: waiters are served first come, first served (50 waiters)",
 
 TEST_CASE("zookeeper: mutual exclusion across processes", "[zookeeper]") {
   REQUIRE_ZOOKEEPER();
-  auto& server = shared_server();
+  auto& server = redlock::test::shared_zookeeper_server();
   const std::string uri = uri_of(server, fresh_chroot(), 4000);
   const std::string file =
       server.dir() + "/counter-" + std::to_string(Clock::now().time_since_epoch().count());
@@ -310,7 +295,7 @@ TEST_CASE("zookeeper: mutual exclusion across processes", "[zookeeper]") {
 
 TEST_CASE("zookeeper: std::scoped_lock over a Redis Lock and a ZooKeeper Lock", "[zookeeper]") {
   REQUIRE_ZOOKEEPER();
-  auto& server = shared_server();
+  auto& server = redlock::test::shared_zookeeper_server();
   redlock::test::RedisServer redis;
   redlock::Client client(redis.endpoint());
   const std::string uri = uri_of(server, fresh_chroot(), 4000);
@@ -334,7 +319,7 @@ TEST_CASE("zookeeper: std::scoped_lock over a Redis Lock and a ZooKeeper Lock", 
 
 TEST_CASE("zookeeper: a holder killed with -9 gives way once its session expires", "[zookeeper]") {
   REQUIRE_ZOOKEEPER();
-  auto& server = shared_server();
+  auto& server = redlock::test::shared_zookeeper_server();
   constexpr auto kTimeout = 2000ms;
   const std::string uri = uri_of(server, fresh_chroot(), static_cast<int>(kTimeout.count()));
   const std::string file =
@@ -418,7 +403,7 @@ TEST_CASE("zookeeper: a server stopped past the session timeout: the holder is t
 TEST_CASE("zookeeper: a session expiry is reported at once, not at the next confirmation",
           "[zookeeper]") {
   REQUIRE_ZOOKEEPER();
-  ZooKeeperServer& server = shared_server();
+  ZooKeeperServer& server = redlock::test::shared_zookeeper_server();
   // A 30 s session: the watchdog confirms the hold every 10 s. Another client takes the session
   // over (its id and password) and closes it, as an operator's tool would: the server ends the
   // session, and our client hears "expired" when it reconnects.
@@ -485,7 +470,7 @@ TEST_CASE("zookeeper: a server restart keeps the data, and fences keep growing",
 TEST_CASE("zookeeper: a connection lost during create leaves no znode that blocks others",
           "[zookeeper]") {
   REQUIRE_ZOOKEEPER();
-  auto& server = shared_server();
+  auto& server = redlock::test::shared_zookeeper_server();
   const std::string chroot = fresh_chroot();
   redlock::test::FaultProxy proxy("127.0.0.1", server.port());
   const std::string via_proxy =
@@ -513,7 +498,7 @@ TEST_CASE("zookeeper: a connection lost during create leaves no znode that block
 TEST_CASE("zookeeper: the listing pipelined behind an acquire's create holds the new znode",
           "[zookeeper]") {
   REQUIRE_ZOOKEEPER();
-  auto& server = shared_server();
+  auto& server = redlock::test::shared_zookeeper_server();
   const std::string chroot = fresh_chroot();
   redlock::detail::ZkSession session(uri_of(server, chroot, 4000));
   const auto conn = session.conn();
@@ -546,7 +531,7 @@ TEST_CASE("zookeeper: the listing pipelined behind an acquire's create holds the
 TEST_CASE("zookeeper: a waiter whose create reply is lost finds its znode by token",
           "[zookeeper]") {
   REQUIRE_ZOOKEEPER();
-  auto& server = shared_server();
+  auto& server = redlock::test::shared_zookeeper_server();
   const std::string chroot = fresh_chroot();
   const std::string direct = uri_of(server, chroot, 4000);
   redlock::test::FaultProxy proxy("127.0.0.1", server.port());
@@ -589,7 +574,7 @@ TEST_CASE("zookeeper: a waiter whose create reply is lost finds its znode by tok
 #ifdef REDLOCK_RUN_PATH
 TEST_CASE("zookeeper: redlock-run --zookeeper runs the command with REDLOCK_FENCE", "[zookeeper]") {
   REQUIRE_ZOOKEEPER();
-  auto& server = shared_server();
+  auto& server = redlock::test::shared_zookeeper_server();
   const std::string uri = uri_of(server, fresh_chroot(), 4000);
   const std::string file =
       server.dir() + "/fence-" + std::to_string(Clock::now().time_since_epoch().count());

@@ -10,7 +10,8 @@
 #include <string>
 #include <string_view>
 
-#include <redlock/errors.hpp>  // what Database and Lock throw
+#include <redlock/election.hpp>  // redlock::Election
+#include <redlock/errors.hpp>    // what Database and Lock throw
 #include <redlock/lock.hpp>
 #include <redlock/options.hpp>
 
@@ -69,6 +70,7 @@ class Database {
 
  private:
   friend class Lock;
+  friend class Election;
   std::shared_ptr<detail::PgDatabase> impl_;
 };
 
@@ -82,6 +84,18 @@ class Lock final : public LockBase {
   // Connects nothing yet. Throws std::invalid_argument naming the argument for an empty name,
   // the options Lock rejects, and options.fair in session mode.
   Lock(Database& db, std::string name, LockOptions options = {});
+};
+
+// Leader election (redlock/election.hpp) on the lease table: the leader's lease is the row
+// `<name>:leader` (the term is its fence, from the table's sequence), its id the row
+// `<name>:leader:id`; observe() listens on the lock's channel (LISTEN, no polling). The lease
+// outlives its connection: a killed session is reconnected and the term goes on; a leader
+// whose renewals fail steps down when its validity runs out. leader() is one statement.
+class Election final : public redlock::Election {
+ public:
+  // Connects nothing yet. Throws std::invalid_argument naming the argument for an empty name
+  // or id, options outside their ranges, and a Database in session mode.
+  Election(Database& db, std::string name, std::string id, ElectionOptions options = {});
 };
 
 }  // namespace postgres

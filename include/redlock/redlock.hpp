@@ -9,6 +9,7 @@
 #define REDLOCK_REDLOCK_HPP
 
 #include <redlock/client.hpp>     // Client, Script
+#include <redlock/election.hpp>   // Election, Leader, StopToken
 #include <redlock/endpoint.hpp>   // Endpoint
 #include <redlock/errors.hpp>     // Error and its subclasses
 #include <redlock/hold.hpp>       // Hold

@@ -24,9 +24,10 @@
 #include <string>       // std::string
 #include <string_view>  // std::string_view
 
-#include <redlock/errors.hpp>   // Error, ConnectionError, ServerError (what Lock throws)
-#include <redlock/lock.hpp>     // LockBase
-#include <redlock/options.hpp>  // LockOptions
+#include <redlock/election.hpp>  // redlock::Election
+#include <redlock/errors.hpp>    // Error, ConnectionError, ServerError (what Lock throws)
+#include <redlock/lock.hpp>      // LockBase
+#include <redlock/options.hpp>   // LockOptions
 
 namespace redlock {
 namespace detail {
@@ -61,6 +62,7 @@ class Session {
 
  private:
   friend class Lock;
+  friend class Election;
   friend struct detail::Access;
   std::shared_ptr<detail::ZkSession> impl_;
 };
@@ -87,6 +89,24 @@ class Lock final : public LockBase {
   // a name that is not a relative znode path (no leading, trailing or doubled '/', no "." or
   // ".." part, no NUL), retry_delay <= 0 and clock_drift_factor outside [0, 1).
   Lock(Session& session, std::string name, LockOptions options = {});
+};
+
+// Leader election (redlock/election.hpp) on ZooKeeper: Curator's LeaderLatch over this Lock's
+// queue. The term is the leader znode's czxid (it grows from each leader to the next); the
+// claim writes the id as the znode's data and counts only if the server says our session owns
+// the znode (CURATOR-696). The session is the lease: options.ttl is not used (the session
+// timeout is), and an expired session's leader is gone at once. A leader whose session is
+// disconnected (suspended) steps down: is_leader() and term() say no, and run() stops its worker
+// at once, resigns and campaigns again once reconnected (Curator's LeaderLatch does the same). A
+// leader that only campaign()ed keeps its term if it reconnects while the lease's validity,
+// counted from its last confirmation, lasts (the znode is confirmed again); the validity runs out
+// before the server can expire the session. leader() is two round trips
+// (list the queue, read the head); observe() uses watches, no polling.
+class Election final : public redlock::Election {
+ public:
+  // Connects nothing yet. Throws std::invalid_argument naming the argument for an empty id, a
+  // name Lock rejects, and options outside their ranges.
+  Election(Session& session, std::string name, std::string id, ElectionOptions options = {});
 };
 
 }  // namespace zookeeper

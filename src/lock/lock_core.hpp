@@ -53,6 +53,10 @@ class LockCore : public std::enable_shared_from_this<LockCore>,
   std::chrono::milliseconds ttl() const noexcept override { return options_.ttl; }
   std::string describe() const override { return backend_->key(); }
   void destroy() noexcept;
+  // The calling thread's hold, handed out of this object (an election's term is no thread's):
+  // the thread's exit no longer releases it, nor does destroy(); the caller ends it
+  // (lock/hold_end.hpp). The gate stays closed: this object takes no other hold. Null if none.
+  std::shared_ptr<HoldState> hand_out() noexcept { return ownership_.disown_caller().hold; }
   void cancel_waits() noexcept { ownership_.cancel(); }
   // The thread that owns the hold is exiting: release the hold (best effort), so that no thread
   // that gets the same std::thread::id later inherits it.

@@ -22,6 +22,7 @@
 
 #include <atomic>       // std::atomic
 #include <chrono>       // std::chrono::milliseconds
+#include <cstdlib>      // std::getenv (REQUIRE_ZOOKEEPER)
 #include <string>       // std::string
 #include <string_view>  // std::string_view
 
@@ -73,6 +74,24 @@ class ZooKeeperServer {
   std::atomic<pid_t> pid_{-1};
 };
 
+// One server for every case of the test binary that needs no server of its own (a ZooKeeper
+// takes seconds to start); each case uses a chroot of its own.
+inline ZooKeeperServer& shared_zookeeper_server() {
+  static ZooKeeperServer server;
+  return server;
+}
+
 }  // namespace redlock::test
+
+// For a [zookeeper] test case (Catch2): outside CI a machine without ZooKeeper or java skips;
+// CI installs them (scripts/deps.sh).
+#define REQUIRE_ZOOKEEPER()                                                          \
+  do {                                                                               \
+    if (!redlock::test::ZooKeeperServer::available()) {                              \
+      if (std::getenv("CI")) FAIL("zookeeper or java is missing in CI");             \
+      WARN("skipped: no java or /usr/share/java/zookeeper.jar (package zookeeper)"); \
+      return;                                                                        \
+    }                                                                                \
+  } while (0)
 
 #endif  // REDLOCK_TESTS_SUPPORT_ZOOKEEPER_SERVER_HPP

@@ -123,7 +123,8 @@ std::vector<std::string> child_environment(const Config& config, const Holdable&
     const std::string_view entry(*e);
     // Drop values inherited from an outer redlock-run: they describe another lock.
     if (entry.rfind("REDLOCK_KEY=", 0) == 0 || entry.rfind("REDLOCK_FENCE=", 0) == 0 ||
-        entry.rfind("REDLOCK_TTL_MS=", 0) == 0 || entry.rfind("REDLOCK_VALIDITY_MS=", 0) == 0) {
+        entry.rfind("REDLOCK_TTL_MS=", 0) == 0 || entry.rfind("REDLOCK_VALIDITY_MS=", 0) == 0 ||
+        entry.rfind("REDLOCK_TERM=", 0) == 0) {
       continue;
     }
     env.emplace_back(entry);
@@ -132,6 +133,7 @@ std::vector<std::string> child_environment(const Config& config, const Holdable&
   env.push_back("REDLOCK_TTL_MS=" + std::to_string(config.ttl.count()));
   env.push_back("REDLOCK_VALIDITY_MS=" + std::to_string(lock.validity().count()));
   if (exports_fence(config)) env.push_back("REDLOCK_FENCE=" + std::to_string(lock.fence()));
+  if (config.mode == Mode::elect) env.push_back("REDLOCK_TERM=" + std::to_string(lock.fence()));
   return env;
 }
 

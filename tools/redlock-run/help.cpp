@@ -13,6 +13,8 @@ namespace {
 const char kUsage[] = R"(Usage: redlock-run [OPTIONS] [--] COMMAND [ARGS...]
        redlock-run [OPTIONS] --hold
        redlock-run [OPTIONS] --status
+       redlock-run [OPTIONS] --leader
+       redlock-run [OPTIONS] --elect ID [--] COMMAND [ARGS...]
 
 Run a command while holding a Redis lock: flock(1) for a fleet.
 
@@ -77,6 +79,15 @@ Command:
                         semaphore (--limit N, or the limit stored with its permits), how
                         many permits are held and each one's ttl. Exit 0 if held (a
                         permit), 1 if not.
+  --leader              Print "ID TERM" of the leader of the election KEY (a
+                        redlock::Election, on any store), exit 0; exit 1 if none leads
+                        (none claimed, or its lease expired).
+  --elect ID            A hot standby for the election KEY, as candidate ID: campaign, run
+                        the command while leading (with REDLOCK_TERM and REDLOCK_FENCE, the
+                        term), stop it like a lost lease when leadership is lost, and
+                        campaign again. Exits when the command exits by itself (its status;
+                        the next candidate takes over at once) or on a stop signal. Not with
+                        --limit, --wait or --no-wait.
 Output:
   -v, --verbose         Say on stderr when waiting, acquired (the kind of lock: Lock,
                         Redlock and its quorum, Semaphore and its limit; the fence or "no
@@ -95,8 +106,8 @@ const char kFooter[] = R"(
 Exit status:
   N        the command's exit status
   128+N    the command was killed by signal N (or redlock-run got signal N while waiting)
-  0        --hold: stdin closed; --status: the key is held
-  1        --status: the key is not held
+  0        --hold: stdin closed; --status: the key is held; --leader: there is a leader
+  1        --status: the key is not held; --leader: nobody leads
   64       usage error: bad option, duration, URI or key, or a --limit other than
            the one the holders of a semaphore's permits use
   69       unavailable: a server could not be reached or answered with an error (e.g. a
@@ -118,7 +129,8 @@ A wait rides out servers that do not answer, and ends with 69 if they still do n
 --wait or --unavailable-timeout runs out.
 
 The command's environment: REDLOCK_KEY=<key>, REDLOCK_TTL_MS=<ttl>,
-REDLOCK_VALIDITY_MS=<validity left when it started> and, with --fencing, REDLOCK_FENCE=<n>.
+REDLOCK_VALIDITY_MS=<validity left when it started> and, with --fencing, REDLOCK_FENCE=<n>
+(with --elect also REDLOCK_TERM=<n>, the same number).
 Durations: 250ms, 0.5s, 30s, 1m30s, 2h; a bare number is seconds.
 
 Examples:

@@ -98,6 +98,8 @@ int run_mode(const Config& config, Runtime& rt) {
   std::vector<redlock::Client> clients;
   for (const auto& uri : config.uris) clients.emplace_back(redlock::Endpoint::parse(uri));
   if (config.mode == Mode::status) return run_status(config, clients);
+  if (config.mode == Mode::leader) return run_leader(config, clients);
+  if (config.mode == Mode::elect) return run_elect(config, clients, rt);
   return run_locked(config, clients, rt);
 }
 

@@ -7,6 +7,9 @@
 //   --status            run_status: who holds KEY (status.cpp)
 //   COMMAND, --hold     run_locked: take the lock, then run the command or hold until stdin
 //                       closes, and release (locked.cpp)
+//   --leader            run_leader: the leader of the election KEY (elect.cpp)
+//   --elect ID COMMAND  run_elect: a hot standby that runs the command whenever elected
+//                       (elect.cpp)
 #ifndef REDLOCK_RUN_MODES_HPP
 #define REDLOCK_RUN_MODES_HPP
 
@@ -27,6 +30,16 @@ int run_status(const Config& config, const std::vector<redlock::Client>& clients
 // --hold), releases. Returns the exit status (the command's, 70 if the lease was lost, 75 if the
 // lock is held elsewhere, 69, ...). Throws UsageError, redlock::Error.
 int run_locked(const Config& config, const std::vector<redlock::Client>& clients, Runtime& rt);
+
+// --leader: "<id> <term>" of the election KEY's leader on stdout (redlock::Election::leader(),
+// on --redis, --zookeeper or --postgres). Returns 0 if there is a leader, 1 if not. Throws
+// redlock::Error (exit 69 in main).
+int run_leader(const Config& config, const std::vector<redlock::Client>& clients);
+
+// --elect ID: campaigns for the election KEY, runs the command while leading, stops it when
+// leadership is lost and campaigns again. Returns the command's status once it exits by itself,
+// or 128+N after stop signal N. Throws UsageError, redlock::Error.
+int run_elect(const Config& config, const std::vector<redlock::Client>& clients, Runtime& rt);
 
 }  // namespace redlock_run
 

@@ -126,6 +126,7 @@ const std::pair<std::string_view, std::string_view> kValueOptions[] = {
     {"--zookeeper", "--zookeeper"},
     {"--key", "--key"},
     {"--ttl", "--ttl"},
+    {"--elect", "--elect"},
     {"--wait", "--wait"},
     {"-w", "--wait"},
     {"--timeout", "--wait"},
@@ -170,6 +171,10 @@ void take_value(std::string_view name, const std::string& flag, const std::strin
     raw.key_given = true;
   } else if (name == "--ttl") {
     raw.ttl = value;
+  } else if (name == "--elect") {
+    if (value.empty()) throw UsageError("--elect needs this candidate's id, got ''");
+    config.mode = Mode::elect;
+    config.elect_id = value;
   } else if (name == "--wait") {
     raw.wait = value;
     raw.wait_flag = flag;
@@ -202,6 +207,8 @@ bool take_flag(std::string_view flag, Config& config) {
     config.mode = Mode::hold;
   } else if (flag == "--status") {
     config.mode = Mode::status;
+  } else if (flag == "--leader") {
+    config.mode = Mode::leader;
   } else {
     return false;
   }
@@ -281,6 +288,16 @@ void finish_zookeeper(const Raw& raw, Config& config) {
   config.fencing = true;
 }
 
+// --elect: a standby that campaigns until a signal: no --limit, no giving up (--wait,
+// --no-wait). The command always gets the term as REDLOCK_FENCE (and REDLOCK_TERM).
+void finish_elect(Config& config) {
+  if (config.limit > 0) throw UsageError("--elect and --limit cannot be combined; give one");
+  if (config.wait || config.no_wait) {
+    throw UsageError("--elect campaigns until a signal: drop --wait/--no-wait");
+  }
+  config.fencing = true;
+}
+
 // Checks what needs several options together, and converts the values.
 void finish_config(const Raw& raw, Config& config) {
   if (!raw.key_given || config.key.empty()) throw UsageError("--key KEY is required");
@@ -317,13 +334,18 @@ void finish_config(const Raw& raw, Config& config) {
         "--limit works with one server only (a semaphore is not a Redlock); drop "
         "--limit or give one --redis");
   }
+  if (config.mode == Mode::elect) finish_elect(config);
   const bool has_command = !config.command.empty();
-  if (config.mode == Mode::run && !has_command) {
-    throw UsageError("no command to run: add it after the options (or use --hold or --status)");
+  if ((config.mode == Mode::run || config.mode == Mode::elect) && !has_command) {
+    throw UsageError(
+        "no command to run: add it after the options (or use --hold, --status or --leader)");
   }
-  if (config.mode != Mode::run && has_command) {
-    throw UsageError(std::string(config.mode == Mode::hold ? "--hold" : "--status") +
-                     " takes no command, but got '" + config.command.front() + "'");
+  if (config.mode != Mode::run && config.mode != Mode::elect && has_command) {
+    const char* mode = config.mode == Mode::hold     ? "--hold"
+                       : config.mode == Mode::status ? "--status"
+                                                     : "--leader";
+    throw UsageError(std::string(mode) + " takes no command, but got '" + config.command.front() +
+                     "'");
   }
 }
 

@@ -19,8 +19,9 @@
 namespace redlock_run {
 
 // What to do once the options are read: run a command under the lock, hold it until stdin
-// closes, or show who holds it (see modes.hpp).
-enum class Mode { run, hold, status };
+// closes, show who holds it, show the leader of the election KEY, or stand by to run the command
+// whenever elected (see modes.hpp).
+enum class Mode { run, hold, status, leader, elect };
 
 struct Config {
   std::vector<std::string> uris;
@@ -39,6 +40,7 @@ struct Config {
   bool quiet{false};
   bool verbose{false};
   Mode mode{Mode::run};
+  std::string elect_id;  // --elect ID: this candidate's id
   std::size_t limit{0};  // --limit N: a semaphore of N permits; 0: a plain lock
   std::string metrics;   // --metrics PATH: Prometheus text, written at start and at exit
   std::vector<std::string> command;

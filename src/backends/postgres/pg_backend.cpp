@@ -136,6 +136,19 @@ class PgLeaseBackend final : public PgBackendBase {
 };
 
 }  // namespace
+
+std::shared_ptr<LeaseBackend> make_pg_backend(const std::shared_ptr<PgDatabase>& db,
+                                              std::string name, const LockOptions& options) {
+  validate_lock_options(name, options);
+  if (options.fair.value_or(false) && db->options().mode == postgres::Mode::session) {
+    throw std::invalid_argument("options.fair: not supported in session mode (advisory locks)");
+  }
+  if (db->options().mode == postgres::Mode::session) {
+    return make_pg_session_backend(db, std::move(name), options);
+  }
+  return std::make_shared<PgLeaseBackend>(db, std::move(name), options);
+}
+
 }  // namespace detail
 
 namespace postgres {
@@ -150,14 +163,7 @@ const DatabaseOptions& Database::options() const noexcept { return impl_->option
 namespace {
 std::shared_ptr<detail::LockCore> make_core(const std::shared_ptr<detail::PgDatabase>& db,
                                             std::string name, LockOptions options) {
-  detail::validate_lock_options(name, options);
-  if (options.fair.value_or(false) && db->options().mode == Mode::session) {
-    throw std::invalid_argument("options.fair: not supported in session mode (advisory locks)");
-  }
-  std::shared_ptr<detail::LeaseBackend> backend =
-      db->options().mode == Mode::session
-          ? detail::make_pg_session_backend(db, std::move(name), options)
-          : std::make_shared<detail::PgLeaseBackend>(db, std::move(name), options);
+  std::shared_ptr<detail::LeaseBackend> backend = detail::make_pg_backend(db, name, options);
   return std::make_shared<detail::LockCore>(std::move(backend), std::move(options));
 }
 }  // namespace

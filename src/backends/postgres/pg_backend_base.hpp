@@ -66,6 +66,11 @@ class PgBackendBase : public LeaseBackend {
   std::string channel_;  // where session mode's releases are announced; its hash names the lock
 };
 
+// The lease backend of a lock named `name` in `db`'s mode (lease: a row; session: an advisory
+// lock). Throws std::invalid_argument for options a Lock rejects (pg_backend.cpp).
+std::shared_ptr<LeaseBackend> make_pg_backend(const std::shared_ptr<PgDatabase>& db,
+                                              std::string name, const LockOptions& options);
+
 // Session mode's backend (pg_session.cpp).
 std::shared_ptr<LeaseBackend> make_pg_session_backend(std::shared_ptr<PgDatabase> db,
                                                       std::string name, const LockOptions& options);

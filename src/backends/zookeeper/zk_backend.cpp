@@ -7,6 +7,7 @@
 #include <redlock/errors.hpp>
 #include <redlock/zookeeper.hpp>
 
+#include "backends/zookeeper/zk_backend.hpp"
 #include "backends/zookeeper/zk_names.hpp"
 #include "backends/zookeeper/zk_session.hpp"
 #include "core/backend.hpp"
@@ -361,6 +362,19 @@ void check_zk_name(const std::string& name) {
 }
 
 }  // namespace
+
+std::shared_ptr<LeaseBackend> make_zk_backend(const std::shared_ptr<ZkSession>& session,
+                                              std::string name, LockOptions& options) {
+  check_zk_name(name);
+  options.ttl = session->uri().session_timeout;
+  options.auto_renew = true;  // the hold is confirmed every session_timeout/3
+  if (!options.watchdog) options.watchdog = session->watchdog();
+  session->track(options.watchdog);
+  options.fair = true;  // the lock layer keeps one znode per waiter for its whole wait
+  validate_lock_options(name, options);
+  return std::make_shared<ZkLeaseBackend>(session, std::move(name), options);
+}
+
 }  // namespace detail
 
 namespace zookeeper {
@@ -374,14 +388,7 @@ bool Session::connected() const noexcept { return impl_->connected(); }
 namespace {
 std::shared_ptr<detail::LockCore> make_core(const std::shared_ptr<detail::ZkSession>& session,
                                             std::string name, LockOptions options) {
-  detail::check_zk_name(name);
-  options.ttl = session->uri().session_timeout;
-  options.auto_renew = true;  // the hold is confirmed every session_timeout/3
-  if (!options.watchdog) options.watchdog = session->watchdog();
-  session->track(options.watchdog);
-  options.fair = true;  // the lock layer keeps one znode per waiter for its whole wait
-  detail::validate_lock_options(name, options);
-  auto backend = std::make_shared<detail::ZkLeaseBackend>(session, std::move(name), options);
+  auto backend = detail::make_zk_backend(session, std::move(name), options);
   return std::make_shared<detail::LockCore>(std::move(backend), std::move(options));
 }
 }  // namespace
