@@ -687,7 +687,7 @@ ZkContention zk_contend(const ZooKeeperServer& server, int processes) {
 // work per acquisition does not grow with the number of waiting processes.
 TEST_CASE("zookeeper: requests per acquisition do not grow with the waiters", "[zookeeper]") {
   REQUIRE_ZOOKEEPER();
-  const ZooKeeperServer& server = shared_server();
+  const ZooKeeperServer& server = redlock::test::shared_zookeeper_server();
   const ZkContention few = zk_contend(server, 4);
   const ZkContention many = zk_contend(server, 16);
   INFO("packets per acquisition: 4 processes "
@@ -696,11 +696,13 @@ TEST_CASE("zookeeper: requests per acquisition do not grow with the waiters", "[
   CHECK(few.fewest > 0);
   CHECK(many.fewest > 0);  // every process served
   CHECK(many.requests_per_acquisition <= 1.5 * few.requests_per_acquisition);
+}
+
 // Issue 33: a hold owned by a handle, on the ZooKeeper backend (the same LockCore path).
 TEST_CASE("zookeeper: a Hold is released from another thread, and by its destructor",
           "[zookeeper][hold]") {
   REQUIRE_ZOOKEEPER();
-  auto& server = shared_server();
+  auto& server = redlock::test::shared_zookeeper_server();
   const std::string chroot = fresh_chroot();
   const std::string uri = uri_of(server, chroot, 4000);
   redlock::zookeeper::Session s1(uri), s2(uri);
