@@ -19,6 +19,7 @@
 #include <redlock/postgres.hpp>
 #include <redlock/redlock.hpp>
 
+#include "backends/postgres/pg_listener.hpp"  // pg_channel
 #include "backends/postgres/pg_sql.hpp"
 #include "bench.hpp"
 #include "common.hpp"
@@ -45,7 +46,9 @@ class PgFloor {
     const std::string token = std::to_string(++n_) + "-floor-token-of-22-chars";
     // No place in the queue (join false), so no waiter id, note or claim window.
     const bool got = exec(sql_.acquire, {name_, token, "30000", "false", "0", "", "0"});
-    return exec(sql_.release, {name_, token}) && got;
+    // The lock's channel, as the library names it (notified when nobody waits: a NOTIFY to no
+    // listener, as in the library's cycle).
+    return exec(sql_.release, {name_, token, channel_}) && got;
   }
 
  private:
@@ -65,6 +68,7 @@ class PgFloor {
   PGconn* conn_;
   redlock::detail::PgStatements sql_ = redlock::detail::pg_statements("redlock_leases");
   std::string name_ = "s9:floor";
+  std::string channel_ = redlock::detail::pg_channel("redlock_leases", name_);
   std::uint64_t n_{0};
 };
 

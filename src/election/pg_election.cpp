@@ -62,8 +62,10 @@ class PgBoard final : public LeaderBoard {
     return seen;
   }
 
+  // The lock's channel: claims announce a new leader there, and a release that hands over to
+  // nobody announces "no leader" (a hand-over is followed by the grantee's claim).
   std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline) override {
-    return lease_->watch(deadline, std::string());
+    return std::make_unique<PgWatch>(db_->listener(), channel_, deadline);
   }
 
  private:

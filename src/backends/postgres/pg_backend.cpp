@@ -48,7 +48,7 @@ class PgLeaseBackend final : public PgBackendBase {
       // A place is of use once this process has a waiter id a hand-over can reach.
       const std::uint64_t id =
           join ? db_->listener()->identity(start + db_->options().statement_timeout) : 0;
-      const PgUndo undo{sql_.release, {name_, *request.token}};
+      const PgUndo undo{sql_.release, {name_, *request.token, channel_}};
       const std::vector<std::string> params = {name_,
                                                *request.token,
                                                std::to_string(ttl_.count()),
@@ -99,7 +99,7 @@ class PgLeaseBackend final : public PgBackendBase {
   ReleaseResult release(const std::string& token, Announce) override {
     ReleaseResult out;
     try {
-      PgResult r = db_->exec("release " + name_, sql_.release, {name_, token});
+      PgResult r = db_->exec("release " + name_, sql_.release, {name_, token, channel_});
       // False also for a waiter's leave (its place was all the token had).
       const bool released = r.row.size() == 1 && r.row[0] == "t";
       // A resent release that finds nothing may have followed its own first send: unknown,

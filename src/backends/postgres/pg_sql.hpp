@@ -145,7 +145,7 @@ BEGIN
   END IF;
   r_place := T_place(p_name, p_token);
 END $f$;
-CREATE OR REPLACE FUNCTION T_release(p_name text, p_token text) RETURNS boolean
+CREATE OR REPLACE FUNCTION T_release(p_name text, p_token text, p_channel text) RETURNS boolean
 LANGUAGE plpgsql AS $f$
 DECLARE l T; ahead int;
 BEGIN
@@ -155,6 +155,7 @@ BEGIN
     DELETE FROM T_waiters WHERE name = p_name AND token = p_token;
     IF NOT T_hand(p_name) THEN
       UPDATE T SET token = '', expires_at = to_timestamp(0) WHERE name = p_name;
+      PERFORM pg_notify(p_channel, '');  -- nobody waits: only observers (an Election) listen
     END IF;
     RETURN true;
   END IF;
@@ -193,7 +194,7 @@ inline std::string pg_schema_probe(const std::string& t) {
          "_waiters') IS NOT NULL AND to_regprocedure('" + t +
          "_acquire(text,text,bigint,boolean,bigint,text,bigint)') IS NOT NULL AND "
          "to_regprocedure('" +
-         t + "_release(text,text)') IS NOT NULL";
+         t + "_release(text,text,text)') IS NOT NULL";
 }
 
 // `table` is a validated identifier (PgDatabase checks it).
@@ -203,7 +204,7 @@ inline PgStatements pg_statements(const std::string& t) {
   s.extend = "UPDATE " + t +
              " SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond' "
              "WHERE name = $1 AND token = $2 AND expires_at >= clock_timestamp()";
-  s.release = "SELECT " + t + "_release($1, $2)";
+  s.release = "SELECT " + t + "_release($1, $2, $3)";
   return s;
 }
 
