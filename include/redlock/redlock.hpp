@@ -14,6 +14,7 @@
 #include <redlock/lease.hpp>      // LeaseToken
 #include <redlock/lock.hpp>       // Lock, Redlock
 #include <redlock/log.hpp>        // set_log_handler
+#include <redlock/multilock.hpp>  // MultiLock
 #include <redlock/observer.hpp>   // Observer, set_observer
 #include <redlock/options.hpp>    // LockOptions, LostReason, LostEvent
 #include <redlock/reply.hpp>      // Reply
