@@ -1,5 +1,5 @@
 // src/core/multi_lease.hpp: the lease of a MultiLock on one Redis server (standalone, TLS,
-// Sentinel, or a Cluster when every key shares one slot): a LeaseBackend whose every operation is
+// Sentinel, or a Cluster when every key shares one slot): a ScriptLease whose every operation is
 // one script over all the keys, so the lock layer (LockCore, the acquire loop, the watchdog) runs
 // it unchanged.
 #ifndef REDLOCK_SRC_CORE_MULTI_LEASE_HPP
@@ -13,39 +13,23 @@
 
 #include <redlock/options.hpp>
 
-#include "core/backend.hpp"
+#include "core/script_lease.hpp"
 #include "protocol/multi.hpp"
 
 namespace redlock {
 namespace detail {
 
-class ClientImpl;
-
-class MultiLease final : public LeaseBackend {
+class MultiLease final : public ScriptLease {
  public:
   // Throws std::invalid_argument for an empty set, a duplicate key, options.fair, every key or
   // option a Lock rejects, keys over 4 MiB in all, and on a cluster keys of different slots
-  // (naming the first key whose slot differs from the first's).
+  // (naming the first key whose slot differs from the first's). key() names the set for
+  // messages: its keys joined by ", ".
   MultiLease(std::shared_ptr<ClientImpl> node, std::vector<std::string> keys,
              const LockOptions& options);
 
-  // LeaseBackend (see core/backend.hpp). key() names the set for messages: its keys joined by
-  // ", ".
-  const std::string& key() const noexcept override { return name_; }
-  std::size_t size() const noexcept override { return 1; }
-  std::size_t quorum() const noexcept override { return 1; }
-  std::chrono::milliseconds ttl() const noexcept override { return ttl_; }
-  bool fair() const noexcept override { return false; }
+  // One script: every key or none (see protocol/multi.hpp).
   AcquireResult acquire(const AcquireRequest& request) override;
-  // Never called (not fair): returns a result that is not held.
-  AcquireResult handed_over(std::uint64_t fence, SteadyClock::time_point sent) const override;
-  ExtendResult extend(const std::string& token, std::chrono::milliseconds ttl) override;
-  SteadyClock::time_point extend_floor(SteadyClock::time_point start,
-                                       std::chrono::milliseconds ttl) const noexcept override;
-  // Shared by every MultiLease: one round trip per server for all the leases renewed together.
-  const void* batch_group() const noexcept override;
-  std::size_t extend_many(RenewItem* items, std::size_t count) override;
-  ReleaseResult release(const std::string& token, Announce announce) override;
   // A watch on every key's release channel (a Lock's release of one key wakes it too).
   bool watch_live() const noexcept override;
   std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline,
@@ -57,18 +41,14 @@ class MultiLease final : public LeaseBackend {
   std::vector<std::uint64_t> fences_of(const std::string& token) const;
 
  private:
-  void send_extend(const std::string& token, const std::string& ttl_ms, ExtendResult& result,
-                   std::chrono::milliseconds ttl);
-  void undo(const std::string& token) noexcept;
+  void build_extend(VarCommand& c, const std::string& token,
+                    std::string_view ttl_ms) const override;
+  void build_release(VarCommand& c, const std::string& token, Announce announce,
+                     ScriptSend send) const override;
+  const std::string& release_channel() const noexcept override { return keys_.channels[0]; }
 
-  std::shared_ptr<ClientImpl> node_;
   MultiKeys keys_;
   std::vector<std::string> more_channels_;  // every channel but the first (WatchChannels)
-  std::string name_;
-  std::chrono::milliseconds ttl_;
-  std::string ttl_ms_;
-  double drift_factor_;
-  bool fencing_;
   mutable std::mutex mutex_;
   std::string granted_token_;  // the last grant and its fences; mutex_
   std::vector<std::uint64_t> granted_fences_;

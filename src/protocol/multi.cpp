@@ -91,8 +91,8 @@ void build_multi_acquire(VarCommand& c, const MultiKeys& keys, std::string_view 
 }
 
 void build_multi_release(VarCommand& c, const MultiKeys& keys, std::string_view token,
-                         bool announce, PubSub pubsub, MultiSend send) {
-  if (send == MultiSend::eval) {
+                         bool announce, PubSub pubsub, ScriptSend send) {
+  if (send == ScriptSend::eval) {
     c.arg("EVAL").arg(kReleaseLua);
   } else {
     c.evalsha(scripts().release);

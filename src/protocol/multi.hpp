@@ -39,9 +39,9 @@ void build_multi_acquire(VarCommand& c, const MultiKeys& keys, std::string_view 
 // rollback behind a timed-out request, whose NOSCRIPT nobody would read. Its reply reads as a
 // Lock's release (read_release_reply): 1 + the most subscribers a channel had if every key held
 // the token, 0 if any did not (those that did are deleted all the same).
-enum class MultiSend : unsigned char { evalsha, eval };
+enum class ScriptSend : unsigned char { evalsha, eval };
 void build_multi_release(VarCommand& c, const MultiKeys& keys, std::string_view token,
-                         bool announce, PubSub pubsub, MultiSend send);
+                         bool announce, PubSub pubsub, ScriptSend send);
 // EVALSHA of the extend script: PEXPIRE every key to `ttl_ms` if every key holds `token`, else
 // nothing. Replies 1 or 0 (confirmed()).
 void build_multi_extend(VarCommand& c, const MultiKeys& keys, std::string_view token,
