@@ -18,6 +18,7 @@
 #include <redlock/observer.hpp>   // Observer, set_observer
 #include <redlock/options.hpp>    // LockOptions, LostReason, LostEvent
 #include <redlock/reply.hpp>      // Reply
+#include <redlock/rwlock.hpp>     // ReadWriteLock
 #include <redlock/semaphore.hpp>  // Semaphore
 #include <redlock/version.hpp>    // REDLOCK_VERSION_*
 #include <redlock/watchdog.hpp>   // Watchdog

@@ -1,0 +1,175 @@
+// src/core/rw_lease.cpp: a ReadWriteLock's writer and reader leases (see rw_lease.hpp): their
+// scripts and the writer-preference and downgrade rules; executing and deciding are
+// ScriptLease's.
+#include "core/rw_lease.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "core/engine.hpp"  // validate_lock_options
+#include "io/connection.hpp"
+#include "util/key_slot.hpp"
+#include "watch/release_watch.hpp"
+
+namespace redlock {
+namespace detail {
+namespace {
+
+const std::string& no_channel() {
+  static const std::string& none = *new std::string();
+  return none;
+}
+
+// A command that confirms without touching a key: a downgraded writer's extend in flight.
+void build_confirm(VarCommand& c) { c.arg("EVAL").arg("return 1").arg("0"); }
+
+}  // namespace
+
+RwShared::RwShared(const ClientImpl& node, std::string key, const LockOptions& options)
+    : keys((validate_lock_options(key, options), std::move(key))),
+      mark(
+          std::min(options.ttl, std::max(std::chrono::milliseconds(250), options.retry_delay * 5))),
+      mark_ms(std::to_string(mark.count())) {
+  if (options.fair) {
+    throw std::invalid_argument("redlock: options.fair is not supported by ReadWriteLock");
+  }
+  if (node.router() != nullptr && !helpers_share_slot(keys.key)) {
+    throw std::invalid_argument(
+        "redlock: key has no hash tag but contains '}': on a cluster its helper keys could not "
+        "share its slot; give the key a hash tag ({...})");
+  }
+}
+
+// ---- both ----------------------------------------------------------------------------------
+
+RwLease::RwLease(std::shared_ptr<ClientImpl> node, std::shared_ptr<const RwShared> shared,
+                 const char* what, const LockOptions& options, const std::string RwKeys::*waits_on)
+    : ScriptLease(std::move(node), shared->keys.key, what, options),
+      shared_(std::move(shared)),
+      waits_on_(shared_->keys.*waits_on) {}
+
+bool RwLease::watch_live() const noexcept {
+  return release_watch_live(node(), WatchChannels{waits_on_, no_channel(), key()});
+}
+
+std::unique_ptr<ReleaseWatch> RwLease::watch(SteadyClock::time_point deadline,
+                                             std::string /*token_sha1*/) {
+  return make_release_watch({node_ptr()}, WatchChannels{waits_on_, no_channel(), key()}, deadline,
+                            std::string());
+}
+
+// ---- the writer ----------------------------------------------------------------------------
+
+RwWriterLease::RwWriterLease(std::shared_ptr<ClientImpl> node,
+                             std::shared_ptr<const RwShared> shared, const LockOptions& options)
+    : RwLease(std::move(node), std::move(shared), "the ReadWriteLock writer", options,
+              &RwKeys::released) {}
+
+AcquireResult RwWriterLease::acquire(const AcquireRequest& request) {
+  const bool mark = request.attempt == Attempt::contended;
+  VarCommand command;
+  build_writer_acquire(command, shared_->keys, *request.token, ttl_ms(), fencing() ? "1" : "0",
+                       mark ? "1" : "0", shared_->mark_ms);
+  AcquireResult result = acquire_script(command, *request.token, 1, nullptr);
+  const auto refresh = shared_->mark / 3;
+  if (mark && !result.held && !result.failure &&
+      (result.holder_pttl.count() < 0 || result.holder_pttl > refresh)) {
+    result.holder_pttl = refresh;
+  }
+  return result;
+}
+
+bool RwWriterLease::downgraded(const std::string& token) const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return !downgraded_.empty() && token == downgraded_;
+}
+
+void RwWriterLease::downgrade_started(const std::string& token) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  downgraded_ = token;
+  released_ = false;
+}
+
+bool RwWriterLease::downgrade_released() const {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return released_;
+}
+
+void RwWriterLease::downgrade_ended() noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  downgraded_.clear();
+  released_ = false;
+}
+
+ReleaseResult RwWriterLease::release(const std::string& token, Announce announce) {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (!downgraded_.empty() && token == downgraded_) {
+      released_ = true;
+      ReleaseResult kept;
+      kept.released = 1;
+      kept.quorum_kept = true;
+      return kept;
+    }
+  }
+  return ScriptLease::release(token, announce);
+}
+
+void RwWriterLease::build_extend(VarCommand& c, const std::string& token,
+                                 std::string_view ttl_ms) const {
+  if (downgraded(token)) return build_confirm(c);
+  build_writer_extend(c, shared_->keys, token, ttl_ms);
+}
+
+void RwWriterLease::build_release(VarCommand& c, const std::string& token, Announce /*announce*/,
+                                  ScriptSend send) const {
+  build_writer_release(c, shared_->keys, token, node().pubsub(), send);
+}
+
+// ---- a reader ------------------------------------------------------------------------------
+
+RwReaderLease::RwReaderLease(std::shared_ptr<ClientImpl> node,
+                             std::shared_ptr<const RwShared> shared, const LockOptions& options)
+    : RwLease(std::move(node), std::move(shared), "the ReadWriteLock reader", options,
+              &RwKeys::readable) {}
+
+void RwReaderLease::arm_downgrade(std::string writer_token) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  downgrader_ = std::this_thread::get_id();
+  from_writer_ = std::move(writer_token);
+}
+
+void RwReaderLease::disarm_downgrade() noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  downgrader_ = std::thread::id();
+  from_writer_.clear();
+}
+
+AcquireResult RwReaderLease::acquire(const AcquireRequest& request) {
+  std::string from_writer;
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (downgrader_ == std::this_thread::get_id()) {
+      from_writer.swap(from_writer_);
+      downgrader_ = std::thread::id();
+    }
+  }
+  VarCommand command;
+  build_reader_acquire(command, shared_->keys, *request.token, ttl_ms(), fencing() ? "1" : "0",
+                       request.attempt == Attempt::contended ? "1" : "0", from_writer,
+                       node().pubsub());
+  return acquire_script(command, *request.token, 1, nullptr);
+}
+
+void RwReaderLease::build_extend(VarCommand& c, const std::string& token,
+                                 std::string_view ttl_ms) const {
+  build_reader_extend(c, shared_->keys, token, ttl_ms);
+}
+
+void RwReaderLease::build_release(VarCommand& c, const std::string& token, Announce /*announce*/,
+                                  ScriptSend send) const {
+  build_reader_release(c, shared_->keys, token, node().pubsub(), send);
+}
+
+}  // namespace detail
+}  // namespace redlock
