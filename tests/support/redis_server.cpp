@@ -610,7 +610,9 @@ std::vector<std::string> minimal_acl_rules() {
           "&{rltest:*", "+set", "+get", "+del", "+pexpire", "+pttl", "+incr", "+type", "+eval",
           "+evalsha", "+publish", "+subscribe", "+unsubscribe", "+ping",
           // fair mode's queue scripts
-          "+time", "+lindex", "+lpop", "+lrem", "+rpush", "+hget", "+hset", "+hdel", "+exists"};
+          "+time", "+lindex", "+lpop", "+lrem", "+rpush", "+hget", "+hset", "+hdel", "+exists",
+          // a ReadWriteLock's readers
+          "+zadd", "+zrem", "+zscore", "+zcard", "+zrange", "+zremrangebyscore"};
 }
 
 redlock::Endpoint RedisServer::unix_endpoint() const {
