@@ -23,6 +23,10 @@
 // Threads, re-entrancy, cancel_waits(), auto_renew, on_lost, validity() and what a lease can
 // promise are a Lock's (redlock/lock.hpp, docs/safety.md). options.fair is not supported: a
 // waiting MultiLock retries when any of its keys is released (or its holder's lease would end).
+// No order is kept among waiters, and a MultiLock gets in only when all its keys are free at
+// once: keys that other holders keep taking in turn (never all free together) can make it wait
+// long. Two MultiLocks over overlapping sets never deadlock, whatever order names the keys: each
+// takes its whole set or nothing.
 #ifndef REDLOCK_MULTILOCK_HPP
 #define REDLOCK_MULTILOCK_HPP
 
