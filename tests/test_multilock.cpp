@@ -352,3 +352,68 @@ TEST_CASE("MultiLock auto_renew keeps every key past its ttl; on_lost when one k
   CHECK_FALSE(all.release());
   CHECK(exist(server, keys) == 0);  // the keys still ours were deleted by the release
 }
+
+namespace {
+
+// One worker: `rounds` times hold `set`, counting itself in on each key (INCR, which must give
+// 1: nobody else holds the key) and out again. Returns the violations, or -1 if a wait timed out.
+int overlap_worker(const RedisServer& server, const std::vector<std::string>& set, int rounds) {
+  redlock::Client client(server.endpoint());
+  redlock::MultiLock m(client, set, fast());
+  int violations = 0;
+  for (int i = 0; i < rounds; ++i) {
+    if (!m.try_lock_for(30s)) return -1;
+    std::vector<std::vector<std::string>> in;
+    std::vector<std::vector<std::string>> out;
+    for (const auto& k : set) {
+      in.push_back({"INCR", k + ":inside"});
+      out.push_back({"DECR", k + ":inside"});
+    }
+    for (const auto& r : server.raw_pipeline(in)) violations += r.integer() == 1 ? 0 : 1;
+    std::this_thread::sleep_for(2ms);
+    server.raw_pipeline(out);
+    m.unlock();
+  }
+  return violations;
+}
+
+}  // namespace
+
+TEST_CASE("MultiLocks over overlapping sets in different orders, 4 processes x 2 threads",
+          "[redis][multilock]") {
+  RedisServer server;
+  const auto k = key("multi-overlap");
+  const std::vector<std::string> pool{k + ":0", k + ":1", k + ":2", k + ":3", k + ":4"};
+  // Every pair of sets overlaps in keys named in opposite orders somewhere.
+  const std::vector<std::vector<std::string>> sets{
+      {pool[0], pool[1], pool[2]}, {pool[2], pool[1]},         {pool[3], pool[0]},
+      {pool[4], pool[2], pool[0]}, {pool[1], pool[3]},         {pool[0], pool[4]},
+      {pool[2], pool[3], pool[4]}, {pool[4], pool[3], pool[1]}};
+  constexpr int kRounds = 40;
+  std::vector<pid_t> children;
+  for (int p = 0; p < 4; ++p) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      int rc = 0;
+      try {
+        auto other = std::async(std::launch::async,
+                                [&] { return overlap_worker(server, sets[2 * p + 1], kRounds); });
+        const int mine = overlap_worker(server, sets[2 * p], kRounds);
+        const int theirs = other.get();
+        rc = mine < 0 || theirs < 0 ? 3 : (mine + theirs > 0 ? 4 : 0);
+      } catch (...) {
+        rc = 2;
+      }
+      _exit(rc);
+    }
+    REQUIRE(pid > 0);
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);  // 3: a wait timed out (deadlock), 4: a key held twice
+  }
+  CHECK(exist(server, pool) == 0);  // nothing left behind
+}
