@@ -19,6 +19,7 @@
 
 #include <redlock/redlock.hpp>
 
+#include "cluster_fixture.hpp"
 #include "support/redis_server.hpp"
 #include "util/key_slot.hpp"
 
@@ -416,4 +417,45 @@ TEST_CASE("MultiLocks over overlapping sets in different orders, 4 processes x 2
     CHECK(WEXITSTATUS(status) == 0);  // 3: a wait timed out (deadlock), 4: a key held twice
   }
   CHECK(exist(server, pool) == 0);  // nothing left behind
+}
+
+TEST_CASE(
+    "Cluster: a MultiLock over one hash tag is one script on the owner and wakes through "
+    "sharded pub/sub, on each master",
+    "[cluster][redis]") {
+  using redlock::test::shared_cluster;
+  auto& cluster = shared_cluster();
+  redlock::Client client(cluster.uri());
+  auto slow = fast(30s);
+  slow.retry_delay = 10s;  // only a wake-up explains a quick grant
+  for (const std::size_t m : cluster.masters()) {
+    const std::string tag = "{" + cluster.key_on(m, "multi-cluster") + "}";
+    const std::vector<std::string> keys{tag + ":a", tag + ":b", tag + ":c"};
+    INFO(tag);
+    redlock::Lock b(client, keys[1], slow);
+    redlock::MultiLock all(client, keys, slow);
+    REQUIRE(b.try_lock());
+    CHECK_FALSE(all.try_lock());
+    std::promise<void> go;
+    std::atomic<Clock::rep> when{0};
+    std::atomic<bool> held{false};
+    std::thread waiter([&, done = go.get_future()] {
+      held = all.try_lock_for(20s);
+      when = Clock::now().time_since_epoch().count();
+      done.wait();
+      if (held) all.unlock();
+    });
+    std::this_thread::sleep_for(300ms);
+    const auto released = Clock::now();
+    CHECK(b.release());
+    while (when == 0) std::this_thread::sleep_for(1ms);
+    CHECK(held);
+    CHECK(Clock::time_point(Clock::duration(when.load())) - released < 3s);
+    std::vector<std::string> exists{"EXISTS"};
+    exists.insert(exists.end(), keys.begin(), keys.end());
+    CHECK(cluster.node(m).raw(exists).integer() == 3);
+    go.set_value();
+    waiter.join();
+    CHECK(cluster.node(m).raw(exists).integer() == 0);
+  }
 }

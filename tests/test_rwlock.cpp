@@ -22,6 +22,7 @@
 
 #include <redlock/redlock.hpp>
 
+#include "cluster_fixture.hpp"
 #include "support/redis_server.hpp"
 #include "util/key_slot.hpp"  // helper_key: the names of the lock's helper keys
 
@@ -409,4 +410,42 @@ TEST_CASE("ReadWriteLock auto_renew keeps the writer and a reader; on_lost for e
   CHECK(lost == 1);
   CHECK_FALSE(rw.owns_shared());
   CHECK_FALSE(rw.release_shared());
+}
+
+TEST_CASE("Cluster: a ReadWriteLock's keys share its slot; releases wake through sharded pub/sub",
+          "[cluster][redis]") {
+  using redlock::test::shared_cluster;
+  auto& cluster = shared_cluster();
+  redlock::Client client(cluster.uri());
+  for (const std::size_t m : cluster.masters()) {
+    const std::string k = cluster.key_on(m, "rw-cluster");
+    INFO(k);
+    redlock::ReadWriteLock w(client, k, sleepy());
+    redlock::ReadWriteLock r(client, k, sleepy());
+    REQUIRE(w.try_lock());
+    auto reader = std::async(std::launch::async, [&] {
+      const bool held = r.try_lock_shared_for(20s);
+      return std::make_pair(held, Clock::now());
+    });
+    std::this_thread::sleep_for(300ms);
+    auto released = Clock::now();
+    CHECK(w.release());
+    const auto [held, at] = reader.get();  // its thread ended: the hold was released with it
+    CHECK(held);
+    CHECK(at - released < 3s);
+    REQUIRE(r.try_lock_shared());
+    CHECK(cluster.node(m).raw({"ZCARD", helper_key(k, ":readers")}).integer() == 1);
+    auto writer = std::async(std::launch::async, [&] {
+      const bool got = w.try_lock_for(20s);
+      const auto when = Clock::now();
+      if (got) w.unlock();
+      return std::make_pair(got, when);
+    });
+    std::this_thread::sleep_for(300ms);
+    released = Clock::now();
+    r.unlock_shared();
+    const auto [got, when] = writer.get();
+    CHECK(got);
+    CHECK(when - released < 3s);
+  }
 }
