@@ -449,3 +449,42 @@ TEST_CASE("Cluster: a ReadWriteLock's keys share its slot; releases wake through
     CHECK(when - released < 3s);
   }
 }
+
+TEST_CASE("A waiting writer's marker stays while it waits and goes when it gets in",
+          "[redis][rwlock]") {
+  Setup setup("rw-marker");
+  auto& [server, client, k] = setup;
+  const std::string marker = helper_key(k, ":writer-waiting");
+  redlock::ReadWriteLock r(client, k, fast());
+  redlock::ReadWriteLock w(client, k, fast());  // the marker lives 250 ms
+  REQUIRE(r.try_lock_shared());
+  std::atomic<bool> held{false};
+  std::thread writer([&] {
+    held = w.try_lock_for(20s);
+    if (!held) return;
+    std::this_thread::sleep_for(300ms);
+    w.unlock();
+  });
+  const auto end = Clock::now() + 5s;
+  while (server.raw({"EXISTS", marker}).integer() == 0 && Clock::now() < end) {
+    std::this_thread::sleep_for(1ms);
+  }
+  int present = 0;
+  int absent = 0;
+  const auto watch_until = Clock::now() + 1500ms;  // six marker lives
+  while (Clock::now() < watch_until) {
+    (server.raw({"EXISTS", marker}).integer() == 1 ? present : absent) += 1;
+    std::this_thread::sleep_for(5ms);
+  }
+  CHECK(present > 50);
+  CHECK(absent == 0);  // refreshed by each retry, never let lapse
+  CHECK_FALSE(held);
+  r.unlock_shared();
+  while (!held && Clock::now() < end + 10s) std::this_thread::sleep_for(1ms);
+  REQUIRE(held);
+  CHECK(server.raw({"EXISTS", marker}).integer() == 0);  // gone with the grant
+  redlock::ReadWriteLock other(client, k, fast());
+  writer.join();
+  CHECK(other.try_lock_shared());  // at once after the writer: no marker left behind
+  other.unlock_shared();
+}
