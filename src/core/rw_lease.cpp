@@ -9,6 +9,7 @@
 #include "core/engine.hpp"  // validate_lock_options
 #include "io/connection.hpp"
 #include "util/key_slot.hpp"
+#include "util/token.hpp"
 #include "watch/release_watch.hpp"
 
 namespace redlock {
@@ -63,13 +64,14 @@ std::unique_ptr<ReleaseWatch> RwLease::watch(SteadyClock::time_point deadline,
 RwWriterLease::RwWriterLease(std::shared_ptr<ClientImpl> node,
                              std::shared_ptr<const RwShared> shared, const LockOptions& options)
     : RwLease(std::move(node), std::move(shared), "the ReadWriteLock writer", options,
-              &RwKeys::released) {}
+              &RwKeys::released),
+      waiter_(make_token()) {}
 
 AcquireResult RwWriterLease::acquire(const AcquireRequest& request) {
   const bool mark = request.attempt == Attempt::contended;
   VarCommand command;
   build_writer_acquire(command, shared_->keys, *request.token, ttl_ms(), fencing() ? "1" : "0",
-                       mark ? "1" : "0", shared_->mark_ms);
+                       mark ? "1" : "0", shared_->mark_ms, waiter_);
   AcquireResult result = acquire_script(command, *request.token, 1, nullptr);
   const auto refresh = shared_->mark / 3;
   if (mark && !result.held && !result.failure &&

@@ -76,6 +76,9 @@ class RwWriterLease final : public RwLease {
                      ScriptSend send) const override;
   bool downgraded(const std::string& token) const;
 
+  // The waiting marker's value: one wait's attempts each have a token of their own, and only one
+  // thread of the object waits at a time (its ownership gate), so the object names the waiter.
+  const std::string waiter_;
   mutable std::mutex mutex_;
   std::string downgraded_;  // mutex_
   bool released_{false};    // mutex_: the downgraded token's release happened

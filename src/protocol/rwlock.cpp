@@ -26,8 +26,9 @@ namespace {
   "end\n"
 
 // KEYS key, readers, writer-waiting, fence; ARGV[1] token, [2] ttl ms, [3] "1" fencing, [4] "1"
-// mark when refused, [5] the marker's PX. A key already holding the token is a repeat of this
-// attempt (re-armed, the counter's value is its fence).
+// mark when refused, [5] the marker's PX, [6] the waiter's id (the marker's value: the same for
+// every attempt of one wait, unlike the token). A key already holding the token is a repeat of
+// this attempt (re-armed, the counter's value is its fence).
 const char kWriterAcquireLua[] = REDLOCK_RW_PRELUDE_LUA R"(local holder = redis.call('get', KEYS[1])
 if holder == ARGV[1] then
   redis.call('pexpire', KEYS[1], ARGV[2])
@@ -37,14 +38,14 @@ if holder == ARGV[1] then
 end
 if not holder and redis.call('zcard', KEYS[2]) == 0 then
   redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  if redis.call('get', KEYS[3]) == ARGV[1] then redis.call('del', KEYS[3]) end
+  if redis.call('get', KEYS[3]) == ARGV[6] then redis.call('del', KEYS[3]) end
   local f = 0
   if ARGV[3] == '1' then f = redis.call('incr', KEYS[4]) end
   return {1, f}
 end
 if ARGV[4] == '1' then
   local marker = redis.call('get', KEYS[3])
-  if not marker or marker == ARGV[1] then redis.call('set', KEYS[3], ARGV[1], 'PX', ARGV[5]) end
+  if not marker or marker == ARGV[6] then redis.call('set', KEYS[3], ARGV[6], 'PX', ARGV[5]) end
 end
 if holder then return {0, redis.call('pttl', KEYS[1]), 1} end
 local last = redis.call('zrange', KEYS[2], -1, -1, 'WITHSCORES')
@@ -134,10 +135,10 @@ RwKeys::RwKeys(std::string name)
 
 void build_writer_acquire(VarCommand& c, const RwKeys& keys, std::string_view token,
                           std::string_view ttl_ms, std::string_view fenced, std::string_view mark,
-                          std::string_view mark_ms) {
+                          std::string_view mark_ms, std::string_view waiter) {
   c.evalsha(scripts().writer_acquire).key_count(4);
   c.arg(keys.key).arg(keys.readers).arg(keys.writer_waiting).arg(keys.fence);
-  c.arg(token).arg(ttl_ms).arg(fenced).arg(mark).arg(mark_ms);
+  c.arg(token).arg(ttl_ms).arg(fenced).arg(mark).arg(mark_ms).arg(waiter);
 }
 
 void build_writer_release(VarCommand& c, const RwKeys& keys, std::string_view token, PubSub pubsub,

@@ -20,19 +20,21 @@ struct RwKeys {
   explicit RwKeys(std::string key);
   std::string key;             // the writer's lease
   std::string readers;         // key + ":readers": zset token -> lease end (server ms)
-  std::string writer_waiting;  // key + ":writer-waiting": a waiting writer's token, short PX
+  std::string writer_waiting;  // key + ":writer-waiting": a waiting writer's id, short PX
   std::string fence;           // key + ":fence": the writers' fence counter
   std::string released;        // key + ":released": writers wait here (writer and last reader)
   std::string readable;        // key + ":readable": readers wait here (writer release, entries)
 };
 
 // The writer's attempt: SET PX `ttl_ms` if no writer and no live reader holds it (INCR the
-// fence with `fenced` "1"); refused, with `mark` "1" it sets (or refreshes) the waiting marker
-// for `mark_ms` unless another writer's marker is there. Replies as read_multi_reply reads one
-// key: {1, fence} or {0, ms until the holder's lease (or the last reader's) ends, 1}.
+// fence with `fenced` "1"), removing the waiting marker if it is `waiter`'s; refused, with
+// `mark` "1" it sets (or refreshes) the marker to `waiter` for `mark_ms` unless another writer's
+// is there. `waiter` names the waiting writer across its attempts (each has its own token).
+// Replies as read_multi_reply reads one key: {1, fence} or {0, ms until the holder's lease (or
+// the last reader's) ends, 1}.
 void build_writer_acquire(VarCommand& c, const RwKeys& keys, std::string_view token,
                           std::string_view ttl_ms, std::string_view fenced, std::string_view mark,
-                          std::string_view mark_ms);
+                          std::string_view mark_ms, std::string_view waiter);
 // The writer's release: compare-and-delete, always announced to waiting writers and readers
 // (readers refused by the writer wait for it, even after a rollback). Replies as a Lock's
 // release.
