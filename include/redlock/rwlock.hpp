@@ -74,8 +74,9 @@ class ReadWriteLock {
   ReadWriteLock(const ReadWriteLock&) = delete;
   ReadWriteLock& operator=(const ReadWriteLock&) = delete;
   // Releases the holds still owned (best effort), stops their renewal. Never throws; a failed
-  // release is logged and the lease expires after its ttl.
-  ~ReadWriteLock();
+  // release is logged and the lease expires after its ttl. Virtual, so that a read-write lock
+  // of another store may be owned through a std::unique_ptr<ReadWriteLock>.
+  virtual ~ReadWriteLock();
 
   // ---- the writer (exclusive): as Lock's members of the same names (redlock/lock.hpp) ----
 
@@ -165,6 +166,11 @@ class ReadWriteLock {
   // The key, and the options given at construction (after validation). Thread-safe.
   const std::string& key() const noexcept;
   const LockOptions& options() const noexcept;
+
+ protected:
+  // For a read-write lock on another store (postgres::ReadWriteLock): its two sides, built by
+  // that component. Never throws; `sides` must not be null.
+  explicit ReadWriteLock(std::unique_ptr<detail::RwSides> sides) noexcept;
 
  private:
   bool try_lock_for_ns(std::chrono::nanoseconds timeout);

@@ -11,52 +11,34 @@
 #include "api/access.hpp"
 #include "core/rw_lease.hpp"
 #include "lock/lock_core.hpp"
+#include "lock/rw_sides.hpp"
 #include "util/log_internal.hpp"
 
 namespace redlock {
 namespace detail {
-namespace {
 
-// One side of the lock, with a Lock's members.
-class Side final : public LockBase {
- public:
-  explicit Side(std::shared_ptr<LockCore> core) : LockBase(std::move(core)) {}
-};
+RwSides::RwSides(std::shared_ptr<RwWriterLease> writer_lease,
+                 std::shared_ptr<RwReaderLease> reader_lease, const LockOptions& options)
+    : RwSides(std::shared_ptr<LeaseBackend>(writer_lease),
+              std::shared_ptr<LeaseBackend>(reader_lease), options) {
+  writer_lease_ = std::move(writer_lease);
+  reader_lease_ = std::move(reader_lease);
+}
 
-}  // namespace
-
-class RwSides {
- public:
-  RwSides(Client client, std::string key, const LockOptions& options)
-      : shared_(std::make_shared<RwShared>(*Access::client(client), std::move(key), options)),
-        writer_lease_(std::make_shared<RwWriterLease>(Access::client(client), shared_, options)),
-        reader_lease_(std::make_shared<RwReaderLease>(Access::client(client), shared_, options)),
-        writer_core_(std::make_shared<LockCore>(writer_lease_, options)),
-        reader_core_(std::make_shared<LockCore>(reader_lease_, options)),
-        writer(writer_core_),
-        reader(reader_core_) {}
-
-  bool downgrade();
-  const std::string& key() const noexcept { return shared_->keys.key; }
-
- private:
-  void give_back(const std::string& token) noexcept;
-
-  std::shared_ptr<const RwShared> shared_;
-  std::shared_ptr<RwWriterLease> writer_lease_;
-  std::shared_ptr<RwReaderLease> reader_lease_;
-  std::shared_ptr<LockCore> writer_core_;
-  std::shared_ptr<LockCore> reader_core_;
-
- public:
-  Side writer;
-  Side reader;
-};
+RwSides::RwSides(std::shared_ptr<LeaseBackend> writer_backend,
+                 std::shared_ptr<LeaseBackend> reader_backend, const LockOptions& options)
+    : writer_core_(std::make_shared<LockCore>(std::move(writer_backend), options)),
+      reader_core_(std::make_shared<LockCore>(std::move(reader_backend), options)),
+      writer(writer_core_),
+      reader(reader_core_) {}
 
 // The writer's hold ends without touching its key (renewal stopped, the release a no-op), then
 // the reader's attempt converts the key into its entry in one script: no gap, and nobody else
 // can take the key meanwhile (it still holds the writer's token).
 bool RwSides::downgrade() {
+  if (!writer_lease_) {
+    throw std::logic_error("redlock: downgrade() of " + key() + " is not supported by this store");
+  }
   const auto hold = writer_core_->ownership().hold_of_caller();
   if (!hold || !writer_core_->ownership().owns()) {
     throw std::logic_error("redlock: downgrade() of " + key() +
@@ -108,8 +90,25 @@ void RwSides::give_back(const std::string& token) noexcept {
 
 }  // namespace detail
 
+namespace {
+
+std::unique_ptr<detail::RwSides> redis_sides(const Client& client, std::string key,
+                                             const LockOptions& options) {
+  const auto& node = detail::Access::client(client);
+  if (!node) throw std::invalid_argument("redlock: client is an empty Client");
+  auto shared = std::make_shared<detail::RwShared>(*node, std::move(key), options);
+  return std::make_unique<detail::RwSides>(
+      std::make_shared<detail::RwWriterLease>(node, shared, options),
+      std::make_shared<detail::RwReaderLease>(node, shared, options), options);
+}
+
+}  // namespace
+
 ReadWriteLock::ReadWriteLock(Client client, std::string key, LockOptions options)
-    : sides_(std::make_unique<detail::RwSides>(std::move(client), std::move(key), options)) {}
+    : sides_(redis_sides(client, std::move(key), options)) {}
+
+ReadWriteLock::ReadWriteLock(std::unique_ptr<detail::RwSides> sides) noexcept
+    : sides_(std::move(sides)) {}
 
 ReadWriteLock::~ReadWriteLock() = default;
 
