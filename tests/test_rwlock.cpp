@@ -488,3 +488,142 @@ TEST_CASE("A waiting writer's marker stays while it waits and goes when it gets 
   CHECK(other.try_lock_shared());  // at once after the writer: no marker left behind
   other.unlock_shared();
 }
+
+#ifdef REDLOCK_TESTS_WITH_POSTGRES
+#include <redlock/postgres.hpp>
+
+#include "support/postgres_server.hpp"
+
+namespace {
+
+redlock::LockOptions pg_options() {
+  redlock::LockOptions o;
+  o.ttl = 10s;
+  o.retry_delay = 20ms;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("postgres::ReadWriteLock: readers share, a writer excludes, session mode only",
+          "[postgres]") {
+  using redlock::test::PostgresServer;
+  if (!PostgresServer::available()) {
+    WARN("skipped: postgresql-15 not installed");
+    return;
+  }
+  PostgresServer server;
+  redlock::postgres::Database lease_db(server.uri());
+  CHECK_THROWS_WITH(redlock::postgres::ReadWriteLock(lease_db, "rw"), Catch::Contains("session"));
+  redlock::postgres::Database db(server.uri() + "?mode=session");
+  redlock::postgres::ReadWriteLock r1(db, "rw", pg_options());
+  redlock::postgres::ReadWriteLock r2(db, "rw", pg_options());
+  redlock::postgres::ReadWriteLock w(db, "rw", pg_options());
+  REQUIRE(r1.try_lock_shared());
+  REQUIRE(r2.try_lock_shared());
+  CHECK_FALSE(w.try_lock());
+  r1.unlock_shared();
+  CHECK_FALSE(w.try_lock());
+  r2.unlock_shared();
+  REQUIRE(w.try_lock());
+  CHECK(w.fence() > 0);
+  CHECK_FALSE(r1.try_lock_shared());
+  CHECK_THROWS_AS(w.downgrade(), std::logic_error);
+  CHECK(w.owns_lock());
+  w.unlock();
+  {
+    std::shared_lock<redlock::ReadWriteLock> read(r1);  // through the base class
+    CHECK(r1.owns_shared());
+  }
+}
+
+TEST_CASE(
+    "postgres::ReadWriteLock: while a writer waits no new reader enters; a killed reader "
+    "frees it at once",
+    "[postgres]") {
+  using redlock::test::PostgresServer;
+  if (!PostgresServer::available()) {
+    WARN("skipped: postgresql-15 not installed");
+    return;
+  }
+  PostgresServer server;
+  const std::string uri = server.uri() + "?mode=session";
+  constexpr int kReaders = 4;
+  std::atomic<long> entries{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> readers;
+  for (int i = 0; i < kReaders; ++i) {
+    readers.emplace_back([&] {
+      redlock::postgres::Database own(uri);
+      redlock::postgres::ReadWriteLock rw(own, "pref", pg_options());
+      while (!stop) {
+        if (!rw.try_lock_shared_for(200ms)) continue;
+        ++entries;
+        std::this_thread::sleep_for(10ms);
+        rw.unlock_shared();
+      }
+    });
+  }
+  redlock::postgres::Database db(uri);
+  redlock::postgres::ReadWriteLock w(db, "pref", pg_options());
+  redlock::postgres::ReadWriteLock blocker(db, "pref", pg_options());
+  while (entries < 20) std::this_thread::sleep_for(5ms);
+  REQUIRE(blocker.try_lock_shared_for(5s));  // the writer must wait: it marks
+  std::atomic<long> at_hold{-1};
+  std::thread writer([&] {
+    w.lock();
+    at_hold = entries.load();
+    w.unlock();
+  });
+  long at_mark = -1;
+  const auto end = Clock::now() + 30s;
+  while (at_hold < 0 && Clock::now() < end) {
+    const bool live = server.psql(
+                          "SELECT count(*) FROM redlock_leases WHERE name = "
+                          "'pref:writer-waiting' AND expires_at > now()") == "1";
+    if (at_mark < 0 && live) {
+      at_mark = entries;
+      std::this_thread::sleep_for(300ms);  // readers keep trying meanwhile
+      blocker.unlock_shared();
+    }
+  }
+  if (blocker.owns_shared()) blocker.unlock_shared();  // no marker seen: let the writer finish
+  writer.join();
+  stop = true;
+  for (auto& t : readers) t.join();
+  INFO("entries when the marker was seen " << at_mark << ", when the writer held " << at_hold);
+  REQUIRE(at_hold >= 0);
+  REQUIRE(at_mark >= 0);
+  CHECK(at_hold - at_mark <= kReaders);
+  // A reader process killed while it holds: its session ends, and the lock is free at once.
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    close(fds[0]);
+    try {
+      redlock::postgres::Database own(uri);
+      redlock::postgres::ReadWriteLock rw(own, "pref", pg_options());
+      rw.lock_shared();
+      const char ready = 'y';
+      if (write(fds[1], &ready, 1) != 1) _exit(2);
+      for (;;) pause();
+    } catch (...) {
+    }
+    _exit(1);
+  }
+  REQUIRE(child > 0);
+  close(fds[1]);
+  char ready = 0;
+  REQUIRE(read(fds[0], &ready, 1) == 1);
+  close(fds[0]);
+  CHECK_FALSE(w.try_lock());
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  const auto killed = Clock::now();
+  CHECK(w.try_lock_for(10s));
+  CHECK(Clock::now() - killed < 5s);  // the session's end, not a ttl
+  w.unlock();
+}
+#endif  // REDLOCK_TESTS_WITH_POSTGRES
