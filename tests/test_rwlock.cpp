@@ -59,6 +59,32 @@ long long readers_of(const RedisServer& server, const std::string& k) {
   return server.raw({"ZCARD", helper_key(k, ":readers")}).integer();
 }
 
+// Forks a process that runs `hold` (which takes a lock and keeps it), tells the parent, and
+// waits to be killed. Returns its pid once it holds (-1 if it could not).
+template <class Hold>
+pid_t fork_holder(Hold hold) {
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  const pid_t child = fork();
+  if (child == 0) {
+    close(fds[0]);
+    try {
+      hold([&] {
+        const char ready = 'y';
+        if (write(fds[1], &ready, 1) != 1) _exit(2);
+        for (;;) pause();
+      });
+    } catch (...) {
+    }
+    _exit(1);
+  }
+  close(fds[1]);
+  char ready = 0;
+  const bool held = child > 0 && read(fds[0], &ready, 1) == 1;
+  close(fds[0]);
+  return held ? child : -1;
+}
+
 }  // namespace
 
 TEST_CASE("ReadWriteLock rejects bad arguments, naming them", "[rwlock][unit]") {
@@ -211,30 +237,16 @@ TEST_CASE("A reader killed with SIGKILL loses its lease after its own ttl while 
           "[redis][rwlock][fault]") {
   Setup setup("rw-crash");
   auto& [server, client, k] = setup;
-  int fds[2];
-  REQUIRE(pipe(fds) == 0);
-  const pid_t child = fork();
-  if (child == 0) {
-    close(fds[0]);
-    try {
-      redlock::Client own(server.endpoint());
-      auto o = fast(1500ms);
-      o.auto_renew = true;
-      o.watchdog = std::make_shared<redlock::Watchdog>();  // the parent's has no threads here
-      redlock::ReadWriteLock rw(own, k, o);
-      rw.lock_shared();
-      const char ready = 'y';
-      if (write(fds[1], &ready, 1) != 1) _exit(2);
-      for (;;) pause();
-    } catch (...) {
-    }
-    _exit(1);
-  }
+  const pid_t child = fork_holder([&](auto&& wait_killed) {
+    redlock::Client own(server.endpoint());
+    auto o = fast(1500ms);
+    o.auto_renew = true;
+    o.watchdog = std::make_shared<redlock::Watchdog>();  // the parent's has no threads here
+    redlock::ReadWriteLock rw(own, k, o);
+    rw.lock_shared();
+    wait_killed();
+  });
   REQUIRE(child > 0);
-  close(fds[1]);
-  char ready = 0;
-  REQUIRE(read(fds[0], &ready, 1) == 1);
-  close(fds[0]);
   auto renewed = fast(1500ms);
   renewed.auto_renew = true;
   redlock::ReadWriteLock alive(client, k, renewed);
@@ -596,27 +608,13 @@ TEST_CASE(
   REQUIRE(at_mark >= 0);
   CHECK(at_hold - at_mark <= kReaders);
   // A reader process killed while it holds: its session ends, and the lock is free at once.
-  int fds[2];
-  REQUIRE(pipe(fds) == 0);
-  const pid_t child = fork();
-  if (child == 0) {
-    close(fds[0]);
-    try {
-      redlock::postgres::Database own(uri);
-      redlock::postgres::ReadWriteLock rw(own, "pref", pg_options());
-      rw.lock_shared();
-      const char ready = 'y';
-      if (write(fds[1], &ready, 1) != 1) _exit(2);
-      for (;;) pause();
-    } catch (...) {
-    }
-    _exit(1);
-  }
+  const pid_t child = fork_holder([&](auto&& wait_killed) {
+    redlock::postgres::Database own(uri);
+    redlock::postgres::ReadWriteLock rw(own, "pref", pg_options());
+    rw.lock_shared();
+    wait_killed();
+  });
   REQUIRE(child > 0);
-  close(fds[1]);
-  char ready = 0;
-  REQUIRE(read(fds[0], &ready, 1) == 1);
-  close(fds[0]);
   CHECK_FALSE(w.try_lock());
   kill(child, SIGKILL);
   int status = 0;
