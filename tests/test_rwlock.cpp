@@ -24,6 +24,7 @@
 
 #include "cluster_fixture.hpp"
 #include "support/redis_server.hpp"
+#include "support/sentinel_set.hpp"
 #include "util/key_slot.hpp"  // helper_key: the names of the lock's helper keys
 
 using namespace std::chrono_literals;
@@ -625,3 +626,30 @@ TEST_CASE(
   w.unlock();
 }
 #endif  // REDLOCK_TESTS_WITH_POSTGRES
+
+TEST_CASE("Sentinel: a ReadWriteLock and a MultiLock on the master, with wake-ups", "[sentinel]") {
+  redlock::test::SentinelSet set;
+  redlock::Client client(set.uri());
+  const auto k = key("rw-sentinel");
+  const std::size_t master = set.master_index();
+  redlock::ReadWriteLock w(client, k, sleepy());
+  redlock::ReadWriteLock r(client, k, sleepy());
+  REQUIRE(w.try_lock());
+  CHECK(set.data(master).raw({"EXISTS", k}).integer() == 1);
+  auto reader = std::async(std::launch::async, [&] {
+    const bool held = r.try_lock_shared_for(20s);
+    return std::make_pair(held, Clock::now());
+  });
+  std::this_thread::sleep_for(300ms);
+  const auto released = Clock::now();
+  CHECK(w.release());
+  const auto [held, at] = reader.get();
+  CHECK(held);
+  CHECK(at - released < 3s);  // retry_delay is 10 s: the release woke it
+  const std::vector<std::string> keys{k + ":a", k + ":b"};
+  redlock::MultiLock both(client, keys, sleepy());
+  REQUIRE(both.try_lock());
+  CHECK(set.data(master).raw({"EXISTS", keys[0], keys[1]}).integer() == 2);
+  CHECK(both.release());
+  CHECK(set.data(master).raw({"EXISTS", keys[0], keys[1]}).integer() == 0);
+}
