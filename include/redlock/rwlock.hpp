@@ -45,7 +45,8 @@
 // downgrade(). Other threads of the process queue on each side locally. So that several threads
 // of one process read at once, give each its own ReadWriteLock object (objects are cheap; they
 // share the Client's connections). One Redis instance; on a Cluster every key shares the key's
-// slot. Not offered: the quorum form (N instances) and fair mode.
+// slot; or N independent instances with a quorum (the second constructor). Not offered: fair
+// mode.
 #ifndef REDLOCK_RWLOCK_HPP
 #define REDLOCK_RWLOCK_HPP
 
@@ -53,6 +54,7 @@
 #include <cstdint>  // std::uint64_t
 #include <memory>   // std::unique_ptr, std::shared_ptr
 #include <string>   // std::string
+#include <vector>   // std::vector
 
 #include <redlock/client.hpp>         // Client
 #include <redlock/detail/chrono.hpp>  // saturating_ns, remaining_ns
@@ -71,6 +73,18 @@ class ReadWriteLock {
   // key over 4 MiB, options.fair (not supported), and every option a Lock rejects (ttl <= drift
   // allowance, retry_delay <= 0, ...).
   ReadWriteLock(Client client, std::string key, LockOptions options = {});
+  // The same over N independent instances (a quorum, as Redlock): every operation runs its
+  // script on each node at once; the writer or a reader holds when at least N/2 + 1 nodes
+  // granted it in time (partial grants are rolled back). What the quorum guarantees: any two
+  // majorities share a node, and no node grants a writer while another writer or a live reader
+  // holds there, nor a reader while a writer holds there, so (within the drift allowance, as
+  // for Redlock) a writer never overlaps another writer or any reader, while readers hold
+  // together. Writer preference holds on each node that has the waiting writer's marker: best
+  // effort when nodes disagree. Throws std::invalid_argument as the one-instance constructor,
+  // and for no instance, options.fencing (no fence is agreed across nodes) or one server named
+  // twice (by run_id: one round trip per instance). downgrade() converts on each node and holds
+  // the reader when a quorum converted.
+  ReadWriteLock(std::vector<Client> instances, std::string key, LockOptions options = {});
   ReadWriteLock(const ReadWriteLock&) = delete;
   ReadWriteLock& operator=(const ReadWriteLock&) = delete;
   // Releases the holds still owned (best effort), stops their renewal. Never throws; a failed

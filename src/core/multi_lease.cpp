@@ -60,7 +60,7 @@ void check_slots(const std::vector<std::string>& keys) {
 
 MultiLease::MultiLease(std::shared_ptr<ClientImpl> node, std::vector<std::string> keys,
                        const LockOptions& options)
-    : ScriptLease(std::move(node), (check_set(keys, options), joined(keys)), "the MultiLock",
+    : ScriptLease({std::move(node)}, (check_set(keys, options), joined(keys)), "the MultiLock",
                   options),
       keys_(std::move(keys)),
       more_channels_(keys_.channels.begin() + 1, keys_.channels.end()) {
@@ -69,10 +69,12 @@ MultiLease::MultiLease(std::shared_ptr<ClientImpl> node, std::vector<std::string
 
 AcquireResult MultiLease::acquire(const AcquireRequest& request) {
   const std::string& token = *request.token;
-  VarCommand command;
-  build_multi_acquire(command, keys_, token, ttl_ms(), fencing() ? "1" : "0");
   std::vector<std::uint64_t> fences;
-  AcquireResult result = acquire_script(command, token, keys_.keys.size(), &fences);
+  AcquireResult result = acquire_script(
+      [&](VarCommand& c, const ClientImpl&) {
+        build_multi_acquire(c, keys_, token, ttl_ms(), fencing() ? "1" : "0");
+      },
+      token, keys_.keys.size(), &fences);
   if (result.held) {
     std::lock_guard<std::mutex> guard(mutex_);
     granted_token_ = token;
@@ -87,14 +89,14 @@ std::vector<std::uint64_t> MultiLease::fences_of(const std::string& token) const
   return granted_fences_;
 }
 
-void MultiLease::build_extend(VarCommand& c, const std::string& token,
+void MultiLease::build_extend(VarCommand& c, const ClientImpl& /*node*/, const std::string& token,
                               std::string_view ttl_ms) const {
   build_multi_extend(c, keys_, token, ttl_ms);
 }
 
-void MultiLease::build_release(VarCommand& c, const std::string& token, Announce announce,
-                               ScriptSend send) const {
-  build_multi_release(c, keys_, token, announce == Announce::waiters, node().pubsub(), send);
+void MultiLease::build_release(VarCommand& c, const ClientImpl& node, const std::string& token,
+                               Announce announce, ScriptSend send) const {
+  build_multi_release(c, keys_, token, announce == Announce::waiters, node.pubsub(), send);
 }
 
 bool MultiLease::watch_live() const noexcept {
@@ -106,8 +108,7 @@ bool MultiLease::watch_live() const noexcept {
 std::unique_ptr<ReleaseWatch> MultiLease::watch(SteadyClock::time_point deadline,
                                                 std::string /*token_sha1*/) {
   static const std::string no_grants;
-  std::vector<std::shared_ptr<ClientImpl>> nodes{node_ptr()};
-  return make_release_watch(nodes,
+  return make_release_watch(nodes(),
                             WatchChannels{keys_.channels[0], no_grants, key(), &more_channels_},
                             deadline, std::string());
 }

@@ -41,10 +41,10 @@ class MultiLease final : public ScriptLease {
   std::vector<std::uint64_t> fences_of(const std::string& token) const;
 
  private:
-  void build_extend(VarCommand& c, const std::string& token,
+  void build_extend(VarCommand& c, const ClientImpl& node, const std::string& token,
                     std::string_view ttl_ms) const override;
-  void build_release(VarCommand& c, const std::string& token, Announce announce,
-                     ScriptSend send) const override;
+  void build_release(VarCommand& c, const ClientImpl& node, const std::string& token,
+                     Announce announce, ScriptSend send) const override;
   const std::string& release_channel() const noexcept override { return keys_.channels[0]; }
 
   MultiKeys keys_;

@@ -4,6 +4,7 @@
 #include "core/rw_lease.hpp"
 
 #include <algorithm>
+#include <set>
 #include <stdexcept>
 
 #include "core/engine.hpp"  // validate_lock_options
@@ -26,7 +27,8 @@ void build_confirm(VarCommand& c) { c.arg("EVAL").arg("return 1").arg("0"); }
 
 }  // namespace
 
-RwShared::RwShared(const ClientImpl& node, std::string key, const LockOptions& options)
+RwShared::RwShared(const std::vector<std::shared_ptr<ClientImpl>>& nodes, std::string key,
+                   const LockOptions& options)
     : keys((validate_lock_options(key, options), std::move(key))),
       mark(
           std::min(options.ttl, std::max(std::chrono::milliseconds(250), options.retry_delay * 5))),
@@ -34,45 +36,63 @@ RwShared::RwShared(const ClientImpl& node, std::string key, const LockOptions& o
   if (options.fair) {
     throw std::invalid_argument("redlock: options.fair is not supported by ReadWriteLock");
   }
-  if (node.router() != nullptr && !helpers_share_slot(keys.key)) {
+  if (nodes.size() > 1 && options.fencing) {
     throw std::invalid_argument(
-        "redlock: key has no hash tag but contains '}': on a cluster its helper keys could not "
-        "share its slot; give the key a hash tag ({...})");
+        "redlock: options.fencing is not supported by a ReadWriteLock on several instances");
+  }
+  std::set<std::string> servers;
+  for (const auto& node : nodes) {
+    if (!node) throw std::invalid_argument("redlock: instances contains an empty Client");
+    if (node->router() != nullptr && !helpers_share_slot(keys.key)) {
+      throw std::invalid_argument(
+          "redlock: key has no hash tag but contains '}': on a cluster its helper keys could "
+          "not share its slot; give the key a hash tag ({...})");
+    }
+    if (nodes.size() > 1 && !servers.insert(node->identity()).second) {
+      throw std::invalid_argument("redlock: instances names one Redis server twice (" +
+                                  node->address() + "); each may count only once");
+    }
   }
 }
 
 // ---- both ----------------------------------------------------------------------------------
 
-RwLease::RwLease(std::shared_ptr<ClientImpl> node, std::shared_ptr<const RwShared> shared,
-                 const char* what, const LockOptions& options, const std::string RwKeys::*waits_on)
-    : ScriptLease(std::move(node), shared->keys.key, what, options),
+RwLease::RwLease(std::vector<std::shared_ptr<ClientImpl>> nodes,
+                 std::shared_ptr<const RwShared> shared, const char* what,
+                 const LockOptions& options, const std::string RwKeys::*waits_on)
+    : ScriptLease(std::move(nodes), shared->keys.key, what, options),
       shared_(std::move(shared)),
       waits_on_(shared_->keys.*waits_on) {}
 
 bool RwLease::watch_live() const noexcept {
-  return release_watch_live(node(), WatchChannels{waits_on_, no_channel(), key()});
+  for (const auto& node : nodes()) {
+    if (!release_watch_live(*node, WatchChannels{waits_on_, no_channel(), key()})) return false;
+  }
+  return true;
 }
 
 std::unique_ptr<ReleaseWatch> RwLease::watch(SteadyClock::time_point deadline,
                                              std::string /*token_sha1*/) {
-  return make_release_watch({node_ptr()}, WatchChannels{waits_on_, no_channel(), key()}, deadline,
+  return make_release_watch(nodes(), WatchChannels{waits_on_, no_channel(), key()}, deadline,
                             std::string());
 }
 
 // ---- the writer ----------------------------------------------------------------------------
 
-RwWriterLease::RwWriterLease(std::shared_ptr<ClientImpl> node,
+RwWriterLease::RwWriterLease(std::vector<std::shared_ptr<ClientImpl>> nodes,
                              std::shared_ptr<const RwShared> shared, const LockOptions& options)
-    : RwLease(std::move(node), std::move(shared), "the ReadWriteLock writer", options,
+    : RwLease(std::move(nodes), std::move(shared), "the ReadWriteLock writer", options,
               &RwKeys::released),
       waiter_(make_token()) {}
 
 AcquireResult RwWriterLease::acquire(const AcquireRequest& request) {
   const bool mark = request.attempt == Attempt::contended;
-  VarCommand command;
-  build_writer_acquire(command, shared_->keys, *request.token, ttl_ms(), fencing() ? "1" : "0",
-                       mark ? "1" : "0", shared_->mark_ms, waiter_);
-  AcquireResult result = acquire_script(command, *request.token, 1, nullptr);
+  AcquireResult result = acquire_script(
+      [&](VarCommand& c, const ClientImpl&) {
+        build_writer_acquire(c, shared_->keys, *request.token, ttl_ms(), fencing() ? "1" : "0",
+                             mark ? "1" : "0", shared_->mark_ms, waiter_);
+      },
+      *request.token, 1, nullptr);
   const auto refresh = shared_->mark / 3;
   if (mark && !result.held && !result.failure &&
       (result.holder_pttl.count() < 0 || result.holder_pttl > refresh)) {
@@ -117,22 +137,22 @@ ReleaseResult RwWriterLease::release(const std::string& token, Announce announce
   return ScriptLease::release(token, announce);
 }
 
-void RwWriterLease::build_extend(VarCommand& c, const std::string& token,
-                                 std::string_view ttl_ms) const {
+void RwWriterLease::build_extend(VarCommand& c, const ClientImpl& /*node*/,
+                                 const std::string& token, std::string_view ttl_ms) const {
   if (downgraded(token)) return build_confirm(c);
   build_writer_extend(c, shared_->keys, token, ttl_ms);
 }
 
-void RwWriterLease::build_release(VarCommand& c, const std::string& token, Announce /*announce*/,
-                                  ScriptSend send) const {
-  build_writer_release(c, shared_->keys, token, node().pubsub(), send);
+void RwWriterLease::build_release(VarCommand& c, const ClientImpl& node, const std::string& token,
+                                  Announce /*announce*/, ScriptSend send) const {
+  build_writer_release(c, shared_->keys, token, node.pubsub(), send);
 }
 
 // ---- a reader ------------------------------------------------------------------------------
 
-RwReaderLease::RwReaderLease(std::shared_ptr<ClientImpl> node,
+RwReaderLease::RwReaderLease(std::vector<std::shared_ptr<ClientImpl>> nodes,
                              std::shared_ptr<const RwShared> shared, const LockOptions& options)
-    : RwLease(std::move(node), std::move(shared), "the ReadWriteLock reader", options,
+    : RwLease(std::move(nodes), std::move(shared), "the ReadWriteLock reader", options,
               &RwKeys::readable) {}
 
 void RwReaderLease::arm_downgrade(std::string writer_token) {
@@ -156,21 +176,23 @@ AcquireResult RwReaderLease::acquire(const AcquireRequest& request) {
       downgrader_ = std::thread::id();
     }
   }
-  VarCommand command;
-  build_reader_acquire(command, shared_->keys, *request.token, ttl_ms(), fencing() ? "1" : "0",
-                       request.attempt == Attempt::contended ? "1" : "0", from_writer,
-                       node().pubsub());
-  return acquire_script(command, *request.token, 1, nullptr);
+  const char* chain = request.attempt == Attempt::contended ? "1" : "0";
+  return acquire_script(
+      [&](VarCommand& c, const ClientImpl& node) {
+        build_reader_acquire(c, shared_->keys, *request.token, ttl_ms(), fencing() ? "1" : "0",
+                             chain, from_writer, node.pubsub());
+      },
+      *request.token, 1, nullptr);
 }
 
-void RwReaderLease::build_extend(VarCommand& c, const std::string& token,
-                                 std::string_view ttl_ms) const {
+void RwReaderLease::build_extend(VarCommand& c, const ClientImpl& /*node*/,
+                                 const std::string& token, std::string_view ttl_ms) const {
   build_reader_extend(c, shared_->keys, token, ttl_ms);
 }
 
-void RwReaderLease::build_release(VarCommand& c, const std::string& token, Announce /*announce*/,
-                                  ScriptSend send) const {
-  build_reader_release(c, shared_->keys, token, node().pubsub(), send);
+void RwReaderLease::build_release(VarCommand& c, const ClientImpl& node, const std::string& token,
+                                  Announce /*announce*/, ScriptSend send) const {
+  build_reader_release(c, shared_->keys, token, node.pubsub(), send);
 }
 
 }  // namespace detail

@@ -21,9 +21,11 @@ namespace detail {
 
 // What both sides share: the keys and how long a waiting writer's marker lives.
 struct RwShared {
-  // Throws std::invalid_argument for options.fair, a key or option a Lock rejects, and on a
-  // cluster a key whose helper keys could not share its slot.
-  RwShared(const ClientImpl& node, std::string key, const LockOptions& options);
+  // Throws std::invalid_argument for options.fair, a key or option a Lock rejects, on a
+  // cluster a key whose helper keys could not share its slot, and for several nodes: fencing
+  // (no fence is agreed across nodes) or two nodes that are one server.
+  RwShared(const std::vector<std::shared_ptr<ClientImpl>>& nodes, std::string key,
+           const LockOptions& options);
   RwKeys keys;
   // max(250 ms, 5 * retry_delay), at most ttl: a writer that stops waiting (gave up, crashed)
   // holds new readers back for at most this long.
@@ -40,7 +42,7 @@ class RwLease : public ScriptLease {
 
  protected:
   // `waits_on`: the writers' channel (released) or the readers' (readable), in `shared`.
-  RwLease(std::shared_ptr<ClientImpl> node, std::shared_ptr<const RwShared> shared,
+  RwLease(std::vector<std::shared_ptr<ClientImpl>> nodes, std::shared_ptr<const RwShared> shared,
           const char* what, const LockOptions& options, const std::string RwKeys::*waits_on);
   const std::string& release_channel() const noexcept final { return shared_->keys.released; }
 
@@ -52,8 +54,8 @@ class RwLease : public ScriptLease {
 
 class RwWriterLease final : public RwLease {
  public:
-  RwWriterLease(std::shared_ptr<ClientImpl> node, std::shared_ptr<const RwShared> shared,
-                const LockOptions& options);
+  RwWriterLease(std::vector<std::shared_ptr<ClientImpl>> nodes,
+                std::shared_ptr<const RwShared> shared, const LockOptions& options);
 
   // A retry (Attempt::contended: the call waits) sets the waiting marker when refused, and
   // reports the holder's remaining ttl as at most a third of the marker's life, so the next
@@ -70,10 +72,10 @@ class RwWriterLease final : public RwLease {
   ReleaseResult release(const std::string& token, Announce announce) override;
 
  private:
-  void build_extend(VarCommand& c, const std::string& token,
+  void build_extend(VarCommand& c, const ClientImpl& node, const std::string& token,
                     std::string_view ttl_ms) const override;
-  void build_release(VarCommand& c, const std::string& token, Announce announce,
-                     ScriptSend send) const override;
+  void build_release(VarCommand& c, const ClientImpl& node, const std::string& token,
+                     Announce announce, ScriptSend send) const override;
   bool downgraded(const std::string& token) const;
 
   // The waiting marker's value: one wait's attempts each have a token of their own, and only one
@@ -86,8 +88,8 @@ class RwWriterLease final : public RwLease {
 
 class RwReaderLease final : public RwLease {
  public:
-  RwReaderLease(std::shared_ptr<ClientImpl> node, std::shared_ptr<const RwShared> shared,
-                const LockOptions& options);
+  RwReaderLease(std::vector<std::shared_ptr<ClientImpl>> nodes,
+                std::shared_ptr<const RwShared> shared, const LockOptions& options);
 
   // A retry (Attempt::contended: it may have been woken with other readers) announces its entry
   // to the next waiting reader. After arm_downgrade() on the calling thread, the attempt is that
@@ -99,10 +101,10 @@ class RwReaderLease final : public RwLease {
   void disarm_downgrade() noexcept;
 
  private:
-  void build_extend(VarCommand& c, const std::string& token,
+  void build_extend(VarCommand& c, const ClientImpl& node, const std::string& token,
                     std::string_view ttl_ms) const override;
-  void build_release(VarCommand& c, const std::string& token, Announce announce,
-                     ScriptSend send) const override;
+  void build_release(VarCommand& c, const ClientImpl& node, const std::string& token,
+                     Announce announce, ScriptSend send) const override;
   std::mutex mutex_;
   std::thread::id downgrader_;  // mutex_
   std::string from_writer_;     // mutex_

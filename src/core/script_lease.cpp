@@ -1,7 +1,8 @@
-// src/core/script_lease.cpp: the lease whose operations are one script each (see
-// script_lease.hpp): execute, tally, decide.
+// src/core/script_lease.cpp: the lease whose operations are one script each on every node (see
+// script_lease.hpp): build, execute, tally, decide.
 #include "core/script_lease.hpp"
 
+#include <algorithm>
 #include <deque>
 #include <stdexcept>
 #include <unordered_map>
@@ -14,105 +15,139 @@
 #include "core/tally.hpp"
 #include "io/connection.hpp"
 #include "protocol/replies.hpp"
-#include "util/log_internal.hpp"
 #include "watch/release_watch.hpp"
 
 namespace redlock {
 namespace detail {
 namespace {
 
-// One extend script's outcome, from its batch (`at`: its reply's place).
-ExtendResult read_extend(const NodeBatch& batch, std::size_t at, const char* what,
-                         std::chrono::milliseconds ttl, double drift_factor,
-                         SteadyClock::time_point started, SteadyClock::time_point done) {
-  Tally tally(1);
+// Where one (lease, node) command went: its node's batch and its place in that batch.
+using Place = std::pair<std::size_t, std::size_t>;
+
+// One node's answer to an extend script, into `tally` as node `i`.
+void tally_extend(Tally& tally, std::size_t i, const NodeBatch& batch, std::size_t at,
+                  const char* what) {
   if (batch.error) {
-    tally.failed(0, batch.error);
-  } else if (is_error_reply(batch.replies[at].get())) {
-    tally.server_error(0, *batch.node, fmt::format("{} extend script", what),
-                       error_text(batch.replies[at].get()));
-  } else {
-    const bool yes = confirmed(batch.replies[at].get());
-    if (!yes || batch.node->replica_wait() == nullptr ||
-        tally.replicas_acknowledged(0, *batch.node, batch.replies.back().get())) {
-      tally.answered(yes);
-    }
+    tally.failed(i, batch.error);
+    return;
   }
-  ExtendResult result;
-  result.confirmed = tally.yes();
-  const Decision d = decide(1, result.confirmed, ttl, drift_factor, started, done);
-  result.held = d.held;
-  result.valid_until = d.valid_until;
-  result.failure = tally.failure_if_silent();
-  result.reason = extend_reason(1, result.confirmed);
-  return result;
+  const redisReply* reply = batch.replies[at].get();
+  if (is_error_reply(reply)) {
+    tally.server_error(i, *batch.node, fmt::format("{} extend script", what), error_text(reply));
+    return;
+  }
+  const bool yes = confirmed(reply);
+  if (yes && batch.node->replica_wait() != nullptr &&
+      !tally.replicas_acknowledged(i, *batch.node, batch.replies.back().get())) {
+    return;  // too few replicas have the new expiry: not confirmed
+  }
+  tally.answered(yes);
+  if (!yes) tally.refused();
 }
 
 }  // namespace
 
-ScriptLease::ScriptLease(std::shared_ptr<ClientImpl> node, std::string name, const char* what,
-                         const LockOptions& options)
-    : node_(std::move(node)),
+ScriptLease::ScriptLease(std::vector<std::shared_ptr<ClientImpl>> nodes, std::string name,
+                         const char* what, const LockOptions& options)
+    : nodes_(std::move(nodes)),
       name_(std::move(name)),
       what_(what),
       ttl_(options.ttl),
       ttl_ms_(std::to_string(options.ttl.count())),
       drift_factor_(options.clock_drift_factor),
       fencing_(options.fencing) {
-  if (!node_) throw std::invalid_argument("redlock: client is an empty Client");
+  if (nodes_.empty()) throw std::invalid_argument("redlock: instances must not be empty");
+  for (const auto& node : nodes_) {
+    if (!node) throw std::invalid_argument("redlock: client is an empty Client");
+  }
 }
 
-AcquireResult ScriptLease::acquire_script(const VarCommand& command, const std::string& token,
-                                          std::size_t keys, std::vector<std::uint64_t>* fences) {
-  // A server too slow to answer may still run it: the rollback follows on the same connection.
-  VarCommand rollback;
-  build_release(rollback, token, Announce::quietly, ScriptSend::eval);
-  NodeBatch batch;
-  batch.node = node_.get();
-  batch.commands.push_back(command.view());
-  if (const CommandView* wait = node_->replica_wait()) batch.commands.push_back(*wait);
-  batch.on_timeout.push_back(rollback.view());
-  const auto start = SteadyClock::now();
-  execute(&batch, 1);
-  AcquireResult result;
+// One node's answer to the acquire script, into `tally` as node `i`. Returns whether the node
+// may hold our token (granted, or its outcome unknown): the rollback goes there.
+bool ScriptLease::read_acquire(Tally& tally, std::size_t i, const NodeBatch& batch,
+                               std::size_t keys, AcquireResult& result,
+                               std::vector<std::uint64_t>& fences) const {
   if (batch.error) {
-    if (!is_timeout(batch.error)) undo(token);  // it may have run before the connection died
-    result.failure = batch.error;
-    return result;
+    tally.failed(i, batch.error);
+    return !is_timeout(batch.error);  // a timed-out node got the rollback behind the request
   }
   const redisReply* r = batch.replies[0].get();
-  MultiReply reply = read_multi_reply(r, keys);
+  const MultiReply reply = read_multi_reply(r, keys);
+  const std::string operation = fmt::format("{} acquire script", what_);
+  if (reply.problem == MultiReply::Problem::server_error) {
+    tally.server_error(i, *batch.node, operation, error_text(r));
+    return false;
+  }
   if (reply.problem != MultiReply::Problem::none) {
-    const std::string operation = fmt::format("{} acquire script", what_);
-    result.failure =
-        reply.problem == MultiReply::Problem::server_error
-            ? server_error(node_->address(), operation, error_text(r))
-            : std::make_exception_ptr(ProtocolError(fmt::format(
-                  "redlock: unexpected reply to {} from {}", operation, node_->address())));
-    return result;
+    tally.failed(
+        i, std::make_exception_ptr(ProtocolError(fmt::format(
+               "redlock: unexpected reply to {} from {}", operation, batch.node->address()))));
+    return true;
   }
   if (!reply.granted) {
-    result.holder_pttl = reply.holder_pttl;
+    tally.answered(false);
+    if (reply.holder_pttl.count() >= 0 &&
+        (result.holder_pttl.count() < 0 || reply.holder_pttl < result.holder_pttl)) {
+      result.holder_pttl = reply.holder_pttl;
+    }
+    return false;
+  }
+  if (batch.node->replica_wait() != nullptr &&
+      !tally.replicas_acknowledged(i, *batch.node, batch.replies.back().get())) {
+    return true;
+  }
+  tally.answered(true);
+  fences.resize(reply.fences.size(), 0);
+  for (std::size_t k = 0; k < reply.fences.size(); ++k) {
+    fences[k] = std::max(fences[k], reply.fences[k]);
+  }
+  return true;
+}
+
+AcquireResult ScriptLease::acquire_script(const BuildAcquire& build, const std::string& token,
+                                          std::size_t keys, std::vector<std::uint64_t>* fences) {
+  const std::size_t n = nodes_.size();
+  std::deque<VarCommand> commands;  // never moved: the batches point into them
+  std::vector<NodeBatch> batches(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    commands.emplace_back();
+    build(commands.back(), *nodes_[i]);
+    // A node too slow to answer may still run it: the rollback follows on the same connection.
+    commands.emplace_back();
+    build_release(commands.back(), *nodes_[i], token, Announce::quietly, ScriptSend::eval);
+    batches[i].node = nodes_[i].get();
+    batches[i].commands.push_back(commands[2 * i].view());
+    if (const CommandView* wait = nodes_[i]->replica_wait()) batches[i].commands.push_back(*wait);
+    batches[i].on_timeout.push_back(commands[2 * i + 1].view());
+  }
+  const auto start = SteadyClock::now();
+  execute(batches.data(), n);
+  AcquireResult result;
+  Tally tally(n);
+  PerNode<bool> undo_on(n, false);
+  std::vector<std::uint64_t> granted_fences;
+  for (std::size_t i = 0; i < n; ++i) {
+    undo_on[i] = read_acquire(tally, i, batches[i], keys, result, granted_fences);
+  }
+  result.granted = tally.yes();
+  const Decision d = decide(n, tally.yes(), ttl_, drift_factor_, start, SteadyClock::now());
+  if (d.held) {
+    result.held = true;
+    result.fence = granted_fences.empty() ? 0 : granted_fences[0];
+    result.valid_until = d.valid_until;
+    if (fences != nullptr) *fences = std::move(granted_fences);
     return result;
   }
-  Tally tally(1);
-  if (node_->replica_wait() != nullptr &&
-      !tally.replicas_acknowledged(0, *node_, batch.replies.back().get())) {
-    undo(token);
-    result.failure = tally.error(0);
-    return result;
+  try {
+    release_on(token, undo_on.data(), Announce::quietly);
+  } catch (...) {  // best effort; the grants expire by their ttl
   }
-  const Decision d = decide(1, 1, ttl_, drift_factor_, start, SteadyClock::now());
-  if (!d.held) {  // granted too late to be of use: give it back
-    undo(token);
-    result.holder_pttl = std::chrono::milliseconds(0);
-    return result;
+  if (tally.answers() < quorum()) {
+    result.failure = tally.unavailable(nodes_);
+  } else if (tally.yes() >= quorum()) {
+    result.holder_pttl = std::chrono::milliseconds(0);  // granted too late to be of use
   }
-  result.held = true;
-  result.granted = 1;
-  result.fence = reply.fences[0];
-  result.valid_until = d.valid_until;
-  if (fences != nullptr) *fences = std::move(reply.fences);
+  result.fence = 0;
   return result;
 }
 
@@ -128,15 +163,11 @@ SteadyClock::time_point ScriptLease::extend_floor(SteadyClock::time_point start,
 
 ExtendResult ScriptLease::extend(const std::string& token, std::chrono::milliseconds ttl) {
   const std::string ttl_ms = std::to_string(ttl.count());
-  VarCommand command;
-  build_extend(command, token, ttl_ms);
-  NodeBatch batch;
-  batch.node = node_.get();
-  batch.commands.push_back(command.view());
-  if (const CommandView* wait = node_->replica_wait()) batch.commands.push_back(*wait);
-  const auto started = SteadyClock::now();
-  execute(&batch, 1);
-  return read_extend(batch, 0, what_, ttl, drift_factor_, started, SteadyClock::now());
+  RenewItem item;
+  item.backend = this;
+  item.token = &token;
+  extend_items(&item, 1, &ttl, &ttl_ms);
+  return item.result;
 }
 
 const void* ScriptLease::batch_group() const noexcept {
@@ -144,23 +175,33 @@ const void* ScriptLease::batch_group() const noexcept {
   return &group;
 }
 
-// One pipelined round trip per server for every lease of the batch.
 std::size_t ScriptLease::extend_many(RenewItem* items, std::size_t count) {
+  return extend_items(items, count, nullptr, nullptr);
+}
+
+// One pipelined round trip per server for every lease of the batch; each item at `ttl` (null:
+// its lease's ttl).
+std::size_t ScriptLease::extend_items(RenewItem* items, std::size_t count,
+                                      const std::chrono::milliseconds* ttl,
+                                      const std::string* ttl_ms) {
   std::deque<VarCommand> commands;  // never moved: the batches point into them
   std::vector<NodeBatch> batches;
-  std::vector<std::pair<std::size_t, std::size_t>> places(count);
+  std::vector<std::vector<Place>> places(count);
   std::unordered_map<ClientImpl*, std::size_t> index;
   for (std::size_t k = 0; k < count; ++k) {
     const auto& lease = static_cast<const ScriptLease&>(*items[k].backend);
-    const auto [at, fresh] = index.try_emplace(lease.node_.get(), batches.size());
-    if (fresh) {
-      batches.emplace_back();
-      batches.back().node = lease.node_.get();
+    for (const auto& node : lease.nodes_) {
+      const auto [at, fresh] = index.try_emplace(node.get(), batches.size());
+      if (fresh) {
+        batches.emplace_back();
+        batches.back().node = node.get();
+      }
+      commands.emplace_back();
+      lease.build_extend(commands.back(), *node, *items[k].token,
+                         ttl_ms != nullptr ? *ttl_ms : lease.ttl_ms_);
+      batches[at->second].commands.push_back(commands.back().view());
+      places[k].emplace_back(at->second, batches[at->second].commands.size() - 1);
     }
-    commands.emplace_back();
-    lease.build_extend(commands.back(), *items[k].token, lease.ttl_ms_);
-    batches[at->second].commands.push_back(commands.back().view());
-    places[k] = {at->second, batches[at->second].commands.size() - 1};
   }
   for (NodeBatch& batch : batches) {
     if (const CommandView* wait = batch.node->replica_wait()) batch.commands.push_back(*wait);
@@ -170,53 +211,68 @@ std::size_t ScriptLease::extend_many(RenewItem* items, std::size_t count) {
   const auto done = SteadyClock::now();
   for (std::size_t k = 0; k < count; ++k) {
     const auto& lease = static_cast<const ScriptLease&>(*items[k].backend);
-    const NodeBatch& batch = batches[places[k].first];
-    items[k].result = read_extend(batch, places[k].second, lease.what_, lease.ttl_,
-                                  lease.drift_factor_, started, done);
-    const bool refused = !batch.error && !items[k].result.failure &&
-                         items[k].result.confirmed == 0 &&
-                         !is_error_reply(batch.replies[places[k].second].get());
-    items[k].refused = refused ? 1 : 0;
+    const std::size_t n = lease.nodes_.size();
+    Tally tally(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      tally_extend(tally, i, batches[places[k][i].first], places[k][i].second, lease.what_);
+    }
+    ExtendResult& result = items[k].result;
+    result.confirmed = tally.yes();
+    const auto lease_ttl = ttl != nullptr ? *ttl : lease.ttl_;
+    const Decision d = decide(n, result.confirmed, lease_ttl, lease.drift_factor_, started, done);
+    result.held = d.held;
+    result.valid_until = d.valid_until;
+    result.failure = tally.failure_if_silent();
+    result.reason = extend_reason(n, result.confirmed);
+    items[k].refused = tally.refusals();
   }
   return batches.size();
 }
 
 ReleaseResult ScriptLease::release(const std::string& token, Announce announce) {
-  VarCommand command;
-  build_release(command, token, announce, ScriptSend::evalsha);
-  NodeBatch batch;
-  batch.node = node_.get();
-  batch.commands.push_back(command.view());
-  execute(&batch, 1);
+  return release_on(token, nullptr, announce);
+}
+
+// The release script on the nodes where only[i] is true (every node if null).
+ReleaseResult ScriptLease::release_on(const std::string& token, const bool* only,
+                                      Announce announce) {
+  std::deque<VarCommand> commands;
+  std::vector<NodeBatch> batches;
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    if (only != nullptr && !only[i]) continue;
+    commands.emplace_back();
+    build_release(commands.back(), *nodes_[i], token, announce, ScriptSend::evalsha);
+    batches.emplace_back();
+    batches.back().node = nodes_[i].get();
+    batches.back().commands.push_back(commands.back().view());
+  }
   ReleaseResult result;
-  Tally tally(1);
-  if (batch.error) {
-    tally.failed(0, batch.error);
-  } else if (is_error_reply(batch.replies[0].get())) {
-    tally.server_error(0, *node_, fmt::format("{} release script", what_),
-                       error_text(batch.replies[0].get()));
-  } else {
-    const ReleaseReply reply = read_release_reply(batch.replies[0].get());
+  if (batches.empty()) return result;
+  execute(batches.data(), batches.size());
+  Tally tally(batches.size());
+  for (std::size_t k = 0; k < batches.size(); ++k) {
+    const NodeBatch& batch = batches[k];
+    if (batch.error) {
+      tally.failed(k, batch.error);
+      continue;
+    }
+    const redisReply* r = batch.replies[0].get();
+    if (is_error_reply(r)) {
+      tally.server_error(k, *batch.node, fmt::format("{} release script", what_), error_text(r));
+      continue;
+    }
+    const ReleaseReply reply = read_release_reply(r);
     tally.answered(reply.kind == ReleaseReply::Kind::released);
     if (reply.kind == ReleaseReply::Kind::refused && !batch.retried) tally.refused();
-    result.listeners = waiting_listeners(*node_, release_channel(), reply.listeners);
+    result.listeners = std::max(result.listeners,
+                                waiting_listeners(*batch.node, release_channel(), reply.listeners));
   }
   result.released = tally.yes();
   result.refused = tally.refusals();
   result.failure = tally.failure_if_silent();
-  result.quorum_kept = !refusals_lose_quorum(1, result.refused);
-  result.reason = refusal_reason(1);
+  result.quorum_kept = !refusals_lose_quorum(nodes_.size(), result.refused);
+  result.reason = refusal_reason(nodes_.size());
   return result;
-}
-
-void ScriptLease::undo(const std::string& token) noexcept {
-  try {
-    const ReleaseResult r = release(token, Announce::quietly);
-    if (r.failure) std::rethrow_exception(r.failure);
-  } catch (const std::exception& e) {
-    logf(LogLevel::debug, "redlock: rollback of an attempt on {}: {}", name_, e.what());
-  } catch (...) {
-  }
 }
 
 }  // namespace detail

@@ -92,20 +92,24 @@ void RwSides::give_back(const std::string& token) noexcept {
 
 namespace {
 
-std::unique_ptr<detail::RwSides> redis_sides(const Client& client, std::string key,
+std::unique_ptr<detail::RwSides> redis_sides(const std::vector<Client>& clients, std::string key,
                                              const LockOptions& options) {
-  const auto& node = detail::Access::client(client);
-  if (!node) throw std::invalid_argument("redlock: client is an empty Client");
-  auto shared = std::make_shared<detail::RwShared>(*node, std::move(key), options);
+  std::vector<std::shared_ptr<detail::ClientImpl>> nodes;
+  for (const Client& client : clients) nodes.push_back(detail::Access::client(client));
+  auto shared = std::make_shared<detail::RwShared>(nodes, std::move(key), options);
   return std::make_unique<detail::RwSides>(
-      std::make_shared<detail::RwWriterLease>(node, shared, options),
-      std::make_shared<detail::RwReaderLease>(node, shared, options), options);
+      std::make_shared<detail::RwWriterLease>(nodes, shared, options),
+      std::make_shared<detail::RwReaderLease>(nodes, shared, options), options);
 }
 
 }  // namespace
 
 ReadWriteLock::ReadWriteLock(Client client, std::string key, LockOptions options)
-    : sides_(redis_sides(client, std::move(key), options)) {}
+    : sides_(redis_sides({std::move(client)}, std::move(key), options)) {}
+
+ReadWriteLock::ReadWriteLock(std::vector<Client> instances, std::string key, LockOptions options)
+    : sides_(instances.empty() ? throw std::invalid_argument("redlock: instances must not be empty")
+                               : redis_sides(instances, std::move(key), options)) {}
 
 ReadWriteLock::ReadWriteLock(std::unique_ptr<detail::RwSides> sides) noexcept
     : sides_(std::move(sides)) {}
