@@ -8,7 +8,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <future>
 #include <string>
+#include <thread>
+#include <utility>
 
 #include <redlock/redlock.hpp>
 
@@ -69,6 +72,22 @@ pid_t fork_holder(Hold hold) {
   const bool held = child > 0 && read(fds[0], &ready, 1) == 1;
   close(fds[0]);
   return held ? child : -1;
+}
+
+// `w` holds the writer side; `r` waits for a read on another thread, and `w` releases 300 ms
+// later. Returns how long after the release `r` held (hours(1) if it never did).
+inline std::chrono::steady_clock::duration reader_wakes_after(redlock::ReadWriteLock& w,
+                                                              redlock::ReadWriteLock& r) {
+  auto reader = std::async(std::launch::async, [&] {
+    const bool held = r.try_lock_shared_for(20s);
+    return std::make_pair(held, std::chrono::steady_clock::now());
+  });
+  std::this_thread::sleep_for(300ms);
+  const auto released = std::chrono::steady_clock::now();
+  const bool kept = w.release();
+  const auto [held, at] = reader.get();  // its thread ended: the read hold went with it
+  if (!kept || !held) return std::chrono::hours(1);
+  return at - released;
 }
 
 }  // namespace redlock::test::rw

@@ -40,16 +40,7 @@ TEST_CASE("Cluster: a ReadWriteLock's keys share its slot; releases wake through
     redlock::ReadWriteLock w(client, k, sleepy());
     redlock::ReadWriteLock r(client, k, sleepy());
     REQUIRE(w.try_lock());
-    auto reader = std::async(std::launch::async, [&] {
-      const bool held = r.try_lock_shared_for(20s);
-      return std::make_pair(held, Clock::now());
-    });
-    std::this_thread::sleep_for(300ms);
-    auto released = Clock::now();
-    CHECK(w.release());
-    const auto [held, at] = reader.get();  // its thread ended: the hold was released with it
-    CHECK(held);
-    CHECK(at - released < 3s);
+    CHECK(reader_wakes_after(w, r) < 3s);
     REQUIRE(r.try_lock_shared());
     CHECK(cluster.node(m).raw({"ZCARD", helper_key(k, ":readers")}).integer() == 1);
     auto writer = std::async(std::launch::async, [&] {
@@ -59,7 +50,7 @@ TEST_CASE("Cluster: a ReadWriteLock's keys share its slot; releases wake through
       return std::make_pair(got, when);
     });
     std::this_thread::sleep_for(300ms);
-    released = Clock::now();
+    const auto released = Clock::now();
     r.unlock_shared();
     const auto [got, when] = writer.get();
     CHECK(got);
@@ -201,20 +192,81 @@ TEST_CASE("Sentinel: a ReadWriteLock and a MultiLock on the master, with wake-up
   redlock::ReadWriteLock r(client, k, sleepy());
   REQUIRE(w.try_lock());
   CHECK(set.data(master).raw({"EXISTS", k}).integer() == 1);
-  auto reader = std::async(std::launch::async, [&] {
-    const bool held = r.try_lock_shared_for(20s);
-    return std::make_pair(held, Clock::now());
-  });
-  std::this_thread::sleep_for(300ms);
-  const auto released = Clock::now();
-  CHECK(w.release());
-  const auto [held, at] = reader.get();
-  CHECK(held);
-  CHECK(at - released < 3s);  // retry_delay is 10 s: the release woke it
+  CHECK(reader_wakes_after(w, r) < 3s);  // retry_delay is 10 s: the release woke it
   const std::vector<std::string> keys{k + ":a", k + ":b"};
   redlock::MultiLock both(client, keys, sleepy());
   REQUIRE(both.try_lock());
   CHECK(set.data(master).raw({"EXISTS", keys[0], keys[1]}).integer() == 2);
   CHECK(both.release());
   CHECK(set.data(master).raw({"EXISTS", keys[0], keys[1]}).integer() == 0);
+}
+
+namespace {
+
+std::vector<redlock::Client> clients_of(const redlock::test::ServerGroup& group) {
+  std::vector<redlock::Client> clients;
+  for (const auto& endpoint : group.endpoints()) clients.emplace_back(endpoint);
+  return clients;
+}
+
+// A reader entry nobody holds, live for a minute, on one node only.
+void plant_reader(const redlock::test::RedisServer& server, const std::string& k) {
+  const auto t = server.raw({"TIME"});
+  const long long now_ms =
+      std::stoll(t.elements()[0].str()) * 1000 + std::stoll(t.elements()[1].str()) / 1000;
+  server.raw({"ZADD", helper_key(k, ":readers"), std::to_string(now_ms + 60'000), "planted"});
+}
+
+}  // namespace
+
+TEST_CASE("ReadWriteLock on 3 instances: quorum grants, minority grants rolled back",
+          "[redis][rwlock][redlock]") {
+  redlock::test::ServerGroup group(3);
+  const auto clients = clients_of(group);
+  const auto k = key("rw-quorum");
+  auto fenced = fast();
+  fenced.fencing = true;
+  CHECK_THROWS_WITH(redlock::ReadWriteLock(clients, k, fenced), Catch::Contains("fencing"));
+  CHECK_THROWS_WITH(redlock::ReadWriteLock({clients[0], redlock::Client(group[0].endpoint())}, k),
+                    Catch::Contains("twice"));
+  redlock::ReadWriteLock r1(clients, k, fast()), r2(clients, k, fast()), w(clients, k, fast());
+  CHECK(w.options().ttl == fast().ttl);
+  REQUIRE(r1.try_lock_shared());
+  REQUIRE(r2.try_lock_shared());  // readers share on every node
+  CHECK_FALSE(w.try_lock());
+  for (std::size_t i = 0; i < 3; ++i) CHECK(group[i].raw({"EXISTS", k}).integer() == 0);
+  r1.unlock_shared();
+  r2.unlock_shared();
+  // A reader entry on one node only: the writer still gets a majority, readers then none.
+  plant_reader(group[0], k);
+  REQUIRE(w.try_lock());
+  CHECK(group[1].raw({"EXISTS", k}).integer() == 1);
+  CHECK(group[2].raw({"EXISTS", k}).integer() == 1);
+  CHECK_FALSE(r1.try_lock_shared());
+  CHECK(group[0].raw({"ZCARD", helper_key(k, ":readers")}).integer() == 1);  // only the planted
+  CHECK(w.release());
+  // Entries on two nodes: the writer is refused, and its grant on the third is rolled back.
+  plant_reader(group[1], k);
+  CHECK_FALSE(w.try_lock());
+  CHECK(group[2].raw({"EXISTS", k}).integer() == 0);
+  // A paused node: a quorum still answers.
+  group[0].raw({"DEL", helper_key(k, ":readers")});
+  group[1].raw({"DEL", helper_key(k, ":readers")});
+  group[2].pause();
+  REQUIRE(w.try_lock());
+  CHECK_FALSE(r1.try_lock_shared());
+  CHECK(w.release());
+  REQUIRE(r1.try_lock_shared());
+  CHECK(r1.release_shared());
+  group[2].resume();
+}
+
+TEST_CASE("ReadWriteLock on 3 instances: the writer's release wakes a waiting reader",
+          "[redis][rwlock][redlock][wake]") {
+  redlock::test::ServerGroup group(3);
+  const auto clients = clients_of(group);
+  const auto k = key("rw-quorum-wake");
+  redlock::ReadWriteLock w(clients, k, sleepy()), r(clients, k, sleepy());
+  REQUIRE(w.try_lock());
+  CHECK(reader_wakes_after(w, r) < 3s);  // retry_delay is 10 s: the release woke it
 }
