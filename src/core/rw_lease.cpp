@@ -62,19 +62,22 @@ RwLease::RwLease(std::vector<std::shared_ptr<ClientImpl>> nodes,
                  const LockOptions& options, const std::string RwKeys::*waits_on)
     : ScriptLease(std::move(nodes), shared->keys.key, what, options),
       shared_(std::move(shared)),
-      waits_on_(shared_->keys.*waits_on) {}
+      waits_on_(shared_->keys.*waits_on),
+      also_(waits_on == &RwKeys::readable ? std::vector<std::string>{shared_->keys.released}
+                                          : std::vector<std::string>{}) {}
 
 bool RwLease::watch_live() const noexcept {
   for (const auto& node : nodes()) {
-    if (!release_watch_live(*node, WatchChannels{waits_on_, no_channel(), key()})) return false;
+    if (!release_watch_live(*node, WatchChannels{waits_on_, no_channel(), key(), &also_}))
+      return false;
   }
   return true;
 }
 
 std::unique_ptr<ReleaseWatch> RwLease::watch(SteadyClock::time_point deadline,
                                              std::string /*token_sha1*/) {
-  return make_release_watch(nodes(), WatchChannels{waits_on_, no_channel(), key()}, deadline,
-                            std::string());
+  return make_release_watch(nodes(), WatchChannels{waits_on_, no_channel(), key(), &also_},
+                            deadline, std::string());
 }
 
 // ---- the writer ----------------------------------------------------------------------------

@@ -50,6 +50,8 @@ class RwLease : public ScriptLease {
 
  private:
   const std::string& waits_on_;
+  // Readers also hear `released` (a plain Lock's release of the key); writers nothing more.
+  const std::vector<std::string> also_;
 };
 
 class RwWriterLease final : public RwLease {

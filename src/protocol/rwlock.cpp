@@ -9,20 +9,27 @@ namespace redlock {
 namespace detail {
 namespace {
 
-// Every script but the writer's release and extend starts here (KEYS[2] is the readers' set):
-// the server's clock in ms, the readers whose lease has ended purged, and keep(), which makes
-// the set expire with its longest lease. TIME before writes needs effects replication (Redis
-// < 5; later servers always replicate effects).
-#define REDLOCK_RW_PRELUDE_LUA                                                 \
-  "if redis.replicate_commands then redis.replicate_commands() end\n"          \
-  "local t = redis.call('time')\n"                                             \
-  "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"    \
-  "redis.call('zremrangebyscore', KEYS[2], '-inf', now)\n"                     \
-  "local function keep()\n"                                                    \
-  "  local last = redis.call('zrange', KEYS[2], -1, -1, 'WITHSCORES')\n"       \
-  "  if last[2] then\n"                                                        \
-  "    redis.call('pexpire', KEYS[2], math.max(1, tonumber(last[2]) - now))\n" \
-  "  end\n"                                                                    \
+// Every script but the writer's release and extend starts here (KEYS[1] is the key, KEYS[2] the
+// readers' set): the server's clock in ms, the readers whose lease has ended purged, and keep(),
+// which makes the set expire with its longest lease and, while readers hold, sets the key itself
+// to SHARED with the same expiry, so that a plain Lock on the key (SET NX) is refused like a
+// writer. SHARED is never a token (tokens are hex). TIME before writes needs effects
+// replication (Redis < 5; later servers always replicate effects).
+#define REDLOCK_RW_PRELUDE_LUA                                              \
+  "if redis.replicate_commands then redis.replicate_commands() end\n"       \
+  "local SHARED = 'redlock:rw:readers'\n"                                   \
+  "local t = redis.call('time')\n"                                          \
+  "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n" \
+  "redis.call('zremrangebyscore', KEYS[2], '-inf', now)\n"                  \
+  "local function keep()\n"                                                 \
+  "  local last = redis.call('zrange', KEYS[2], -1, -1, 'WITHSCORES')\n"    \
+  "  if not last[2] then return end\n"                                      \
+  "  local left = math.max(1, tonumber(last[2]) - now)\n"                   \
+  "  redis.call('pexpire', KEYS[2], left)\n"                                \
+  "  local holder = redis.call('get', KEYS[1])\n"                           \
+  "  if not holder or holder == SHARED then\n"                              \
+  "    redis.call('set', KEYS[1], SHARED, 'PX', left)\n"                    \
+  "  end\n"                                                                 \
   "end\n"
 
 // KEYS key, readers, writer-waiting, fence; ARGV[1] token, [2] ttl ms, [3] "1" fencing, [4] "1"
@@ -36,6 +43,7 @@ if holder == ARGV[1] then
   if ARGV[3] == '1' then f = tonumber(redis.call('get', KEYS[4]) or '0') end
   return {1, f}
 end
+if holder == SHARED and redis.call('zcard', KEYS[2]) == 0 then holder = false end
 if not holder and redis.call('zcard', KEYS[2]) == 0 then
   redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
   if redis.call('get', KEYS[3]) == ARGV[6] then redis.call('del', KEYS[3]) end
@@ -47,7 +55,7 @@ if ARGV[4] == '1' then
   local marker = redis.call('get', KEYS[3])
   if not marker or marker == ARGV[6] then redis.call('set', KEYS[3], ARGV[6], 'PX', ARGV[5]) end
 end
-if holder then return {0, redis.call('pttl', KEYS[1]), 1} end
+if holder and holder ~= SHARED then return {0, redis.call('pttl', KEYS[1]), 1} end
 local last = redis.call('zrange', KEYS[2], -1, -1, 'WITHSCORES')
 return {0, tonumber(last[2]) - now, 1})";
 
@@ -83,7 +91,7 @@ if redis.call('zscore', KEYS[2], ARGV[1]) then
   enter()
   return {1, fence()}
 end
-if holder then return {0, redis.call('pttl', KEYS[1]), 1} end
+if holder and holder ~= SHARED then return {0, redis.call('pttl', KEYS[1]), 1} end
 if redis.call('exists', KEYS[3]) == 1 then return {0, redis.call('pttl', KEYS[3]), 1} end
 enter()
 if ARGV[5] == '1' then publish(ARGV[7], ARGV[1]) end
@@ -93,6 +101,7 @@ return {1, fence()})";
 const char kReaderReleaseLua[] = REDLOCK_PUBLISH_LUA REDLOCK_RW_PRELUDE_LUA
     R"(if redis.call('zrem', KEYS[2], ARGV[1]) == 0 then return 0 end
 if redis.call('zcard', KEYS[2]) > 0 then return 1 end
+if redis.call('get', KEYS[1]) == SHARED then redis.call('del', KEYS[1]) end
 return 1 + publish(ARGV[2], ARGV[1]))";
 
 // KEYS key, readers; ARGV[1] token, [2] ttl ms.

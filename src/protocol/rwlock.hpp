@@ -1,6 +1,8 @@
 // src/protocol/rwlock.hpp: a ReadWriteLock's commands on the wire. The writer holds the lock key
 // itself (a string, PX ttl); each reader holds an entry of its own in a sorted set scored by its
-// lease's end on the server's clock (TIME), which every script purges; a waiting writer keeps a
+// lease's end on the server's clock (TIME), which every script purges, and while any reader
+// holds, the key holds 'redlock:rw:readers' until the longest reader lease ends (so a plain
+// Lock on the key is a writer: refused by readers, and refusing them); a waiting writer keeps a
 // short-lived marker that stops new readers (writer preference). Pure: no I/O, no exceptions
 // beyond std::bad_alloc.
 #ifndef REDLOCK_SRC_PROTOCOL_RWLOCK_HPP
