@@ -327,7 +327,7 @@ TEST_CASE("A writer downgrades to a reader without a gap; fences", "[redis][rwlo
   CHECK(rw.owns_shared());
   CHECK_FALSE(rw.owns_lock());
   CHECK(rw.fence_shared() == second);  // the generation it reads
-  CHECK(server.raw({"EXISTS", k}).integer() == 0);
+  CHECK(server.raw({"GET", k}).str() == "redlock:rw:readers");  // no writer's token: readers'
   CHECK(readers_of(server, k) == 1);
   CHECK(other.try_lock_shared());  // readers share with the downgraded one
   CHECK_FALSE(other.try_lock());   // no writer
@@ -408,4 +408,39 @@ TEST_CASE("A waiting writer's marker stays while it waits and goes when it gets 
   writer.join();
   CHECK(other.try_lock_shared());  // at once after the writer: no marker left behind
   other.unlock_shared();
+}
+
+TEST_CASE("A plain Lock on the key is a writer: readers exclude it and it excludes readers",
+          "[redis][rwlock]") {
+  Setup setup("rw-vs-lock");
+  auto& [server, client, k] = setup;
+  redlock::ReadWriteLock r(client, k, sleepy());
+  redlock::Lock plain(client, k, sleepy());
+  REQUIRE(r.try_lock_shared());
+  CHECK_FALSE(plain.try_lock());
+  // The last reader's release wakes a Lock waiting for the key (retry_delay 10 s).
+  auto waiting = std::async(std::launch::async, [&] {
+    const bool held = plain.try_lock_for(20s);
+    const auto at = Clock::now();
+    return std::make_pair(held, at);
+  });
+  std::this_thread::sleep_for(300ms);
+  const auto released = Clock::now();
+  CHECK(r.release_shared());
+  const auto [held, at] = waiting.get();  // its thread ended: the Lock went with it
+  CHECK(held);
+  CHECK(at - released < 3s);
+  REQUIRE(plain.try_lock());
+  CHECK_FALSE(r.try_lock_shared());
+  // A Lock's release wakes a waiting reader.
+  auto reader = std::async(std::launch::async, [&] {
+    const bool got = r.try_lock_shared_for(20s);
+    return std::make_pair(got, Clock::now());
+  });
+  std::this_thread::sleep_for(300ms);
+  const auto unlocked = Clock::now();
+  CHECK(plain.release());
+  const auto [got, when] = reader.get();
+  CHECK(got);
+  CHECK(when - unlocked < 3s);
 }
