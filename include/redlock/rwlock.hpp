@@ -16,8 +16,10 @@
 // (a string holding its token, PX ttl). Each reader has a lease of its own: an entry in the
 // sorted set `<key>:readers`, scored by its end on the server's clock (TIME), and every script
 // first drops the entries that have ended, so a crashed reader's entry ends after its own ttl
-// while live readers keep renewing theirs. A writer enters when no writer holds the key and no
-// reader's entry is live; a reader when no writer holds it and no writer waits.
+// while live readers keep renewing theirs; while any reader holds, the key itself holds
+// `redlock:rw:readers` until the longest reader lease ends, so a plain Lock on the key is a
+// writer (without preference). A writer enters when no writer holds the key and no reader's
+// entry is live; a reader when no writer holds it and no writer waits.
 //
 // Writer preference: a writer that waits (lock(), try_lock_for(); not try_lock()) sets
 // `<key>:writer-waiting` (its token, PX max(250 ms, 5 * retry_delay) capped at ttl) and refreshes
