@@ -66,6 +66,10 @@ Lock:
                         another N is refused (64) while a permit is held. Uses
                         {KEY}:permit:1..N, {KEY}:permit:fence, {KEY}:permit:released and
                         {KEY}:permit:limit.
+  --shared              The read side of KEY: several --shared runs hold it at once, a plain
+                        run (the write side) excludes them all (a waiting plain run does not
+                        hold new ones back). Redis (one server or several) or --zookeeper;
+                        not with --limit, --fair or --postgres.
 Command:
   --grace DURATION      After a lost lease or a forwarded stop signal, how long the command
                         and every process it started have between SIGTERM (or the signal)

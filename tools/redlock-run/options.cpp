@@ -194,6 +194,8 @@ bool take_flag(std::string_view flag, Config& config) {
     config.fencing = true;
   } else if (flag == "--fair") {
     config.fair = true;
+  } else if (flag == "--shared") {
+    config.shared = true;
   } else if (flag == "-q" || flag == "--quiet") {
     config.quiet = true;
   } else if (flag == "-v" || flag == "--verbose") {
@@ -311,6 +313,13 @@ void finish_config(const Raw& raw, Config& config) {
     throw UsageError(
         "--fair works with one server only (a queue on several could not agree on "
         "an order); drop --fair or give one --redis");
+  }
+  if (config.shared && (config.limit > 0 || config.fair || !config.postgres.empty())) {
+    throw UsageError(std::string("--shared and ") +
+                     (config.limit > 0 ? "--limit"
+                      : config.fair    ? "--fair"
+                                       : "--postgres") +
+                     " cannot be combined; drop one");
   }
   if (config.limit > 0 && config.uris.size() > 1) {
     throw UsageError(

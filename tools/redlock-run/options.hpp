@@ -40,6 +40,7 @@ struct Config {
   bool verbose{false};
   Mode mode{Mode::run};
   std::size_t limit{0};  // --limit N: a semaphore of N permits; 0: a plain lock
+  bool shared{false};    // --shared: the read side of a ReadWriteLock on KEY
   std::string metrics;   // --metrics PATH: Prometheus text, written at start and at exit
   std::vector<std::string> command;
 };
