@@ -1444,3 +1444,27 @@ TEST_CASE("redlock-run --status shows a semaphore's permits, with or without --l
   CHECK(free_status.wait() == 1);
   CHECK_THAT(free_status.out(), Catch::Contains("0 of 2 permits held"));
 }
+
+TEST_CASE("redlock-run --shared: several readers at once, a plain run is the writer",
+          "[redis][cli]") {
+  RedisServer server;
+  const auto k = key("run-shared");
+  Tool r1({"--redis", uri(server), "--key", k, "--shared", "--hold"}, {}, Input::pipe);
+  Tool r2({"--redis", uri(server), "--key", k, "--shared", "--hold"}, {}, Input::pipe);
+  REQUIRE(eventually([&] { return !r1.out().empty() && !r2.out().empty(); }));  // both hold
+  CHECK(server.raw({"ZCARD", helper_key(k, ":readers")}).integer() == 2);
+  CHECK(run({"--redis", uri(server), "--key", k, "--no-wait", "--", "true"}) == 75);
+  r1.close_stdin();
+  CHECK(r1.wait() == 0);
+  CHECK(run({"--redis", uri(server), "--key", k, "--no-wait", "--", "true"}) == 75);
+  r2.close_stdin();
+  CHECK(r2.wait() == 0);
+  CHECK(run({"--redis", uri(server), "--key", k, "--no-wait", "--", "true"}) == 0);
+  // A plain run holds: a --shared one is refused.
+  Tool writer({"--redis", uri(server), "--key", k, "--hold"}, {}, Input::pipe);
+  REQUIRE(eventually([&] { return !writer.out().empty(); }));
+  CHECK(run({"--redis", uri(server), "--key", k, "--shared", "--no-wait", "--", "true"}) == 75);
+  writer.close_stdin();
+  CHECK(writer.wait() == 0);
+  CHECK(run({"--redis", uri(server), "--key", k, "--shared", "--limit", "2", "--", "true"}) == 64);
+}
