@@ -47,6 +47,8 @@ Lock:
   --key KEY             Name of the lock (the Redis key); the command gets REDLOCK_KEY.
                         Also used: {KEY}:fence (--fencing), KEY:holder (host, pid and command
                         of the holder, for --status) and, with --fair, {KEY}:queue*.
+                        Repeated, the keys are held all or none, in one script (a MultiLock;
+                        one server; the command gets the first as REDLOCK_KEY).
   --ttl DURATION        Lease on the server (default 30s, at least 100ms), renewed about
                         every ttl/3. If this host dies, the lock frees itself within a ttl.
   -w, --wait DURATION   Give up after this long if the lock is held elsewhere (exit 75).

@@ -4,6 +4,7 @@
 
 #include <stdexcept>  // std::invalid_argument
 #include <string>     // std::string
+#include <vector>     // std::vector
 
 #ifdef REDLOCK_RUN_WITH_POSTGRES
 #include <redlock/postgres.hpp>  // --postgres
@@ -35,6 +36,12 @@ std::unique_ptr<Holdable> choose(const Config& config, const std::vector<redlock
     return std::make_unique<HoldableOf<redlock::zookeeper::Lock>>("ZooKeeper lock", session,
                                                                   *session, config.key, options);
 #endif
+  } else if (!config.more_keys.empty()) {
+    std::vector<std::string> keys{config.key};
+    keys.insert(keys.end(), config.more_keys.begin(), config.more_keys.end());
+    return std::make_unique<HoldableOf<redlock::MultiLock>>(
+        "MultiLock of " + std::to_string(keys.size()) + " keys", nullptr, clients.front(),
+        std::move(keys), options);
   } else if (config.shared) {
     const std::size_t quorum = clients.size() / 2 + 1;
     return std::make_unique<HoldableOf<ReadSide<redlock::ReadWriteLock>>>(

@@ -28,6 +28,7 @@ struct Config {
   std::string zookeeper;        // --zookeeper URI: a ZooKeeper lock instead of Redis
   bool password_inline{false};  // a --redis URI on the command line carries a password
   std::string key;
+  std::vector<std::string> more_keys;  // a repeated --key: a MultiLock over key + these
   milliseconds ttl{30'000};
   std::optional<milliseconds> wait;  // nullopt: forever
   bool no_wait{false};
