@@ -1468,3 +1468,22 @@ TEST_CASE("redlock-run --shared: several readers at once, a plain run is the wri
   CHECK(writer.wait() == 0);
   CHECK(run({"--redis", uri(server), "--key", k, "--shared", "--limit", "2", "--", "true"}) == 64);
 }
+
+TEST_CASE("redlock-run with a repeated --key holds every key or none", "[redis][cli]") {
+  RedisServer server;
+  const auto a = key("run-multi-a");
+  const auto b = key("run-multi-b");
+  Tool both({"--redis", uri(server), "--key", a, "--key", b, "--hold"}, {}, Input::pipe);
+  REQUIRE(eventually([&] { return !both.out().empty(); }));
+  CHECK(server.raw({"EXISTS", a, b}).integer() == 2);
+  CHECK(run({"--redis", uri(server), "--key", b, "--no-wait", "--", "true"}) == 75);
+  both.close_stdin();
+  CHECK(both.wait() == 0);
+  CHECK(server.raw({"EXISTS", a, b}).integer() == 0);
+  // One key held elsewhere: the set is refused, and the other key is not taken.
+  REQUIRE(server.raw({"SET", b, "someone-else", "PX", "10000"}).str() == "OK");
+  CHECK(run({"--redis", uri(server), "--key", a, "--key", b, "--no-wait", "--", "true"}) == 75);
+  CHECK(server.raw({"EXISTS", a}).integer() == 0);
+  CHECK(run({"--redis", uri(server), "--key", a, "--key", a, "--", "true"}) == 64);
+  CHECK(run({"--redis", uri(server), "--key", a, "--key", b, "--shared", "--", "true"}) == 64);
+}
