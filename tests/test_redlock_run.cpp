@@ -1513,3 +1513,46 @@ TEST_CASE("redlock-run --status shows a semaphore's permits, with or without --l
   CHECK(free_status.wait() == 1);
   CHECK_THAT(free_status.out(), Catch::Contains("0 of 2 permits held"));
 }
+
+TEST_CASE("redlock-run --shared: several readers at once, a plain run is the writer",
+          "[redis][cli]") {
+  RedisServer server;
+  const auto k = key("run-shared");
+  Tool r1({"--redis", uri(server), "--key", k, "--shared", "--hold"}, {}, Input::pipe);
+  Tool r2({"--redis", uri(server), "--key", k, "--shared", "--hold"}, {}, Input::pipe);
+  REQUIRE(eventually([&] { return !r1.out().empty() && !r2.out().empty(); }));  // both hold
+  CHECK(server.raw({"ZCARD", helper_key(k, ":readers")}).integer() == 2);
+  CHECK(run({"--redis", uri(server), "--key", k, "--no-wait", "--", "true"}) == 75);
+  r1.close_stdin();
+  CHECK(r1.wait() == 0);
+  CHECK(run({"--redis", uri(server), "--key", k, "--no-wait", "--", "true"}) == 75);
+  r2.close_stdin();
+  CHECK(r2.wait() == 0);
+  CHECK(run({"--redis", uri(server), "--key", k, "--no-wait", "--", "true"}) == 0);
+  // A plain run holds: a --shared one is refused.
+  Tool writer({"--redis", uri(server), "--key", k, "--hold"}, {}, Input::pipe);
+  REQUIRE(eventually([&] { return !writer.out().empty(); }));
+  CHECK(run({"--redis", uri(server), "--key", k, "--shared", "--no-wait", "--", "true"}) == 75);
+  writer.close_stdin();
+  CHECK(writer.wait() == 0);
+  CHECK(run({"--redis", uri(server), "--key", k, "--shared", "--limit", "2", "--", "true"}) == 64);
+}
+
+TEST_CASE("redlock-run with a repeated --key holds every key or none", "[redis][cli]") {
+  RedisServer server;
+  const auto a = key("run-multi-a");
+  const auto b = key("run-multi-b");
+  Tool both({"--redis", uri(server), "--key", a, "--key", b, "--hold"}, {}, Input::pipe);
+  REQUIRE(eventually([&] { return !both.out().empty(); }));
+  CHECK(server.raw({"EXISTS", a, b}).integer() == 2);
+  CHECK(run({"--redis", uri(server), "--key", b, "--no-wait", "--", "true"}) == 75);
+  both.close_stdin();
+  CHECK(both.wait() == 0);
+  CHECK(server.raw({"EXISTS", a, b}).integer() == 0);
+  // One key held elsewhere: the set is refused, and the other key is not taken.
+  REQUIRE(server.raw({"SET", b, "someone-else", "PX", "10000"}).str() == "OK");
+  CHECK(run({"--redis", uri(server), "--key", a, "--key", b, "--no-wait", "--", "true"}) == 75);
+  CHECK(server.raw({"EXISTS", a}).integer() == 0);
+  CHECK(run({"--redis", uri(server), "--key", a, "--key", a, "--", "true"}) == 64);
+  CHECK(run({"--redis", uri(server), "--key", a, "--key", b, "--shared", "--", "true"}) == 64);
+}

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -723,4 +724,51 @@ TEST_CASE("zookeeper: a Hold is released from another thread, and by its destruc
   REQUIRE(b.try_lock_for(10s));
   b.unlock();
   REQUIRE(queue_length(uri, chroot + "/res") == 0);
+}
+
+TEST_CASE(
+    "zookeeper::ReadWriteLock: readers share, a writer excludes, a waiting writer goes "
+    "before later readers",
+    "[zookeeper]") {
+  REQUIRE_ZOOKEEPER();
+  auto& server = redlock::test::shared_zookeeper_server();
+  const std::string chroot = fresh_chroot();
+  const std::string uri = uri_of(server, chroot, 4000);
+  redlock::zookeeper::Session s1(uri), s2(uri);
+  redlock::zookeeper::ReadWriteLock r1(s1, "rw"), r2(s2, "rw"), w(s1, "rw"), late(s2, "rw");
+  redlock::zookeeper::Lock plain(s2, "rw");
+  REQUIRE(r1.try_lock_shared());
+  REQUIRE(r2.try_lock_shared());  // readers share
+  CHECK_FALSE(w.try_lock());
+  CHECK_FALSE(plain.try_lock());                  // a zookeeper::Lock on the name is a writer
+  CHECK(queue_length(uri, chroot + "/rw") == 2);  // refusals left nothing behind
+  r2.unlock_shared();
+  // The writer waits behind r1; a reader that comes after it waits behind the writer.
+  std::atomic<int> order{0};
+  std::atomic<int> writer_at{0};
+  std::atomic<int> reader_at{0};
+  auto writer = std::async(std::launch::async, [&] {
+    if (!w.try_lock_for(20s)) return;
+    writer_at = ++order;
+    std::this_thread::sleep_for(200ms);
+    w.unlock();
+  });
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  while (queue_length(uri, chroot + "/rw") < 2 && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(5ms);
+  }
+  auto reader = std::async(std::launch::async, [&] {
+    if (!late.try_lock_shared_for(20s)) return;
+    reader_at = ++order;
+    late.unlock_shared();
+  });
+  std::this_thread::sleep_for(300ms);
+  CHECK(order == 0);  // r1 still reads: the writer waits, and the late reader behind it
+  r1.unlock_shared();
+  writer.get();
+  reader.get();
+  CHECK(writer_at == 1);
+  CHECK(reader_at == 2);
+  CHECK_THROWS_AS(w.downgrade(), std::logic_error);
+  CHECK(queue_length(uri, chroot + "/rw") == 0);
 }

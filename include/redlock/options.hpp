@@ -62,17 +62,19 @@ struct LockOptions {
   // instead of only sleeping retry_delay. Costs one subscriber connection per Client.
   bool wake_on_release{true};
   // First come, first served across processes, and a release wakes exactly one waiter. Unset
-  // (the default): on for a Lock on Redis (standalone, TLS, Sentinel, Cluster), off for a Redlock
-  // over several servers, a Semaphore and the other backends. true on a Redlock over several
-  // servers or a Semaphore throws std::invalid_argument; false turns it off (then every waiting
-  // process retries on each release: wake-on-release).
+  // (the default): on for a Lock and a Redlock on Redis (standalone, TLS, Sentinel, Cluster),
+  // off for a Semaphore, a MultiLock and a ReadWriteLock, which throw std::invalid_argument for
+  // true; a PostgreSQL lease-mode lock always queues and a ZooKeeper lock is fair by its recipe.
+  // false turns it off (then every waiting process retries on each release: wake-on-release).
   //
-  // Waiters queue on the server (`{<key>}:queue`, `{<key>}:queue:info`, in the key's slot) and a
-  // release hands the lock straight to the longest-waiting live waiter, which learns it from its
-  // Client's own channel without another round trip. Nobody refreshes a place: a waiter whose
-  // process is gone has no subscriber left on its channel, so a release skips it. The first two
-  // waiters watch the holder's lease, so a crashed holder's lease passes on when it expires.
-  // Every client of a key should use the same setting: mixing is safe, but not fair.
+  // Waiters queue on the server (`{<key>}:waiters`, `{<key>}:waiters:info`, in the key's slot)
+  // and a release hands the lock straight to the longest-waiting live waiter, which learns it
+  // from its Client's own channel without another round trip. Nobody refreshes a place: a waiter
+  // whose process is gone has no subscriber left on its channel, so a release skips it. The
+  // first two waiters watch the holder's lease, so a crashed holder's lease passes on when it
+  // expires. A Redlock keeps its queue on one of its servers, the same for every client, whose
+  // refusal vetoes a grant (docs/ARCHITECTURE.md). Every client of a key should use the same
+  // setting: mixing is safe, but not fair.
   std::optional<bool> fair;
   // How long a wait (lock(), try_lock_for(), try_lock_until()) rides out servers that cannot be
   // reached (Lock: its server; Redlock: fewer than a quorum answer) before it throws the last

@@ -14,6 +14,7 @@
 #include <redlock/errors.hpp>    // what Database and Lock throw
 #include <redlock/lock.hpp>
 #include <redlock/options.hpp>
+#include <redlock/rwlock.hpp>  // ReadWriteLock (postgres::ReadWriteLock's members)
 
 namespace redlock {
 namespace detail {
@@ -71,6 +72,7 @@ class Database {
  private:
   friend class Lock;
   friend class Election;
+  friend class ReadWriteLock;
   std::shared_ptr<detail::PgDatabase> impl_;
 };
 
@@ -96,6 +98,24 @@ class Election final : public redlock::Election {
   // Connects nothing yet. Throws std::invalid_argument naming the argument for an empty name
   // or id, options outside their ranges, and a Database in session mode.
   Election(Database& db, std::string name, std::string id, ElectionOptions options = {});
+};
+
+// Shared readers and an exclusive writer, in session mode only (DatabaseOptions::mode or
+// `mode=session`): the writer holds pg_try_advisory_lock on the name's 64-bit hash, each reader
+// pg_try_advisory_lock_shared on it, each on a dedicated connection, so a crashed holder frees
+// it at once. Writer preference: a writer that waits (not try_lock()) keeps a row
+// `<name>:writer-waiting` in the lease table (expiring by the server's clock after max(250 ms,
+// 5 * retry_delay), at most ttl; refreshed by each retry, removed by its grant) and no new
+// reader enters while it is live. The writer's fence comes from the table's sequence; a reader's
+// fence_shared() is 0. Every release is announced on the name's channel (LISTEN), which waiting
+// readers and writers hear. Members are redlock::ReadWriteLock's (one reader hold per object,
+// re-entrant per side), except downgrade(), which throws std::logic_error (an advisory lock held
+// exclusive cannot become shared on another connection without a gap).
+class ReadWriteLock final : public redlock::ReadWriteLock {
+ public:
+  // Connects nothing yet. Throws std::invalid_argument naming the argument for an empty name,
+  // the options Lock rejects, options.fair, and a Database in lease mode.
+  ReadWriteLock(Database& db, std::string name, LockOptions options = {});
 };
 
 }  // namespace postgres

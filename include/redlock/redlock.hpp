@@ -16,9 +16,11 @@
 #include <redlock/lease.hpp>      // LeaseToken
 #include <redlock/lock.hpp>       // Lock, Redlock
 #include <redlock/log.hpp>        // set_log_handler
+#include <redlock/multilock.hpp>  // MultiLock
 #include <redlock/observer.hpp>   // Observer, set_observer
 #include <redlock/options.hpp>    // LockOptions, LostReason, LostEvent
 #include <redlock/reply.hpp>      // Reply
+#include <redlock/rwlock.hpp>     // ReadWriteLock
 #include <redlock/semaphore.hpp>  // Semaphore
 #include <redlock/version.hpp>    // REDLOCK_VERSION_*
 #include <redlock/watchdog.hpp>   // Watchdog

@@ -28,6 +28,7 @@
 #include <redlock/errors.hpp>    // Error, ConnectionError, ServerError (what Lock throws)
 #include <redlock/lock.hpp>      // LockBase
 #include <redlock/options.hpp>   // LockOptions
+#include <redlock/rwlock.hpp>    // ReadWriteLock (zookeeper::ReadWriteLock's members)
 
 namespace redlock {
 namespace detail {
@@ -63,6 +64,7 @@ class Session {
  private:
   friend class Lock;
   friend class Election;
+  friend class ReadWriteLock;
   friend struct detail::Access;
   std::shared_ptr<detail::ZkSession> impl_;
 };
@@ -107,6 +109,22 @@ class Election final : public redlock::Election {
   // Connects nothing yet. Throws std::invalid_argument naming the argument for an empty id, a
   // name Lock rejects, and options outside their ranges.
   Election(Session& session, std::string name, std::string id, ElectionOptions options = {});
+};
+
+// Shared readers and an exclusive writer on ZooKeeper (Curator's InterProcessReadWriteLock
+// recipe), with the members of redlock::ReadWriteLock (one reader hold per object, re-entrant
+// per side) and what differs for a ZooKeeper Lock above. The writer's znode is a lock znode
+// (`_c_<token>-lock-<seq>`, so a zookeeper::Lock on the same name is a writer too), a reader's
+// `_c_<token>-read-<seq>`. A writer holds when its znode is first and watches its predecessor;
+// a reader holds when no writer's znode is ahead of its own and watches the last one that is.
+// So a waiting writer is ahead of every reader that comes after it (writer preference), all
+// waiters are served in arrival order, and a crashed holder's znode goes with its session.
+// fence() is the writer znode's czxid; fence_shared() the reader znode's (not ordered with
+// writers'). downgrade() throws std::logic_error (not offered: the recipe has no conversion).
+class ReadWriteLock final : public redlock::ReadWriteLock {
+ public:
+  // Connects nothing yet. Throws std::invalid_argument as Lock's constructor.
+  ReadWriteLock(Session& session, std::string name, LockOptions options = {});
 };
 
 }  // namespace zookeeper

@@ -72,7 +72,8 @@ class SubscriptionWatch final : public SlotWatch {
       until = std::min(until, next_relocation_);  // back to relocate once the pace allows
     } else if (watched_.size() == 1) {
       // Alone in this process, the waiter reads the subscription itself (no thread hop).
-      const std::size_t registrations = channels_.grant.empty() ? 1 : 2;
+      const std::size_t more = channels_.more_releases ? channels_.more_releases->size() : 0;
+      const std::size_t registrations = (channels_.grant.empty() ? 1 : 2) + more;
       if (auto woken = watched_.front()->wait_lent(slot_, registrations, until)) return *woken;
     }
     return slot_.wait_until(until);
@@ -165,6 +166,8 @@ class SubscriptionWatch final : public SlotWatch {
   void each_channel(F&& f) const {
     f(channels_.release);
     if (!channels_.grant.empty()) f(channels_.grant);
+    if (channels_.more_releases == nullptr) return;
+    for (const std::string& c : *channels_.more_releases) f(c);
   }
 
   const WatchChannels channels_;
@@ -203,6 +206,20 @@ bool release_watch_live(const LeaseEngine& engine) noexcept {
       const Subscriber* s = node->started_subscriber(engine.channel());
       if (s == nullptr || !s->subscribed(engine.channel())) return false;
       if (!grant.empty() && !s->subscribed(grant)) return false;
+    }
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+bool release_watch_live(const ClientImpl& node, const WatchChannels& channels) noexcept {
+  try {
+    const Subscriber* s = node.started_subscriber(channels.release);
+    if (s == nullptr || !s->subscribed(channels.release)) return false;
+    if (channels.more_releases == nullptr) return true;
+    for (const std::string& c : *channels.more_releases) {
+      if (!s->subscribed(c)) return false;
     }
     return true;
   } catch (...) {

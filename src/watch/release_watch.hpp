@@ -21,6 +21,9 @@ struct WatchChannels {
   const std::string& release;
   const std::string& grant;
   const std::string& key;  // for log messages only
+  // More release channels (a MultiLock's other keys), all in `release`'s slot; null: none. The
+  // vector must outlive the watch.
+  const std::vector<std::string>* more_releases{nullptr};
 };
 
 // Subscribes to `channels` on every node in `nodes`: registration goes to all nodes first, then
@@ -43,6 +46,9 @@ std::unique_ptr<ReleaseWatch> make_release_watch(const LeaseEngine& engine,
 // True if every node's subscriber already has a live subscription to the engine's channels (a
 // watch would be confirmed at once, no round trip). Never throws; false when unsure. Pinned.
 bool release_watch_live(const LeaseEngine& engine) noexcept;
+
+// The same for any watch's `channels` on `node` (no grant channel).
+bool release_watch_live(const ClientImpl& node, const WatchChannels& channels) noexcept;
 
 // How many of the `heard` subscribers that `node` reported for a release on `channel` wait for
 // the lock: this process's own subscription does not count while it only lingers (no waiter of

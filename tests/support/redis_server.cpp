@@ -610,7 +610,9 @@ std::vector<std::string> minimal_acl_rules() {
           "&{rltest:*", "+set", "+get", "+del", "+pexpire", "+pttl", "+incr", "+type", "+eval",
           "+evalsha", "+publish", "+subscribe", "+unsubscribe", "+ping",
           // fair mode's queue scripts
-          "+lindex", "+lpop", "+lpush", "+rpush", "+hget", "+hset", "+hdel", "+hlen", "+exists"};
+          "+lindex", "+lpop", "+lpush", "+rpush", "+hget", "+hset", "+hdel", "+hlen", "+exists",
+          // a ReadWriteLock's readers
+          "+time", "+zadd", "+zrem", "+zscore", "+zcard", "+zrange", "+zremrangebyscore"};
 }
 
 redlock::Endpoint RedisServer::unix_endpoint() const {

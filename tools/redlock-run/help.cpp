@@ -49,6 +49,8 @@ Lock:
   --key KEY             Name of the lock (the Redis key); the command gets REDLOCK_KEY.
                         Also used: {KEY}:fence (--fencing), KEY:holder (host, pid and command
                         of the holder, for --status) and, with --fair, {KEY}:waiters*.
+                        Repeated, the keys are held all or none, in one script (a MultiLock;
+                        one server; the command gets the first as REDLOCK_KEY).
   --ttl DURATION        Lease on the server (default 30s, at least 100ms), renewed about
                         every ttl/3. If this host dies, the lock frees itself within a ttl.
   -w, --wait DURATION   Give up after this long if the lock is held elsewhere (exit 75).
@@ -69,6 +71,10 @@ Lock:
                         another N is refused (64) while a permit is held. Uses
                         {KEY}:permit:1..N, {KEY}:permit:fence, {KEY}:permit:released and
                         {KEY}:permit:limit.
+  --shared              The read side of KEY: several --shared runs hold it at once, a plain
+                        run (the write side) excludes them all (a waiting plain run does not
+                        hold new ones back). Redis (one server or several) or --zookeeper;
+                        not with --limit, --fair or --postgres.
 Command:
   --grace DURATION      After a lost lease or a forwarded stop signal, how long the command
                         and every process it started have between SIGTERM (or the signal)

@@ -4,6 +4,7 @@
 
 #include <stdexcept>  // std::invalid_argument
 #include <string>     // std::string
+#include <vector>     // std::vector
 
 #ifdef REDLOCK_RUN_WITH_POSTGRES
 #include <redlock/postgres.hpp>  // --postgres
@@ -28,9 +29,26 @@ std::unique_ptr<Holdable> choose(const Config& config, const std::vector<redlock
   } else if (!config.zookeeper.empty()) {
 #ifdef REDLOCK_RUN_WITH_ZOOKEEPER
     auto session = std::make_shared<redlock::zookeeper::Session>(config.zookeeper);
+    if (config.shared) {
+      return std::make_unique<HoldableOf<ReadSide<redlock::zookeeper::ReadWriteLock>>>(
+          "ZooKeeper read lock", session, 1, *session, config.key, options);
+    }
     return std::make_unique<HoldableOf<redlock::zookeeper::Lock>>("ZooKeeper lock", session,
                                                                   *session, config.key, options);
 #endif
+  } else if (!config.more_keys.empty()) {
+    std::vector<std::string> keys{config.key};
+    keys.insert(keys.end(), config.more_keys.begin(), config.more_keys.end());
+    return std::make_unique<HoldableOf<redlock::MultiLock>>(
+        "MultiLock of " + std::to_string(keys.size()) + " keys", nullptr, clients.front(),
+        std::move(keys), options);
+  } else if (config.shared) {
+    const std::size_t quorum = clients.size() / 2 + 1;
+    return std::make_unique<HoldableOf<ReadSide<redlock::ReadWriteLock>>>(
+        clients.size() == 1 ? "ReadWriteLock, read side"
+                            : "ReadWriteLock, read side, quorum " + std::to_string(quorum) +
+                                  " of " + std::to_string(clients.size()),
+        nullptr, quorum, clients, config.key, options);
   } else if (config.limit > 0) {
     return std::make_unique<HoldableOf<redlock::Semaphore>>(
         "Semaphore, limit " + std::to_string(config.limit), nullptr, clients.front(), config.key,

@@ -77,6 +77,28 @@ class HoldableOf final : public Holdable {
   L lock_;
 };
 
+// The read side of a ReadWriteLock (`RW`: Redis's or ZooKeeper's) with the members HoldableOf<>
+// calls, for --shared.
+template <class RW>
+class ReadSide {
+ public:
+  template <class... Args>
+  explicit ReadSide(std::size_t quorum, Args&&... args)
+      : quorum_(quorum), rw_(std::forward<Args>(args)...) {}
+  bool try_lock() { return rw_.try_lock_shared(); }
+  bool try_lock_until(Clock::time_point deadline) { return rw_.try_lock_shared_until(deadline); }
+  void cancel_waits() noexcept { rw_.cancel_waits(); }
+  bool release() { return rw_.release_shared(); }
+  std::uint64_t fence() const noexcept { return rw_.fence_shared(); }
+  milliseconds validity() const noexcept { return rw_.validity_shared(); }
+  redlock::LeaseToken lease() const noexcept { return rw_.lease_shared(); }
+  std::size_t quorum() const noexcept { return quorum_; }
+
+ private:
+  std::size_t quorum_;
+  RW rw_;
+};
+
 // The lock `config` asks for, on `clients` (the Redis servers; unused with --postgres and
 // --zookeeper). Throws UsageError for a key, ttl or server list the library refuses.
 std::unique_ptr<Holdable> make_holdable(const Config& config,

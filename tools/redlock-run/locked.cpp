@@ -141,9 +141,10 @@ int hold(const std::vector<redlock::Client>& clients, const Config& config, Runt
         format_duration(lock.validity()) + ")");
   }
   const redlock::LeaseToken lease = lock.lease();
-  // With --limit there are several holders: no one holder record (--status lists the permits).
+  // With --limit or --shared there are several holders: no one holder record (--status lists
+  // the permits).
   std::optional<HolderRecord> holder;
-  if (config.limit == 0 && !clients.empty()) holder.emplace(clients, config);
+  if (config.limit == 0 && !config.shared && !clients.empty()) holder.emplace(clients, config);
   if (holder) holder->write();
   pid_t child = 0;
   if (config.mode == Mode::hold) {

@@ -167,7 +167,11 @@ void take_value(std::string_view name, const std::string& flag, const std::strin
     check_zookeeper_uri(value);
     raw.zookeeper = value;
   } else if (name == "--key") {
-    config.key = value;
+    if (raw.key_given) {
+      config.more_keys.push_back(value);  // a repeated --key: all of them, all or none
+    } else {
+      config.key = value;
+    }
     raw.key_given = true;
   } else if (name == "--ttl") {
     raw.ttl = value;
@@ -199,6 +203,8 @@ bool take_flag(std::string_view flag, Config& config) {
     config.fencing = true;
   } else if (flag == "--fair") {
     config.fair = true;
+  } else if (flag == "--shared") {
+    config.shared = true;
   } else if (flag == "-q" || flag == "--quiet") {
     config.quiet = true;
   } else if (flag == "-v" || flag == "--verbose") {
@@ -328,6 +334,19 @@ void finish_config(const Raw& raw, Config& config) {
     throw UsageError(
         "--fair works with one server only (a queue on several could not agree on "
         "an order); drop --fair or give one --redis");
+  }
+  if (config.shared && (config.limit > 0 || config.fair || !config.postgres.empty())) {
+    throw UsageError(std::string("--shared and ") +
+                     (config.limit > 0 ? "--limit"
+                      : config.fair    ? "--fair"
+                                       : "--postgres") +
+                     " cannot be combined; drop one");
+  }
+  if (!config.more_keys.empty() && (config.shared || config.limit > 0 || config.fair ||
+                                    config.uris.size() != 1 || config.mode == Mode::status)) {
+    throw UsageError(
+        "a repeated --key (a MultiLock: every key or none) works with one --redis server only, "
+        "and not with --shared, --limit, --fair or --status");
   }
   if (config.limit > 0 && config.uris.size() > 1) {
     throw UsageError(

@@ -29,6 +29,7 @@ struct Config {
   std::string zookeeper;        // --zookeeper URI: a ZooKeeper lock instead of Redis
   bool password_inline{false};  // a --redis URI on the command line carries a password
   std::string key;
+  std::vector<std::string> more_keys;  // a repeated --key: a MultiLock over key + these
   milliseconds ttl{30'000};
   std::optional<milliseconds> wait;  // nullopt: forever
   bool no_wait{false};
@@ -42,6 +43,7 @@ struct Config {
   Mode mode{Mode::run};
   std::string elect_id;  // --elect ID: this candidate's id
   std::size_t limit{0};  // --limit N: a semaphore of N permits; 0: a plain lock
+  bool shared{false};    // --shared: the read side of a ReadWriteLock on KEY
   std::string metrics;   // --metrics PATH: Prometheus text, written at start and at exit
   std::vector<std::string> command;
 };

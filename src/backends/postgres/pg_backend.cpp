@@ -13,6 +13,7 @@
 #include "core/engine.hpp"
 #include "lock/lock_core.hpp"
 #include "util/sha1.hpp"
+#include "lock/rw_sides.hpp"
 
 namespace redlock {
 namespace detail {
@@ -170,6 +171,26 @@ std::shared_ptr<detail::LockCore> make_core(const std::shared_ptr<detail::PgData
 
 Lock::Lock(Database& db, std::string name, LockOptions options)
     : LockBase(make_core(db.impl_, std::move(name), std::move(options))) {}
+
+namespace {
+std::unique_ptr<detail::RwSides> make_sides(const std::shared_ptr<detail::PgDatabase>& db,
+                                            const std::string& name, const LockOptions& options) {
+  detail::validate_lock_options(name, options);
+  if (options.fair.value_or(false)) {
+    throw std::invalid_argument("options.fair: not supported by postgres::ReadWriteLock");
+  }
+  if (db->options().mode != Mode::session) {
+    throw std::invalid_argument(
+        "db: postgres::ReadWriteLock needs session mode (DatabaseOptions::mode or mode=session)");
+  }
+  return std::make_unique<detail::RwSides>(
+      detail::make_pg_session_backend(db, name, options, detail::PgSessionSide::writer),
+      detail::make_pg_session_backend(db, name, options, detail::PgSessionSide::reader), options);
+}
+}  // namespace
+
+ReadWriteLock::ReadWriteLock(Database& db, std::string name, LockOptions options)
+    : redlock::ReadWriteLock(make_sides(db.impl_, name, options)) {}
 
 }  // namespace postgres
 }  // namespace redlock

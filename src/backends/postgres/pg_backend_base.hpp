@@ -70,10 +70,14 @@ class PgBackendBase : public LeaseBackend {
 // lock). Throws std::invalid_argument for options a Lock rejects (pg_backend.cpp).
 std::shared_ptr<LeaseBackend> make_pg_backend(const std::shared_ptr<PgDatabase>& db,
                                               std::string name, const LockOptions& options);
+// Which advisory lock a session-mode backend takes: a Lock's, or a ReadWriteLock's writer
+// (exclusive, with the writer-waiting marker row `<name>:writer-waiting`) or reader (shared).
+enum class PgSessionSide { lock, writer, reader };
 
 // Session mode's backend (pg_session.cpp).
 std::shared_ptr<LeaseBackend> make_pg_session_backend(std::shared_ptr<PgDatabase> db,
-                                                      std::string name, const LockOptions& options);
+                                                      std::string name, const LockOptions& options,
+                                                      PgSessionSide side = PgSessionSide::lock);
 
 }  // namespace detail
 }  // namespace redlock

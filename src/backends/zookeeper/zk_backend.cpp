@@ -13,6 +13,7 @@
 #include "core/backend.hpp"
 #include "core/engine.hpp"
 #include "lock/lock_core.hpp"
+#include "lock/rw_sides.hpp"
 
 namespace redlock {
 namespace detail {
@@ -50,13 +51,19 @@ struct ZkNode {
   SteadyClock::time_point checked{};
 };
 
+// What a znode waits for: a lock (or a ReadWriteLock's writer) to be first in the queue; a
+// reader for no writer ahead of it (Curator's InterProcessReadWriteLock).
+enum class ZkKind { lock, read };
+
 class ZkLeaseBackend final : public LeaseBackend {
  public:
-  ZkLeaseBackend(std::shared_ptr<ZkSession> session, std::string name, const LockOptions& options)
+  ZkLeaseBackend(std::shared_ptr<ZkSession> session, std::string name, const LockOptions& options,
+                 ZkKind kind = ZkKind::lock)
       : session_(std::move(session)),
         name_(std::move(name)),
         path_(session_->uri().chroot + "/" + name_),
-        drift_(options.clock_drift_factor) {}
+        drift_(options.clock_drift_factor),
+        kind_(kind) {}
 
   const std::string& key() const noexcept override { return name_; }
   std::size_t size() const noexcept override { return 1; }
@@ -116,6 +123,7 @@ class ZkLeaseBackend final : public LeaseBackend {
   AcquireResult look(const std::string& token, const std::shared_ptr<ZkConn>& conn, Queue queue,
                      SteadyClock::time_point start);
   AcquireResult grant(const std::string& token, SteadyClock::time_point start);
+  std::size_t blocked_by(const std::vector<std::string>& order, std::size_t at) const;
   bool ensure_node(const std::string& token, const std::shared_ptr<ZkConn>& conn,
                    std::vector<std::string>* children);
   bool find_node(const std::string& token, ZkNode& node);
@@ -130,6 +138,7 @@ class ZkLeaseBackend final : public LeaseBackend {
   const std::string name_;
   const std::string path_;  // the lock's znode: <chroot>/<name>
   const double drift_;
+  const ZkKind kind_;
   std::mutex mutex_;
   std::map<std::string, ZkNode> nodes_;  // by token; guarded by mutex_
 };
@@ -184,18 +193,30 @@ AcquireResult ZkLeaseBackend::look(const std::string& token, const std::shared_p
       out.left_queue = true;
       return out;
     }
-    if (at == 0) return grant(token, start);
+    const std::size_t blocker = blocked_by(order, at);
+    if (blocker == order.size()) return grant(token, start);
     if (queue == Queue::none) {
       forget(token);
       out.left_queue = true;
       zk_delete(*conn, node_path(order[at]));  // ZNONODE: gone already; a lost reply throws
       return out;
     }
-    if (zk_exists(*conn, node_path(order[at - 1]), true).rc == ZOK) {
+    if (zk_exists(*conn, node_path(order[blocker]), true).rc == ZOK) {
       arm(token, events);
       return out;
     }
   }
+}
+
+// The znode that the one at `at` waits for (order.size(): none, it holds): a lock's predecessor;
+// for a reader the last writer ahead of it, whatever readers come between.
+std::size_t ZkLeaseBackend::blocked_by(const std::vector<std::string>& order,
+                                       std::size_t at) const {
+  if (kind_ == ZkKind::lock) return at == 0 ? order.size() : at - 1;
+  for (std::size_t i = at; i > 0; --i) {
+    if (!zk_is_read_node(order[i - 1])) return i - 1;
+  }
+  return order.size();
 }
 
 AcquireResult ZkLeaseBackend::grant(const std::string& token, SteadyClock::time_point start) {
@@ -262,9 +283,9 @@ bool ZkLeaseBackend::create_node(const std::string& token, ZkNode& node,
   }
   std::string created;
   for (int round = 0; round < 3; ++round) {
-    const int rc =
-        zk_create_and_list(conn, node_path(zk_node_prefix(token)), ZOO_EPHEMERAL_SEQUENTIAL,
-                           &created, &node.czxid, path_, children);
+    const int rc = zk_create_and_list(
+        conn, node_path(kind_ == ZkKind::read ? zk_read_prefix(token) : zk_node_prefix(token)),
+        ZOO_EPHEMERAL_SEQUENTIAL, &created, &node.czxid, path_, children);
     if (rc != ZNONODE) {
       node.name = created.substr(path_.size() + 1);
       return rc == ZOK;
@@ -363,15 +384,24 @@ void check_zk_name(const std::string& name) {
 
 }  // namespace
 
-std::shared_ptr<LeaseBackend> make_zk_backend(const std::shared_ptr<ZkSession>& session,
-                                              std::string name, LockOptions& options) {
+// The options a ZooKeeper lock runs with (checked): the session's timeout as ttl, renewal (the
+// hold is confirmed every session_timeout/3) by the session's watchdog, fair (the lock layer
+// keeps one znode per waiter for its whole wait).
+LockOptions zk_options(const std::shared_ptr<ZkSession>& session, const std::string& name,
+                       LockOptions options) {
   check_zk_name(name);
   options.ttl = session->uri().session_timeout;
-  options.auto_renew = true;  // the hold is confirmed every session_timeout/3
+  options.auto_renew = true;
   if (!options.watchdog) options.watchdog = session->watchdog();
   session->track(options.watchdog);
-  options.fair = true;  // the lock layer keeps one znode per waiter for its whole wait
+  options.fair = true;
   validate_lock_options(name, options);
+  return options;
+}
+
+std::shared_ptr<LeaseBackend> make_zk_backend(const std::shared_ptr<ZkSession>& session,
+                                              std::string name, LockOptions& options) {
+  options = zk_options(session, name, std::move(options));
   return std::make_shared<ZkLeaseBackend>(session, std::move(name), options);
 }
 
@@ -391,10 +421,22 @@ std::shared_ptr<detail::LockCore> make_core(const std::shared_ptr<detail::ZkSess
   auto backend = detail::make_zk_backend(session, std::move(name), options);
   return std::make_shared<detail::LockCore>(std::move(backend), std::move(options));
 }
+
+std::unique_ptr<detail::RwSides> make_sides(const std::shared_ptr<detail::ZkSession>& session,
+                                            const std::string& name, LockOptions options) {
+  options = detail::zk_options(session, name, std::move(options));
+  return std::make_unique<detail::RwSides>(
+      std::make_shared<detail::ZkLeaseBackend>(session, name, options, detail::ZkKind::lock),
+      std::make_shared<detail::ZkLeaseBackend>(session, name, options, detail::ZkKind::read),
+      options);
+}
 }  // namespace
 
 Lock::Lock(Session& session, std::string name, LockOptions options)
     : LockBase(make_core(session.impl_, std::move(name), std::move(options))) {}
+
+ReadWriteLock::ReadWriteLock(Session& session, std::string name, LockOptions options)
+    : redlock::ReadWriteLock(make_sides(session.impl_, name, std::move(options))) {}
 
 }  // namespace zookeeper
 }  // namespace redlock

@@ -143,7 +143,7 @@ int zk_children(ZkConn& conn, const std::string& path, std::vector<std::string>*
 std::size_t delete_by_token(ZkConn& conn, const std::string& parent, const std::string& token) {
   std::vector<std::string> children;
   if (zk_children(conn, parent, &children) == ZNONODE) return 0;
-  const std::string prefix = zk_node_prefix(token);
+  const std::string prefix = zk_token_prefix(token);
   std::size_t deleted = 0;
   for (const auto& name : children) {
     if (name.compare(0, prefix.size(), prefix) != 0) continue;

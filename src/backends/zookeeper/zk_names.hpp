@@ -1,7 +1,7 @@
 // src/backends/zookeeper/zk_names.hpp: the lock's znode names (Curator's protected mode):
-// `_c_<token>-lock-<sequence>`, where the token (40 hex digits, fresh per waiter) lets a client
-// find its own znode again when the reply to its create was lost, and the 10-digit sequence the
-// server appends orders the waiters.
+// `_c_<token>-lock-<sequence>` (a ReadWriteLock's readers: `-read-`), where the token (40 hex
+// digits, fresh per waiter) lets a client find its own znode again when the reply to its create was
+// lost, and the 10-digit sequence the server appends orders the waiters.
 #ifndef REDLOCK_SRC_BACKENDS_ZOOKEEPER_ZK_NAMES_HPP
 #define REDLOCK_SRC_BACKENDS_ZOOKEEPER_ZK_NAMES_HPP
 
@@ -17,6 +17,17 @@ class ZkConn;
 constexpr std::size_t kZkSequenceDigits = 10;
 
 inline std::string zk_node_prefix(const std::string& token) { return "_c_" + token + "-lock-"; }
+// A ReadWriteLock's reader: `_c_<token>-read-<sequence>` (a writer's is a lock znode).
+inline std::string zk_read_prefix(const std::string& token) { return "_c_" + token + "-read-"; }
+// What every znode made with `token` starts with, of either kind (a token is 40 hex digits).
+inline std::string zk_token_prefix(const std::string& token) { return "_c_" + token + "-"; }
+
+// True if the lock znode `name` is a reader's.
+inline bool zk_is_read_node(const std::string& name) {
+  static const std::string kRead = "-read-";
+  return name.size() > kZkSequenceDigits + kRead.size() &&
+         name.compare(name.size() - kZkSequenceDigits - kRead.size(), kRead.size(), kRead) == 0;
+}
 
 // True if `name` is a lock znode (ends with the server's sequence).
 inline bool zk_is_lock_node(const std::string& name) {
@@ -40,7 +51,7 @@ inline std::vector<std::string> zk_queue_of(const std::vector<std::string>& chil
 
 // The index in `queue` of the znode made with `token`, or queue.size().
 inline std::size_t zk_find_token(const std::vector<std::string>& queue, const std::string& token) {
-  const std::string prefix = zk_node_prefix(token);
+  const std::string prefix = zk_token_prefix(token);
   for (std::size_t i = 0; i < queue.size(); ++i) {
     if (queue[i].compare(0, prefix.size(), prefix) == 0) return i;
   }
