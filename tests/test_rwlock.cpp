@@ -326,7 +326,7 @@ TEST_CASE("A writer downgrades to a reader without a gap; fences", "[redis][rwlo
   REQUIRE(rw.downgrade());
   CHECK(rw.owns_shared());
   CHECK_FALSE(rw.owns_lock());
-  CHECK(rw.fence_shared() == second);  // the generation it reads
+  CHECK(rw.fence_shared() == second);                           // the generation it reads
   CHECK(server.raw({"GET", k}).str() == "redlock:rw:readers");  // no writer's token: readers'
   CHECK(readers_of(server, k) == 1);
   CHECK(other.try_lock_shared());  // readers share with the downgraded one

@@ -12,8 +12,8 @@
 #include "core/backend.hpp"
 #include "core/engine.hpp"
 #include "lock/lock_core.hpp"
-#include "util/sha1.hpp"
 #include "lock/rw_sides.hpp"
+#include "util/sha1.hpp"
 
 namespace redlock {
 namespace detail {
