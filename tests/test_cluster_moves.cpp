@@ -30,10 +30,8 @@ namespace {
 
 // A lock held on a key that masters()[0] owns, through a Client of the whole cluster.
 struct Held {
-  explicit Held(const std::string& base)
-      : k(cluster.key_on(masters.at(0), base)),
-        slot(key_slot(k)),
-        lock(client, k, cluster_options()) {
+  explicit Held(const std::string& base, const redlock::LockOptions& options = cluster_options())
+      : k(cluster.key_on(masters.at(0), base)), slot(key_slot(k)), lock(client, k, options) {
     REQUIRE(lock.try_lock());
     fence = lock.fence();
   }
@@ -71,7 +69,12 @@ TEST_CASE(
     "Cluster: in the middle of a migration, ASK sends extend, acquire and release to the "
     "importing master",
     "[cluster][redis]") {
-  Held held("ask-");
+  // The plain (wake-on-release) scripts, on the lock key and the fence only: the fair queue's
+  // scripts also name the queue's keys, which do not exist, and Redis answers TRYAGAIN to a
+  // script whose keys are not all on one side of a migrating slot (docs/topologies.md).
+  redlock::LockOptions plain = cluster_options();
+  plain.fair = false;
+  Held held("ask-", plain);
   auto& [cluster, client, masters, k, slot, lock, fence] = held;
   cluster.begin_migration(slot, masters[0], masters[1]);
   CHECK(lock.extend(20s));  // the keys are still on the migrating master: served there
@@ -79,7 +82,7 @@ TEST_CASE(
   CHECK(on_node(cluster, masters[1], k));
   CHECK(lock.extend(25s));  // ASK: ASKING + the extend on the importing master
   CHECK(pttl(cluster, masters[1], k) > 20'000);
-  redlock::Lock other(client, k, cluster_options());
+  redlock::Lock other(client, k, plain);
   CHECK_FALSE(other.try_lock());
   lock.unlock();
   CHECK_FALSE(on_node(cluster, masters[1], k));
