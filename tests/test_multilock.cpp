@@ -93,13 +93,16 @@ TEST_CASE("MultiLock on a cluster requires one slot, naming the key that differs
 TEST_CASE("MultiLock takes every key or none; a raw client never sees part of the set",
           "[redis][multilock]") {
   Setup setup("multi-atomic");
-  auto& [server, client, k] = setup;
+  [[maybe_unused]] auto& server = setup.server;  // not a structured binding: lambdas use them
+  [[maybe_unused]] auto& client = setup.client;
+  [[maybe_unused]] const std::string& k = setup.k;
   const auto keys = three(k);
   std::atomic<bool> stop{false};
   std::atomic<int> holds{0};
   // Two MultiLocks over {a, b, c} and a Lock on b compete; b changes hands all the time.
+  const redlock::Endpoint endpoint = server.endpoint();  // a lambda cannot capture a binding
   auto multi = [&] {
-    redlock::Client own(server.endpoint());
+    redlock::Client own(endpoint);
     redlock::MultiLock m(own, keys, fast());
     while (!stop) {
       if (!m.try_lock_for(200ms)) continue;
@@ -109,7 +112,7 @@ TEST_CASE("MultiLock takes every key or none; a raw client never sees part of th
     }
   };
   auto single = [&] {
-    redlock::Client own(server.endpoint());
+    redlock::Client own(endpoint);
     redlock::Lock l(own, keys[1], fast());
     while (!stop) {
       if (!l.try_lock_for(200ms)) continue;
@@ -150,7 +153,9 @@ TEST_CASE("MultiLock takes every key or none; a raw client never sees part of th
 
 TEST_CASE("A Lock on one key and a MultiLock over it exclude each other", "[redis][multilock]") {
   Setup setup("multi-vs-lock");
-  auto& [server, client, k] = setup;
+  [[maybe_unused]] auto& server = setup.server;  // not a structured binding: lambdas use them
+  [[maybe_unused]] auto& client = setup.client;
+  [[maybe_unused]] const std::string& k = setup.k;
   const auto keys = three(k);
   redlock::Lock b(client, keys[1], fast());
   redlock::MultiLock all(client, keys, fast());
@@ -181,7 +186,9 @@ TEST_CASE("A Lock on one key and a MultiLock over it exclude each other", "[redi
 TEST_CASE("A release of one key wakes a waiting MultiLock, and a MultiLock's release wakes a Lock",
           "[redis][multilock][wake]") {
   Setup setup("multi-wake");
-  auto& [server, client, k] = setup;
+  [[maybe_unused]] auto& server = setup.server;  // not a structured binding: lambdas use them
+  [[maybe_unused]] auto& client = setup.client;
+  [[maybe_unused]] const std::string& k = setup.k;
   const auto keys = three(k);
   auto slow = fast(30s);
   slow.retry_delay = 10s;  // only a wake-up can explain a quick grant
@@ -224,7 +231,9 @@ TEST_CASE("A release of one key wakes a waiting MultiLock, and a MultiLock's rel
 TEST_CASE("A timed-out, cancelled or killed MultiLock acquire leaves no key behind",
           "[redis][multilock][fault]") {
   Setup setup("multi-left");
-  auto& [server, client, k] = setup;
+  [[maybe_unused]] auto& server = setup.server;  // not a structured binding: lambdas use them
+  [[maybe_unused]] auto& client = setup.client;
+  [[maybe_unused]] const std::string& k = setup.k;
   const auto keys = three(k);
   const std::vector<std::string> free_keys{keys[0], keys[2]};
   redlock::Lock b(client, keys[1], fast(30s));
@@ -272,7 +281,9 @@ TEST_CASE("A timed-out, cancelled or killed MultiLock acquire leaves no key behi
 
 TEST_CASE("A MultiLock attempt is one script, whatever the number of keys", "[redis][multilock]") {
   Setup setup("multi-trips");
-  auto& [server, client, k] = setup;
+  [[maybe_unused]] auto& server = setup.server;  // not a structured binding: lambdas use them
+  [[maybe_unused]] auto& client = setup.client;
+  [[maybe_unused]] const std::string& k = setup.k;
   std::vector<std::string> keys;
   for (int i = 0; i < 8; ++i) keys.push_back(k + ":" + std::to_string(i));
   redlock::MultiLock all(client, keys, fast());
@@ -300,7 +311,9 @@ TEST_CASE("A MultiLock attempt is one script, whatever the number of keys", "[re
 TEST_CASE("MultiLock fences are per key and share each key's counter with a Lock",
           "[redis][multilock]") {
   Setup setup("multi-fence");
-  auto& [server, client, k] = setup;
+  [[maybe_unused]] auto& server = setup.server;  // not a structured binding: lambdas use them
+  [[maybe_unused]] auto& client = setup.client;
+  [[maybe_unused]] const std::string& k = setup.k;
   auto o = fast();
   o.fencing = true;
   const std::vector<std::string> keys{k + ":a", k + ":b"};
@@ -331,7 +344,9 @@ TEST_CASE("MultiLock fences are per key and share each key's counter with a Lock
 TEST_CASE("MultiLock auto_renew keeps every key past its ttl; on_lost when one key goes",
           "[redis][multilock][watchdog]") {
   Setup setup("multi-renew");
-  auto& [server, client, k] = setup;
+  [[maybe_unused]] auto& server = setup.server;  // not a structured binding: lambdas use them
+  [[maybe_unused]] auto& client = setup.client;
+  [[maybe_unused]] const std::string& k = setup.k;
   const auto keys = three(k);
   auto o = fast(1000ms);
   o.auto_renew = true;

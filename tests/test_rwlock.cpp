@@ -51,7 +51,9 @@ TEST_CASE("ReadWriteLock rejects bad arguments, naming them", "[rwlock][unit]") 
 TEST_CASE("ReadWriteLock: readers share, a writer excludes everyone, the std guards work",
           "[redis][rwlock]") {
   Setup setup("rw-basic");
-  auto& [server, client, k] = setup;
+  [[maybe_unused]] auto& server = setup.server;  // not a structured binding: lambdas use them
+  [[maybe_unused]] auto& client = setup.client;
+  [[maybe_unused]] const std::string& k = setup.k;
   redlock::ReadWriteLock r1(client, k, fast());
   redlock::ReadWriteLock r2(client, k, fast());
   redlock::ReadWriteLock w(client, k, fast());
@@ -82,7 +84,9 @@ TEST_CASE("ReadWriteLock: readers share, a writer excludes everyone, the std gua
 TEST_CASE("ReadWriteLock intervals: writers never overlap anyone, readers overlap each other",
           "[redis][rwlock]") {
   Setup setup("rw-intervals");
-  auto& [server, client, k] = setup;
+  [[maybe_unused]] auto& server = setup.server;  // not a structured binding: lambdas use them
+  [[maybe_unused]] auto& client = setup.client;
+  [[maybe_unused]] const std::string& k = setup.k;
   std::atomic<int> readers_in{0};
   std::atomic<int> writers_in{0};
   std::atomic<int> most_readers{0};
@@ -131,7 +135,9 @@ TEST_CASE("ReadWriteLock intervals: writers never overlap anyone, readers overla
 TEST_CASE("Writer preference: while a writer waits no new reader enters, and the writer gets in",
           "[redis][rwlock]") {
   Setup setup("rw-prefer");
-  auto& [server, client, k] = setup;
+  [[maybe_unused]] auto& server = setup.server;  // not a structured binding: lambdas use them
+  [[maybe_unused]] auto& client = setup.client;
+  [[maybe_unused]] const std::string& k = setup.k;
   constexpr int kReaders = 8;
   std::atomic<long> entries{0};
   std::atomic<bool> stop{false};
@@ -183,7 +189,9 @@ TEST_CASE("Writer preference: while a writer waits no new reader enters, and the
 TEST_CASE("A reader killed with SIGKILL loses its lease after its own ttl while another renews",
           "[redis][rwlock][fault]") {
   Setup setup("rw-crash");
-  auto& [server, client, k] = setup;
+  [[maybe_unused]] auto& server = setup.server;  // not a structured binding: lambdas use them
+  [[maybe_unused]] auto& client = setup.client;
+  [[maybe_unused]] const std::string& k = setup.k;
   const pid_t child = fork_holder([&](auto&& wait_killed) {
     redlock::Client own(server.endpoint());
     auto o = fast(1500ms);
@@ -229,7 +237,9 @@ TEST_CASE("A reader killed with SIGKILL loses its lease after its own ttl while 
 
 TEST_CASE("A writer's release wakes every waiting reader at once", "[redis][rwlock][wake]") {
   Setup setup("rw-wake-readers");
-  auto& [server, client, k] = setup;
+  [[maybe_unused]] auto& server = setup.server;  // not a structured binding: lambdas use them
+  [[maybe_unused]] auto& client = setup.client;
+  [[maybe_unused]] const std::string& k = setup.k;
   redlock::ReadWriteLock w(client, k, sleepy());
   REQUIRE(w.try_lock());
   constexpr int kReaders = 3;
@@ -260,7 +270,9 @@ TEST_CASE("A writer's release wakes every waiting reader at once", "[redis][rwlo
 
 TEST_CASE("The last reader's release wakes a waiting writer", "[redis][rwlock][wake]") {
   Setup setup("rw-wake-writer");
-  auto& [server, client, k] = setup;
+  [[maybe_unused]] auto& server = setup.server;  // not a structured binding: lambdas use them
+  [[maybe_unused]] auto& client = setup.client;
+  [[maybe_unused]] const std::string& k = setup.k;
   redlock::ReadWriteLock r1(client, k, sleepy());
   redlock::ReadWriteLock r2(client, k, sleepy());
   redlock::ReadWriteLock w(client, k, sleepy());
@@ -286,7 +298,9 @@ TEST_CASE("The last reader's release wakes a waiting writer", "[redis][rwlock][w
 TEST_CASE("No wake-up is lost when a release races a reader starting to wait (Redisson #3891)",
           "[redis][rwlock][wake]") {
   Setup setup("rw-race");
-  auto& [server, client, k] = setup;
+  [[maybe_unused]] auto& server = setup.server;  // not a structured binding: lambdas use them
+  [[maybe_unused]] auto& client = setup.client;
+  [[maybe_unused]] const std::string& k = setup.k;
   redlock::ReadWriteLock w(client, k, sleepy());
   redlock::ReadWriteLock r(client, k, sleepy());
   int slow = 0;
@@ -310,7 +324,9 @@ TEST_CASE("No wake-up is lost when a release races a reader starting to wait (Re
 
 TEST_CASE("A writer downgrades to a reader without a gap; fences", "[redis][rwlock]") {
   Setup setup("rw-downgrade");
-  auto& [server, client, k] = setup;
+  [[maybe_unused]] auto& server = setup.server;  // not a structured binding: lambdas use them
+  [[maybe_unused]] auto& client = setup.client;
+  [[maybe_unused]] const std::string& k = setup.k;
   auto o = fast();
   o.fencing = true;
   redlock::ReadWriteLock rw(client, k, o);
@@ -349,7 +365,9 @@ TEST_CASE("A writer downgrades to a reader without a gap; fences", "[redis][rwlo
 TEST_CASE("ReadWriteLock auto_renew keeps the writer and a reader; on_lost for each",
           "[redis][rwlock][watchdog]") {
   Setup setup("rw-renew");
-  auto& [server, client, k] = setup;
+  [[maybe_unused]] auto& server = setup.server;  // not a structured binding: lambdas use them
+  [[maybe_unused]] auto& client = setup.client;
+  [[maybe_unused]] const std::string& k = setup.k;
   auto o = fast(1000ms);
   o.auto_renew = true;
   std::atomic<int> lost{0};
@@ -374,7 +392,9 @@ TEST_CASE("ReadWriteLock auto_renew keeps the writer and a reader; on_lost for e
 TEST_CASE("A waiting writer's marker stays while it waits and goes when it gets in",
           "[redis][rwlock]") {
   Setup setup("rw-marker");
-  auto& [server, client, k] = setup;
+  [[maybe_unused]] auto& server = setup.server;  // not a structured binding: lambdas use them
+  [[maybe_unused]] auto& client = setup.client;
+  [[maybe_unused]] const std::string& k = setup.k;
   const std::string marker = helper_key(k, ":writer-waiting");
   redlock::ReadWriteLock r(client, k, fast());
   redlock::ReadWriteLock w(client, k, fast());  // the marker lives 250 ms
@@ -413,7 +433,9 @@ TEST_CASE("A waiting writer's marker stays while it waits and goes when it gets 
 TEST_CASE("A plain Lock on the key is a writer: readers exclude it and it excludes readers",
           "[redis][rwlock]") {
   Setup setup("rw-vs-lock");
-  auto& [server, client, k] = setup;
+  [[maybe_unused]] auto& server = setup.server;  // not a structured binding: lambdas use them
+  [[maybe_unused]] auto& client = setup.client;
+  [[maybe_unused]] const std::string& k = setup.k;
   redlock::ReadWriteLock r(client, k, sleepy());
   redlock::Lock plain(client, k, sleepy());
   REQUIRE(r.try_lock_shared());
