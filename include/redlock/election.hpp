@@ -35,10 +35,11 @@
 #include <stop_token>  // std::stop_token, std::stop_source, std::stop_callback (C++20)
 #endif
 
-#include <redlock/client.hpp>         // Client
-#include <redlock/detail/chrono.hpp>  // saturating_ns
-#include <redlock/errors.hpp>         // what the members throw
-#include <redlock/watchdog.hpp>       // Watchdog
+#include <redlock/client.hpp>             // Client
+#include <redlock/detail/chrono.hpp>      // saturating_ns
+#include <redlock/detail/visibility.hpp>  // REDLOCK_LOCAL
+#include <redlock/errors.hpp>             // what the members throw
+#include <redlock/watchdog.hpp>           // Watchdog
 
 namespace redlock {
 
@@ -195,7 +196,7 @@ class Election {
 
  protected:
   // For an election on another store (the optional components). Never throws.
-  explicit Election(std::shared_ptr<detail::ElectionCore> core) noexcept;
+  REDLOCK_LOCAL explicit Election(std::shared_ptr<detail::ElectionCore> core) noexcept;
 
  private:
   std::optional<std::uint64_t> try_campaign_for_ns(std::chrono::nanoseconds timeout);

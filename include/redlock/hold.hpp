@@ -39,7 +39,8 @@
 #include <cstdint>  // std::uint64_t
 #include <memory>   // std::shared_ptr
 
-#include <redlock/lease.hpp>  // LeaseToken
+#include <redlock/detail/visibility.hpp>  // REDLOCK_LOCAL
+#include <redlock/lease.hpp>              // LeaseToken
 
 namespace redlock {
 
@@ -105,8 +106,8 @@ class Hold {
 
  private:
   friend struct detail::Access;  // locks and semaphores make Holds (src/api/access.hpp)
-  Hold(std::shared_ptr<detail::HoldOwner> owner, std::shared_ptr<detail::HoldState> state,
-       std::size_t slot) noexcept;
+  REDLOCK_LOCAL Hold(std::shared_ptr<detail::HoldOwner> owner,
+                     std::shared_ptr<detail::HoldState> state, std::size_t slot) noexcept;
   // Hands the hold, if any, to the background release; this Hold then holds nothing.
   void release_in_background() noexcept;
 

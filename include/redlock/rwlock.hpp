@@ -58,10 +58,11 @@
 #include <string>   // std::string
 #include <vector>   // std::vector
 
-#include <redlock/client.hpp>         // Client
-#include <redlock/detail/chrono.hpp>  // saturating_ns, remaining_ns
-#include <redlock/lease.hpp>          // LeaseToken
-#include <redlock/options.hpp>        // LockOptions
+#include <redlock/client.hpp>             // Client
+#include <redlock/detail/chrono.hpp>      // saturating_ns, remaining_ns
+#include <redlock/detail/visibility.hpp>  // REDLOCK_LOCAL
+#include <redlock/lease.hpp>              // LeaseToken
+#include <redlock/options.hpp>            // LockOptions
 
 namespace redlock {
 
@@ -186,7 +187,7 @@ class ReadWriteLock {
  protected:
   // For a read-write lock on another store (postgres::ReadWriteLock): its two sides, built by
   // that component. Never throws; `sides` must not be null.
-  explicit ReadWriteLock(std::unique_ptr<detail::RwSides> sides) noexcept;
+  REDLOCK_LOCAL explicit ReadWriteLock(std::unique_ptr<detail::RwSides> sides) noexcept;
 
  private:
   bool try_lock_for_ns(std::chrono::nanoseconds timeout);
