@@ -21,49 +21,24 @@
 #include <redlock/redlock.hpp>
 
 #include "support/clock.hpp"
+#include "support/fair_queue.hpp"
 #include "support/fault_proxy.hpp"
 #include "support/redis_server.hpp"
 #include "util/key_slot.hpp"  // helper_key: the names of a lock's helper keys
 
 using namespace std::chrono_literals;
 using redlock::detail::helper_key;
+using redlock::test::command_calls;
+using redlock::test::fair_lock_options;
+using redlock::test::HeldFairLock;
 using redlock::test::key;
 using redlock::test::monotonic_us;
+using redlock::test::queue_length;
 using redlock::test::RedisServer;
+using redlock::test::wait_for_queue;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-redlock::LockOptions fair(std::chrono::milliseconds retry_delay = 10s,
-                          std::chrono::milliseconds ttl = 60s) {
-  redlock::LockOptions o;
-  o.ttl = ttl;
-  o.retry_delay = retry_delay;  // long: polling alone could not pass these tests
-  o.fair = true;
-  return o;
-}
-
-long long queue_length(const RedisServer& server, const std::string& k) {
-  return server.raw({"LLEN", helper_key(k, ":waiters")}).integer();
-}
-
-// Waits (at most 5 s) until the server's queue for `k` has `n` entries.
-bool wait_for_queue(const RedisServer& server, const std::string& k, long long n) {
-  const auto end = Clock::now() + 5s;
-  while (queue_length(server, k) != n) {
-    if (Clock::now() > end) return false;
-    std::this_thread::sleep_for(2ms);
-  }
-  return true;
-}
-
-long long command_calls(const RedisServer& server, const std::string& command) {
-  const std::string info = server.raw({"INFO", "commandstats"}).str();
-  const std::string tag = "cmdstat_" + command + ":calls=";
-  const auto at = info.find(tag);
-  if (at == std::string::npos) return 0;
-  return std::stoll(info.substr(at + tag.size()));
-}
 
 // Forks a process that waits for `k` in fair mode, writes `id` to `fd` once it holds the lock,
 // holds it for `hold`, and exits.
@@ -84,18 +59,6 @@ pid_t fork_waiter(const RedisServer& server, const std::string& k, int id, int f
   _exit(rc);
 }
 
-// A server, and a fair lock on it that this process holds.
-struct HeldFairLock {
-  explicit HeldFairLock(const std::string& name)
-      : k(key(name)), client(server.endpoint()), holder(client, k, fair()) {
-    holder.lock();
-  }
-  RedisServer server;
-  std::string k;
-  redlock::Client client;
-  redlock::Lock holder;
-};
-
 // A server behind a fault proxy, a client straight to it and one through the proxy, and a fair
 // lock on `name` that the direct client holds.
 struct ProxiedHeldLock {
@@ -104,7 +67,7 @@ struct ProxiedHeldLock {
         k(key(name)),
         direct(server.endpoint()),
         via_proxy(proxied(server, proxy, command_timeout)),
-        holder(direct, k, fair()) {
+        holder(direct, k, fair_lock_options()) {
     holder.lock();
   }
   static redlock::Endpoint proxied(const RedisServer& server,
@@ -133,7 +96,8 @@ TEST_CASE("Fair mode serves waiters in other processes in arrival order", "[redi
   constexpr int kWaiters = 5;
   std::vector<pid_t> children;
   for (int id = 0; id < kWaiters; ++id) {
-    children.push_back(fork_waiter(held.server, held.k, id, pipe_fds[1], 20ms, fair()));
+    children.push_back(
+        fork_waiter(held.server, held.k, id, pipe_fds[1], 20ms, fair_lock_options()));
     REQUIRE(children.back() > 0);
     // The next one starts only once this one has its place.
     REQUIRE(wait_for_queue(held.server, held.k, id + 1));
@@ -170,7 +134,7 @@ TEST_CASE("A hand-over reaches the waiter in another process without another com
   held.holder.lock();
   int pipe_fds[2];
   REQUIRE(pipe(pipe_fds) == 0);
-  const pid_t child = fork_waiter(held.server, held.k, 7, pipe_fds[1], 0ms, fair());
+  const pid_t child = fork_waiter(held.server, held.k, 7, pipe_fds[1], 0ms, fair_lock_options());
   REQUIRE(child > 0);
   close(pipe_fds[1]);
   REQUIRE(wait_for_queue(held.server, held.k, 1));
@@ -214,7 +178,7 @@ TEST_CASE("A hand-over goes to the waiter's process alone and names the waiter b
   freeReplyObject(raw);
   std::atomic<bool> got{false};
   std::atomic<bool> checked{false};
-  redlock::Lock waiter(held.client, held.k, fair());
+  redlock::Lock waiter(held.client, held.k, fair_lock_options());
   std::atomic<bool> acquired{false};
   std::thread t([&] {
     got = waiter.try_lock_for(10s);  // stays held until the checks are done (a thread that
@@ -264,7 +228,8 @@ TEST_CASE("Fair mode skips a waiter that died in the queue", "[redis][fair][faul
   REQUIRE(pipe(pipe_fds) == 0);
   // A waiter with a 200 ms retry delay keeps its place for 1 s without a refresh; if it were
   // handed the lock dead, its 60 s ttl would block everyone behind it.
-  const pid_t doomed = fork_waiter(held.server, held.k, 1, pipe_fds[1], 0ms, fair(200ms));
+  const pid_t doomed =
+      fork_waiter(held.server, held.k, 1, pipe_fds[1], 0ms, fair_lock_options(200ms));
   REQUIRE(doomed > 0);
   REQUIRE(wait_for_queue(held.server, held.k, 1));
   kill(doomed, SIGKILL);
@@ -274,7 +239,7 @@ TEST_CASE("Fair mode skips a waiter that died in the queue", "[redis][fair][faul
   close(pipe_fds[0]);
   std::atomic<bool> got{false};
   std::thread next([&] {
-    redlock::Lock lock(held.client, held.k, fair());
+    redlock::Lock lock(held.client, held.k, fair_lock_options());
     got = lock.try_lock_for(10s);
     if (got) lock.unlock();
   });
@@ -292,7 +257,7 @@ TEST_CASE("Fair mode skips a waiter that died in the queue", "[redis][fair][faul
 
 TEST_CASE("A fair waiter that times out leaves the queue", "[redis][fair]") {
   HeldFairLock held("fair-timeout");
-  redlock::Lock waiter(held.client, held.k, fair());
+  redlock::Lock waiter(held.client, held.k, fair_lock_options());
   const auto start = Clock::now();
   CHECK_FALSE(waiter.try_lock_for(300ms));
   CHECK(Clock::now() - start >= 300ms);
@@ -308,7 +273,7 @@ TEST_CASE("try_lock in fair mode does not jump a live queue", "[redis][fair]") {
   HeldFairLock held("fair-nobarge");
   std::atomic<bool> got{false};
   std::thread queued([&] {
-    redlock::Lock lock(held.client, held.k, fair(2s));  // retries after 1-3 s
+    redlock::Lock lock(held.client, held.k, fair_lock_options(2s));  // retries after 1-3 s
     got = lock.try_lock_for(10s);
     if (got) lock.unlock();
   });
@@ -316,7 +281,7 @@ TEST_CASE("try_lock in fair mode does not jump a live queue", "[redis][fair]") {
   // The holder's lease vanishes unannounced (as if it expired): the lock is free on the
   // server, but it belongs to the queue's head, not to whoever asks first.
   held.server.raw({"DEL", held.k});
-  redlock::Lock barger(held.client, held.k, fair());
+  redlock::Lock barger(held.client, held.k, fair_lock_options());
   CHECK_FALSE(barger.try_lock());
   queued.join();
   CHECK(got.load());  // the head took it on its timer (an expiry publishes nothing)
@@ -330,7 +295,7 @@ TEST_CASE("Fair mode: fence tokens grow across hand-overs, also when the message
   const auto k = key("fair-fence");
   redlock::Client client(server.endpoint());
   for (const bool wake : {true, false}) {
-    auto o = fair(wake ? 10s : 200ms);
+    auto o = fair_lock_options(wake ? 10s : 200ms);
     o.fencing = true;
     o.wake_on_release = wake;  // without it, the hand-over is found by the next refresh
     redlock::Lock holder(client, k, o);
@@ -370,7 +335,7 @@ TEST_CASE("Fair mode: mutual exclusion and even shares across processes", "[redi
       try {
         redlock::Client client(server.endpoint());
         redlock::Client plain(server.endpoint());
-        redlock::Lock lock(client, k, fair(50ms));
+        redlock::Lock lock(client, k, fair_lock_options(50ms));
         int count = 0;
         while (monotonic_us() < stop_at) {
           std::lock_guard<redlock::Lock> guard(lock);
@@ -419,13 +384,13 @@ TEST_CASE("A fair Redlock queues its waiters on one server, the same whatever th
     for (std::size_t i : order) out.emplace_back(group[i].endpoint());
     return out;
   };
-  redlock::Redlock holder(clients({0, 1, 2}), k, fair());
+  redlock::Redlock holder(clients({0, 1, 2}), k, fair_lock_options());
   REQUIRE(holder.try_lock());
   std::vector<int> served;
   std::mutex served_mutex;
   const auto waiter = [&](std::vector<std::size_t> order, int id) {
     return std::thread([&, order, id] {
-      redlock::Redlock lock(clients(order), k, fair());
+      redlock::Redlock lock(clients(order), k, fair_lock_options());
       if (!lock.try_lock_for(20s)) return;
       {
         std::lock_guard<std::mutex> guard(served_mutex);
@@ -479,12 +444,12 @@ TEST_CASE("Fair mode hands over on keys with NUL and non-UTF-8 bytes", "[redis][
     INFO("key of " << k.size() << " bytes, first byte " << static_cast<int>(k[0]));
     RedisServer server;
     redlock::Client client(server.endpoint());
-    redlock::Lock holder(client, k, fair(2s));
+    redlock::Lock holder(client, k, fair_lock_options(2s));
     holder.lock();
     holder.unlock();  // once around, so the scripts are cached
     holder.lock();
     std::atomic<bool> got{false};
-    redlock::Lock waiter(client, k, fair(2s));
+    redlock::Lock waiter(client, k, fair_lock_options(2s));
     std::thread t([&] {
       got = waiter.try_lock_for(5s);
       if (got) waiter.unlock();
@@ -516,14 +481,14 @@ TEST_CASE("Fair mode: a refused retry on a stale connection keeps the waiter's p
   const std::string& k = held.k;
   redlock::Client& via_proxy = held.via_proxy;
   redlock::Lock& holder = held.holder;
-  redlock::Lock waiter(via_proxy, k, fair(300ms));
+  redlock::Lock waiter(via_proxy, k, fair_lock_options(300ms));
   std::atomic<bool> got{false};
   std::thread t([&] {
     got = waiter.try_lock_for(20s);
     if (got) {
       // Still ours on the server: nobody else can take it.
       redlock::Client third_client(server.endpoint());
-      redlock::Lock third(third_client, k, fair());
+      redlock::Lock third(third_client, k, fair_lock_options());
       CHECK_FALSE(third.try_lock());
       CHECK(server.raw({"GET", k}).str().size() == 40);
       CHECK(waiter.release());
@@ -545,7 +510,7 @@ TEST_CASE("Fair mode: a refused retry on a stale connection keeps the waiter's p
 
 TEST_CASE("A fair waiter cancelled from another thread leaves the queue", "[redis][fair][cancel]") {
   HeldFairLock held("fair-cancel");
-  redlock::Lock waiter(held.client, held.k, fair());
+  redlock::Lock waiter(held.client, held.k, fair_lock_options());
   std::atomic<bool> got{true};
   std::thread t([&] { got = waiter.try_lock_for(30s); });
   REQUIRE(wait_for_queue(held.server, held.k, 1));
@@ -568,7 +533,7 @@ TEST_CASE("A fair wait keeps one place and one token for its whole wait", "[redi
   redlock::Endpoint patient = held.server.endpoint();
   patient.command_timeout = 2s;
   redlock::Client client(patient);
-  redlock::Lock waiter(client, held.k, fair(100ms));
+  redlock::Lock waiter(client, held.k, fair_lock_options(100ms));
   std::atomic<bool> got{false};
   std::string holding;  // the key's value while the waiter holds (its thread still runs)
   std::thread t([&] {
@@ -600,7 +565,7 @@ TEST_CASE("Fair mode: a late undo of an abandoned attempt never ends the waiter'
   // deleted the key, the next waiter took it, and fencing caught the overlap.
   ProxiedHeldLock held("fair-late-undo", 200ms);
   const std::string& k = held.k;
-  redlock::LockOptions options = fair(50ms, 30s);
+  redlock::LockOptions options = fair_lock_options(50ms, 30s);
   options.wake_on_release = false;  // retries every 50 ms: no subscriber through the proxy
   redlock::Lock waiter(held.via_proxy, k, options);
   held.proxy.set_delay(1500ms);  // the first attempts and their undos arrive 1.5 s late
@@ -609,7 +574,7 @@ TEST_CASE("Fair mode: a late undo of an abandoned attempt never ends the waiter'
     got = waiter.try_lock_for(20s);
     if (!got) return;
     std::this_thread::sleep_for(2500ms);  // the delayed attempts and undos have now run
-    redlock::Lock third(held.direct, k, fair());
+    redlock::Lock third(held.direct, k, fair_lock_options());
     CHECK_FALSE(third.try_lock());
     CHECK(waiter.owns_lock());
     CHECK(waiter.release());

@@ -20,10 +20,12 @@
 #include <redlock/redlock.hpp>
 
 #include "cluster_fixture.hpp"
+#include "support/fair_queue.hpp"
 #include "support/redis_server.hpp"
 #include "util/key_slot.hpp"
 
 using namespace std::chrono_literals;
+using redlock::test::command_calls;
 using redlock::test::key;
 using redlock::test::RedisServer;
 using Clock = std::chrono::steady_clock;
@@ -44,14 +46,6 @@ long long exist(const RedisServer& server, const std::vector<std::string>& keys)
   std::vector<std::string> argv{"EXISTS"};
   argv.insert(argv.end(), keys.begin(), keys.end());
   return server.raw(argv).integer();
-}
-
-long long command_calls(const RedisServer& server, const std::string& command) {
-  const std::string info = server.raw({"INFO", "commandstats"}).str();
-  const std::string tag = "cmdstat_" + command + ":calls=";
-  const auto at = info.find(tag);
-  if (at == std::string::npos) return 0;
-  return std::stoll(info.substr(at + tag.size()));
 }
 
 struct Setup {

@@ -106,6 +106,16 @@ class ReleaseWatch {
   // Fair mode: hand-overs are for the token with this SHA1 (hex) from now on; one to the old
   // token not taken yet is dropped.
   virtual void retoken(std::string token_sha1) noexcept = 0;
+  // Fair mode: the attempt about to be sent sees every release announced so far, so a plain
+  // release wake-up still pending is spent (a hand-over, a notice or a relocation is kept).
+  // Never throws.
+  virtual void spend_release_wake() noexcept {}
+  // Fair mode: the waiter is queued behind the two watchers. Its turn comes by a hand-over or a
+  // notice, and while it is queued every release hands over, so a plain release announcement
+  // is not for it: one that is pending is spent (it came from a release before the join), later
+  // ones wake another waiter of this process, or nobody. A notice, a relocation or a new token
+  // makes it hear them again. Never throws.
+  virtual void queued_behind_watchers() noexcept {}
   // Ends a wait_until in progress (or the next one) at once: cancel_waits(). Any thread.
   virtual void wake() noexcept = 0;
   // True if other waiters of this process watched the same lock before this one and still wait:

@@ -90,6 +90,9 @@ bool AcquireLoop::wait_loop() {
     if (who_.ownership.cancelled()) continue;
     if (take_hand_over()) return true;
     if (!woken && took_notice() && SteadyClock::now() < wake_at) continue;  // moved up: sleep on
+    // A queued waiter that hears hand-overs gets its turn by one, not by an attempt at its
+    // deadline (the loop's top takes a hand-over that came in time, or leaves the queue).
+    if (!woken && wake_at == deadline_ && wait_.queues() && wait_.hears_releases()) continue;
     if (woken && event_) observe_wake(WakeKind::released);
     if (woken) yield_to_elders();
     const unsigned refused = refused_;

@@ -18,6 +18,9 @@ FairWait::~FairWait() = default;
 
 Try FairWait::attempt(Attempt how) {
   if (how == Attempt::contended) queued_ = true;
+  // A release heard before this attempt is seen by it: the key is free (taken now, or handed to
+  // the head) or held by the one it went to, whose release hands over to this queue.
+  if (how == Attempt::contended && watch_) watch_->spend_release_wake();
   Try out;
   out.sent = SteadyClock::now();
   sent_[seq_ % kKept] = out.sent;
@@ -27,6 +30,7 @@ Try FairWait::attempt(Attempt how) {
   // Held: the wait is over and the token becomes the hold's (no copy). Otherwise the Try's
   // token is not used.
   if (out.result.held) out.token = std::move(token_);
+  if (!out.result.held && out.result.watcher > 2 && watch_) watch_->queued_behind_watchers();
   if (out.result.left_queue) {
     void_through_ = seq_;
     retire_token();

@@ -157,16 +157,16 @@ return {0, redis.call('pttl', KEYS[1]), position})";
 // deletes it and announces the release. Anyone else's call is a waiter leaving the queue.
 const char kFairReleaseLua[] =
     "if redis.replicate_commands then redis.replicate_commands() end\n" REDLOCK_PUBLISH_LUA
-        REDLOCK_FAIR_QUEUE_LUA R"(if redis.call('get', KEYS[1]) ~= ARGV[1] then
+        REDLOCK_FAIR_QUEUE_LUA R"(local holder = redis.call('get', KEYS[1])
+if holder ~= ARGV[1] then
   if redis.call('hdel', KEYS[3], ARGV[1]) == 1 then
-    local pttl = redis.call('pttl', KEYS[1])
-    if pttl == -2 then
+    if not holder then
       hand_over(false)
     elseif redis.call('hlen', KEYS[3]) == 0 then
       redis.call('del', KEYS[2])  -- nobody waits: what is left is entries that left
     elseif redis.call('lindex', KEYS[2], 0) == ARGV[1] or
         redis.call('lindex', KEYS[2], 1) == ARGV[1] then
-      notify_watchers(pttl)
+      notify_watchers(redis.call('pttl', KEYS[1]))
     end
   end
   return 0

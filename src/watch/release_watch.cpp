@@ -27,6 +27,8 @@ class SlotWatch : public ReleaseWatch {
   bool take_notice(unsigned& position, std::chrono::milliseconds& pttl) noexcept override {
     return slot_.take_notice(position, pttl);
   }
+  void spend_release_wake() noexcept override { slot_.spend_release_wake(); }
+  void queued_behind_watchers() noexcept override { slot_.deafen(); }
   void wake() noexcept override { slot_.notify(); }
   void retoken(std::string token_sha1) noexcept override { slot_.retoken(std::move(token_sha1)); }
 

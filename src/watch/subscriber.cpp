@@ -200,10 +200,7 @@ void Subscriber::wake_one(Channel& channel) noexcept {
   // Waiters are in arrival order, and one that acquires leaves (and queues at the back when it
   // waits again): waking the first one without a pending wake-up is FIFO within this process.
   for (WakeSlot* slot : channel.waiters) {
-    if (!slot->pending()) {
-      slot->notify();
-      return;
-    }
+    if (!slot->pending() && slot->offer_release()) return;
   }
 }
 

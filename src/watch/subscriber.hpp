@@ -88,6 +88,17 @@ class WakeSlot {
   // The waiter has subscribed again and attempts at once: the flag and a pending wake-up are
   // cleared. Any thread.
   void relocated() noexcept;
+  // A plain wake-up still pending is spent (an attempt about to be sent covers it); one that
+  // came with a hand-over or a relocation is kept. Any thread.
+  void spend_release_wake() noexcept;
+  // Fair mode, a waiter queued behind the watchers (ReleaseWatch::queued_behind_watchers): a
+  // pending plain wake-up is spent and offer_release() refuses, until a notice, a relocation
+  // or a new token. Any thread.
+  void deafen() noexcept;
+  // A release was announced on a channel this slot watches: notify()s it and returns true,
+  // unless the slot is deaf to releases (false: the caller offers it to another waiter). Any
+  // thread.
+  bool offer_release() noexcept;
   // True if notified and not yet consumed by wait_until.
   bool pending() noexcept;
   // Waits until notified or `deadline`; returns true if notified (and consumes it).
@@ -114,6 +125,7 @@ class WakeSlot {
   bool granted_{false};
   bool noticed_{false};
   bool relocate_{false};
+  bool deaf_{false};  // queued behind the watchers: plain release announcements are not for it
   unsigned notice_position_{0};
   std::uint64_t notice_pttl_{0};
   std::uint64_t grant_seq_{0};

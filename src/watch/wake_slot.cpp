@@ -51,6 +51,7 @@ void WakeSlot::offer_notice(std::string_view named, std::uint64_t position,
     std::lock_guard<std::mutex> guard(mutex_);
     if (token_sha1_.empty() || token_sha1_ != named) return;
     noticed_ = true;
+    deaf_ = false;  // a watcher now
     notice_position_ = static_cast<unsigned>(position);
     notice_pttl_ = pttl_ms;
     interrupt();
@@ -77,6 +78,7 @@ void WakeSlot::retoken(std::string token_sha1) noexcept {
   token_sha1_.swap(token_sha1);  // the old string is freed outside the lock
   granted_ = false;
   noticed_ = false;
+  deaf_ = false;
 }
 
 bool WakeSlot::take_grant(std::uint64_t& seq, std::uint64_t& fence) noexcept {
@@ -133,6 +135,7 @@ void WakeSlot::relocate() noexcept {
   {
     std::lock_guard<std::mutex> guard(mutex_);
     relocate_ = true;
+    deaf_ = false;
     notified_ = true;  // releases may be missed until it subscribes again: retry now
     interrupt();
   }
@@ -148,6 +151,28 @@ void WakeSlot::relocated() noexcept {
   std::lock_guard<std::mutex> guard(mutex_);
   relocate_ = false;
   notified_ = false;  // the attempt made after relocating covers what it announced
+}
+
+void WakeSlot::spend_release_wake() noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (!granted_ && !relocate_) notified_ = false;
+}
+
+void WakeSlot::deafen() noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  deaf_ = true;
+  if (!granted_ && !relocate_) notified_ = false;
+}
+
+bool WakeSlot::offer_release() noexcept {
+  {
+    std::lock_guard<std::mutex> guard(mutex_);
+    if (deaf_) return false;
+    notified_ = true;
+    interrupt();
+  }
+  cv_.notify_all();
+  return true;
 }
 
 bool WakeSlot::pending() noexcept {
