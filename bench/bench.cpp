@@ -1051,7 +1051,8 @@ void usage(std::ostream& out) {
          "  --waiters N    section 6: threads waiting on one key (default 1000)\n"
          "  --fleet-sizes LIST  section 12: worker processes per run (default 8,32,128,512;\n"
          "                 --quick: 4,8)\n"
-         "  --fleet-seconds S   section 12: window of each run (default 4; --quick: 0.5)\n"
+         "  --fleet-seconds S   section 12: window of each run, after a 1 s warm-up (default 4; "
+         "--quick: 0.5, warm-up 0.25)\n"
          "  --json PATH    where to write the figures (default " REDLOCK_BENCH_DEFAULT_JSON ")\n";
 }
 

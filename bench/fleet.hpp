@@ -2,9 +2,10 @@
 //
 // run_fleet() forks N worker processes. Each builds its own lock after the fork (a Client and a
 // Lock, a Redlock over three Clients, a postgres::Lock, a zookeeper::Lock) and loops
-// try_lock_until(the window's end) / hold / unlock() until the window ends. The parent samples
-// the servers' counters just before the window opens and once every worker has finished its loop
-// (before any tears its connections down), and returns the figures.
+// try_lock_until(the window's end) / hold / unlock() from the warm-up's start until the window
+// ends. The parent samples the servers' counters as the window opens (the workers loop already)
+// and once every worker has finished its loop (before any tears its connections down), and
+// returns the figures: acquisitions, waits and client commands inside the window.
 //
 //   bench::FleetResult r = bench::run_fleet(32, settings, make_lock, sample, SampleAt::loops_done);
 #ifndef REDLOCK_BENCH_FLEET_HPP
@@ -27,8 +28,9 @@ struct redisContext;  // hiredis
 namespace bench {
 
 struct FleetSettings {
-  std::vector<int> sizes;  // N, the worker processes of each run
-  double seconds{4.0};     // the window of each run
+  std::vector<int> sizes;       // N, the worker processes of each run
+  double seconds{4.0};          // the window of each run
+  double warm_up_seconds{1.0};  // the workers loop this long before the window opens
   std::chrono::milliseconds hold{1};
 };
 

@@ -1,22 +1,23 @@
 // bench/fleet_node.js: the node-redlock anchor of redlock-bench's section 12 (fleet).
 // N processes, each with its own ioredis client and Redlock (node-redlock 5.0.0-beta.2 with its
 // default settings: retryCount 10, retryDelay 200 ms, retryJitter 100 ms), loop acquire / hold /
-// release on one key for SECONDS. Once every process is connected, this one prints
+// release on one key for WARM_UP + SECONDS. Once every process is connected, this one prints
 //   start <epoch ms>
-// (the window opens then, in every process), and each process prints, when the window is over,
+// (the window opens then, in every process, WARM_UP seconds after the loops start), and each
+// process prints, when the window is over,
 //   acq <acquisitions inside the window> <longest wait in ms>
 // A wait runs from a release (or the start) to the next acquire, across the acquire calls whose
-// retries ran out, up to the end of the window.
-// Usage: NODE_PATH=bench/node/node_modules node fleet_node.js PORT KEY N SECONDS HOLD_MS
+// retries ran out, up to the end of the window; only waits that end inside the window count.
+// Usage: NODE_PATH=bench/node/node_modules node fleet_node.js PORT KEY N SECONDS HOLD_MS WARM_UP
 'use strict';
 const { fork } = require('child_process');
 
-const [port, key, n, seconds, holdMs] = process.argv.slice(2);
+const [port, key, n, seconds, holdMs, warmUp] = process.argv.slice(2);
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
 const nowMs = () => Number(process.hrtime.bigint()) / 1e6;
 
 async function loop(redlock, startMs) {
-  await sleep(startMs - Date.now());
+  await sleep(startMs - Number(warmUp) * 1000 - Date.now());
   const end = startMs + Number(seconds) * 1000;
   const endHr = nowMs() + (end - Date.now());
   let acquisitions = 0;
@@ -29,8 +30,10 @@ async function loop(redlock, startMs) {
     } catch (e) {
       continue;  // the retries ran out (ExecutionError): try again until the window ends
     }
-    maxWait = Math.max(maxWait, Math.min(nowMs(), endHr) - waitStart);  // cut at the end
-    if (Date.now() < end) acquisitions++;
+    if (Date.now() >= startMs) {
+      maxWait = Math.max(maxWait, Math.min(nowMs(), endHr) - waitStart);  // cut at the end
+      if (Date.now() < end) acquisitions++;
+    }
     await sleep(Number(holdMs));
     await lock.release().catch(() => {});
     waitStart = nowMs();
@@ -70,7 +73,7 @@ function main() {
     children.push(child);
     child.once('message', () => {
       if (++ready < children.length) return;  // every child was forked before any message
-      const startMs = Date.now() + 200;
+      const startMs = Date.now() + 200 + Number(warmUp) * 1000;
       process.stdout.write(`start ${startMs}\n`);
       for (const c of children) c.send(startMs);
     });

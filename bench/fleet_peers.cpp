@@ -217,8 +217,8 @@ FleetResult run_anchor(const std::string& command, int port, int n, const FleetS
   r.seconds = settings.seconds;
   r.min_per_process = ~std::uint64_t{0};
   const std::string line =
-      fmt::format("{} {} {} {} {} {}", command, port, redlock::test::key("s12:peer"), n,
-                  settings.seconds, settings.hold.count());
+      fmt::format("{} {} {} {} {} {} {}", command, port, redlock::test::key("s12:peer"), n,
+                  settings.seconds, settings.hold.count(), settings.warm_up_seconds);
   std::unique_ptr<FILE, Pclose> pipe(::popen(line.c_str(), "r"));
   if (!pipe) throw std::runtime_error("cannot run " + command);
   ServerSample before;

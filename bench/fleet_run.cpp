@@ -1,5 +1,6 @@
-// bench/fleet_run.cpp: run_fleet() (fleet.hpp): forks the worker processes of one run, opens
-// their window, samples the servers around it, reaps the workers and gathers their counts.
+// bench/fleet_run.cpp: run_fleet() (fleet.hpp): forks the worker processes of one run, lets them
+// loop through a warm-up and then the window, samples the servers around the window, reaps the
+// workers and gathers their counts.
 //
 // The board (a MAP_SHARED anonymous mapping made before the forks) holds the window and one slot
 // per worker. Workers sleep on futexes in it (`go` to start, `leave` to tear down) rather than
@@ -41,8 +42,8 @@ enum State : int { starting = 0, ready = 1, done = 2, failed = 3 };
 struct Slot {
   std::atomic<int> state;
   std::uint64_t acquisitions;  // inside the window
-  std::int64_t max_wait_ns;
-  std::uint64_t sent;  // commands sent during the loop
+  std::int64_t max_wait_ns;    // of the calls that ended inside the window
+  std::uint64_t sent;          // commands sent from the window's start to the end of the loop
   char error[200];
 };
 
@@ -50,6 +51,7 @@ struct Slot {
 struct Board {
   std::atomic<int> go;     // futex: 0 until the window opens
   std::atomic<int> leave;  // futex: 0 until the parent has sampled the servers after the loops
+  std::atomic<std::int64_t> start_ns;  // the window: [start_ns, end_ns); the loops start earlier
   std::atomic<std::int64_t> end_ns;
   Slot slots[kMaxProcesses];
 };
@@ -65,23 +67,30 @@ void futex_wake_all(std::atomic<int>& word) {
   ::syscall(SYS_futex, reinterpret_cast<int*>(&word), FUTEX_WAKE, 0x7fffffff, nullptr, nullptr, 0);
 }
 
-// The loop of one worker: try_lock_until(end) / hold / unlock() until the window ends.
+// The loop of one worker: try_lock_until(end) / hold / unlock() from the warm-up until the
+// window ends; what happens before the window's start is not counted.
 void worker_loop(Board& board, Slot& me, redlock::LockBase& lock, milliseconds hold) {
+  const std::int64_t start = board.start_ns.load();
   const std::int64_t end = board.end_ns.load();
   const std::chrono::steady_clock::time_point deadline{std::chrono::nanoseconds(end)};
-  const std::uint64_t sent0 = sent_commands();
+  std::uint64_t sent0 = 0;
+  bool started = false;
   for (;;) {
     const std::int64_t t0 = now_ns();
     if (t0 >= end) break;
+    if (!started && t0 >= start) {
+      started = true;
+      sent0 = sent_commands();
+    }
     const bool held = lock.try_lock_until(deadline);
     const std::int64_t t1 = now_ns();
-    me.max_wait_ns = std::max(me.max_wait_ns, t1 - t0);
+    if (t1 >= start) me.max_wait_ns = std::max(me.max_wait_ns, t1 - t0);
     if (!held) continue;
-    if (t1 < end) ++me.acquisitions;
+    if (t1 >= start && t1 < end) ++me.acquisitions;
     std::this_thread::sleep_for(hold);
     lock.unlock();
   }
-  me.sent = sent_commands() - sent0;
+  me.sent = started ? sent_commands() - sent0 : 0;
 }
 
 [[noreturn]] void worker_main(Board& board, int id, pid_t parent, const MakeWorkerLock& make,
@@ -161,6 +170,7 @@ class Workers {
 
   void reap(std::chrono::seconds grace) noexcept {
     if (board_.go.load() == 0) {  // never opened: open a window that is already over
+      board_.start_ns.store(now_ns());
       board_.end_ns.store(now_ns());
       futex_wake_all(board_.go);
     }
@@ -240,10 +250,17 @@ FleetResult run_fleet(int processes, const FleetSettings& settings, const MakeWo
   workers.fork_all(processes, make, settings.hold);
   const auto setup = std::chrono::seconds(60 + processes / 4);
   if (!workers.wait_for(ready, setup)) throw std::runtime_error("workers did not get ready");
-  const ServerSample before = sample();
+  // The warm-up: every worker has met contention, subscribed and queued before the window opens
+  // (their first waits, all at one instant, are a start-up transient, not the fleet's steady
+  // state). The servers are sampled as the window opens, the workers looping.
+  const auto warm_up = static_cast<std::int64_t>(settings.warm_up_seconds * 1e9);
   const auto length = static_cast<std::int64_t>(settings.seconds * 1e9);
-  board.end_ns.store(now_ns() + length);
+  const std::int64_t start = now_ns() + warm_up;
+  board.start_ns.store(start);
+  board.end_ns.store(start + length);
   futex_wake_all(board.go);
+  std::this_thread::sleep_for(std::chrono::nanoseconds(start - now_ns()));
+  const ServerSample before = sample();
   std::this_thread::sleep_for(std::chrono::nanoseconds(board.end_ns.load() - now_ns()));
   if (!workers.wait_for(done, std::chrono::seconds(30))) {
     out.error = "workers did not finish their loops";
