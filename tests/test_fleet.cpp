@@ -61,10 +61,11 @@ struct FleetRun {
 
 // Forks `processes` processes that each loop, until `run` has passed: lock (waiting at most
 // until the end), hold 1 ms, unlock; with `options` (the defaults unless a test says otherwise),
-// a Lock on one server or a Redlock on several. Each reports its acquisitions through a pipe.
+// a Lock on one server or a Redlock on several, or with `permits` > 0 a Semaphore of that many
+// permits on one server. Each reports its acquisitions through a pipe.
 FleetRun run_fleet(const std::vector<const RedisServer*>& servers, const std::string& k,
                    int processes, std::chrono::milliseconds run,
-                   const redlock::LockOptions& options) {
+                   const redlock::LockOptions& options, std::size_t permits = 0) {
   for (const RedisServer* server : servers) server->raw({"CONFIG", "RESETSTAT"});
   int fds[2];
   REQUIRE(pipe(fds) == 0);
@@ -84,20 +85,27 @@ FleetRun run_fleet(const std::vector<const RedisServer*>& servers, const std::st
         for (const RedisServer* server : servers) clients.emplace_back(server->endpoint());
         for (auto& client : clients) client.ping();
         std::unique_ptr<redlock::LockBase> owned;
-        if (clients.size() == 1) {
+        std::unique_ptr<redlock::Semaphore> semaphore;
+        if (permits > 0) {
+          semaphore = std::make_unique<redlock::Semaphore>(clients[0], k, permits, options);
+        } else if (clients.size() == 1) {
           owned = std::make_unique<redlock::Lock>(clients[0], k, options);
         } else {
           owned = std::make_unique<redlock::Redlock>(clients, k, options);
         }
-        redlock::LockBase& lock = *owned;
         while (monotonic_us() < start_at) std::this_thread::sleep_for(1ms);
         count = 0;
         for (;;) {
           const auto left = stop_at - monotonic_us();
           if (left <= 0) break;
-          if (!lock.try_lock_for(std::chrono::microseconds(left))) break;
+          const std::chrono::microseconds wait(left);
+          if (!(semaphore ? semaphore->try_acquire_for(wait) : owned->try_lock_for(wait))) break;
           std::this_thread::sleep_for(1ms);
-          lock.unlock();
+          if (semaphore) {
+            semaphore->release();
+          } else {
+            owned->unlock();
+          }
           ++count;
         }
       } catch (...) {
@@ -321,4 +329,27 @@ TEST_CASE("A fair Redlock(3): 32 waiting processes cost each server what 4 do, a
   CHECK(*lo > 0);
   CHECK(many.per_acquisition() <= 2.0 * few.per_acquisition());
   for (const RedisServer* server : servers) CHECK(server->raw({"EXISTS", k}).integer() == 0);
+}
+
+TEST_CASE("A Semaphore(2): 32 waiting processes cost the server what 4 do, and all are served",
+          "[redis][semaphore][fleet][slow]") {
+  RedisServer server;
+  const auto k = key("fleet-semaphore");
+  const redlock::LockOptions defaults;
+  const FleetRun few = run_fleet({&server}, k, 4, 1500ms, defaults, 2);
+  const FleetRun many = run_fleet({&server}, k, 32, 2500ms, defaults, 2);
+  INFO("server commands per acquisition: "
+       << few.per_acquisition() << " at 4 processes (" << few.total() << " acquisitions), "
+       << many.per_acquisition() << " at 32 (" << many.total() << ")");
+  REQUIRE(few.acquisitions.size() == 4);
+  REQUIRE(many.acquisitions.size() == 32);
+  REQUIRE(few.total() > 0);
+  const auto [lo, hi] = std::minmax_element(many.acquisitions.begin(), many.acquisitions.end());
+  INFO("acquisitions per process at 32: " << *lo << " - " << *hi);
+  CHECK(*lo > 0);  // every process is served
+  CHECK(many.per_acquisition() <= 1.5 * few.per_acquisition());
+  // Nothing is left behind once every process has stopped.
+  CHECK(server.raw({"EXISTS", helper_key(k, ":permit:1"), helper_key(k, ":permit:2")}).integer() ==
+        0);
+  CHECK(server.raw({"HLEN", helper_key(k, ":permit:waiters:info")}).integer() == 0);
 }
