@@ -79,7 +79,7 @@ class PermitWait final : public WaitStrategy {
   Try attempt(Attempt how) override {
     if (token_.empty() || !permits_.fair()) retire_token();  // empty: a grant given back
     const Queue queue = how == Attempt::contended ? Queue::join : Queue::none;
-    if (queue == Queue::join) queued_ = true;
+    if (queue == Queue::join && permits_.fair()) queued_ = true;  // unfair: nothing to leave
     Try out;
     out.sent = SteadyClock::now();
     try {
