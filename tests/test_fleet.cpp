@@ -59,12 +59,48 @@ struct FleetRun {
   }
 };
 
+// What a forked process contends for: a Lock on one server, a Redlock on several, or with
+// `permits` > 0 a Semaphore of that many permits on the first server.
+class Contender {
+ public:
+  Contender(const std::vector<redlock::Client>& clients, const std::string& k,
+            const redlock::LockOptions& options, std::size_t permits) {
+    if (permits > 0) {
+      semaphore_ = std::make_unique<redlock::Semaphore>(clients[0], k, permits, options);
+    } else if (clients.size() == 1) {
+      lock_ = std::make_unique<redlock::Lock>(clients[0], k, options);
+    } else {
+      lock_ = std::make_unique<redlock::Redlock>(clients, k, options);
+    }
+  }
+  // Waits at most `wait`; 0: until it holds.
+  bool take(std::chrono::microseconds wait) {
+    if (wait.count() == 0) {
+      semaphore_ ? semaphore_->acquire() : lock_->lock();
+      return true;
+    }
+    return semaphore_ ? semaphore_->try_acquire_for(wait) : lock_->try_lock_for(wait);
+  }
+  void give() {
+    if (semaphore_) {
+      semaphore_->release();
+    } else {
+      lock_->unlock();
+    }
+  }
+
+ private:
+  std::unique_ptr<redlock::LockBase> lock_;
+  std::unique_ptr<redlock::Semaphore> semaphore_;
+};
+
 // Forks `processes` processes that each loop, until `run` has passed: lock (waiting at most
 // until the end), hold 1 ms, unlock; with `options` (the defaults unless a test says otherwise),
-// a Lock on one server or a Redlock on several. Each reports its acquisitions through a pipe.
+// a Lock on one server or a Redlock on several, or with `permits` > 0 a Semaphore of that many
+// permits on one server. Each reports its acquisitions through a pipe.
 FleetRun run_fleet(const std::vector<const RedisServer*>& servers, const std::string& k,
                    int processes, std::chrono::milliseconds run,
-                   const redlock::LockOptions& options) {
+                   const redlock::LockOptions& options, std::size_t permits = 0) {
   for (const RedisServer* server : servers) server->raw({"CONFIG", "RESETSTAT"});
   int fds[2];
   REQUIRE(pipe(fds) == 0);
@@ -83,21 +119,15 @@ FleetRun run_fleet(const std::vector<const RedisServer*>& servers, const std::st
         std::vector<redlock::Client> clients;
         for (const RedisServer* server : servers) clients.emplace_back(server->endpoint());
         for (auto& client : clients) client.ping();
-        std::unique_ptr<redlock::LockBase> owned;
-        if (clients.size() == 1) {
-          owned = std::make_unique<redlock::Lock>(clients[0], k, options);
-        } else {
-          owned = std::make_unique<redlock::Redlock>(clients, k, options);
-        }
-        redlock::LockBase& lock = *owned;
+        Contender contender(clients, k, options, permits);
         while (monotonic_us() < start_at) std::this_thread::sleep_for(1ms);
         count = 0;
         for (;;) {
           const auto left = stop_at - monotonic_us();
           if (left <= 0) break;
-          if (!lock.try_lock_for(std::chrono::microseconds(left))) break;
+          if (!contender.take(std::chrono::microseconds(left))) break;
           std::this_thread::sleep_for(1ms);
-          lock.unlock();
+          contender.give();
           ++count;
         }
       } catch (...) {
@@ -151,21 +181,20 @@ TEST_CASE("64 waiting processes cost the server what 4 do per acquisition, and a
 namespace {
 
 // A forked process that takes `k` with `options` (lock(), or try_lock_for(`give_up`) when it is
-// positive), writes `id` to `fd` once it holds it, holds it for `hold` and exits.
+// positive; a permit of a Semaphore when `permits` > 0), writes `id` to `fd` once it holds it,
+// holds it for `hold` and exits.
 pid_t fork_holder(const RedisServer& server, const std::string& k, int id, int fd,
                   std::chrono::milliseconds hold, const redlock::LockOptions& options,
-                  std::chrono::milliseconds give_up = 0ms) {
+                  std::chrono::milliseconds give_up = 0ms, std::size_t permits = 0) {
   const pid_t pid = fork();
   if (pid != 0) return pid;
   int rc = 1;
   try {
-    redlock::Client client(server.endpoint());
-    redlock::Lock lock(client, k, options);
-    const bool held = give_up > 0ms ? lock.try_lock_for(give_up) : (lock.lock(), true);
-    if (held) {
+    Contender contender({redlock::Client(server.endpoint())}, k, options, permits);
+    if (contender.take(give_up)) {
       rc = write(fd, &id, sizeof id) == sizeof id ? 0 : 2;
       std::this_thread::sleep_for(hold);
-      lock.unlock();
+      contender.give();
     } else {
       rc = 3;
     }
@@ -174,13 +203,17 @@ pid_t fork_holder(const RedisServer& server, const std::string& k, int id, int f
   _exit(rc);
 }
 
-long long queue_entries(const RedisServer& server, const std::string& k) {
-  return server.raw({"HLEN", helper_key(k, ":waiters:info")}).integer();
+// The entries of `k`'s queue of waiters (`info`: ":waiters:info", a Semaphore's
+// ":permit:waiters:info").
+long long queue_entries(const RedisServer& server, const std::string& k,
+                        const char* info = ":waiters:info") {
+  return server.raw({"HLEN", helper_key(k, info)}).integer();
 }
 
-bool wait_for_entries(const RedisServer& server, const std::string& k, long long n) {
+bool wait_for_entries(const RedisServer& server, const std::string& k, long long n,
+                      const char* info = ":waiters:info") {
   const auto end = std::chrono::steady_clock::now() + 10s;
-  while (queue_entries(server, k) != n) {
+  while (queue_entries(server, k, info) != n) {
     if (std::chrono::steady_clock::now() > end) return false;
     std::this_thread::sleep_for(2ms);
   }
@@ -195,54 +228,79 @@ int reap(pid_t pid) {
 
 }  // namespace
 
-TEST_CASE("Waiters killed while queued are skipped: the live ones are served in order",
-          "[redis][fleet][fault]") {
+namespace {
+
+// What a contender leaves on the server: its key and queue for a Lock; a Semaphore's permit
+// slots and queue. EXISTS of them all is 0 once every process has stopped.
+std::vector<std::string> server_state(const std::string& k, std::size_t permits) {
+  if (permits == 0) return {"EXISTS", k, helper_key(k, ":waiters"), helper_key(k, ":waiters:info")};
+  std::vector<std::string> argv{"EXISTS", helper_key(k, ":permit:waiters"),
+                                helper_key(k, ":permit:waiters:info")};
+  for (std::size_t i = 1; i <= permits; ++i) {
+    argv.push_back(helper_key(k, ":permit:" + std::to_string(i)));
+  }
+  return argv;
+}
+
+const char* queue_info(std::size_t permits) {
+  return permits == 0 ? ":waiters:info" : ":permit:waiters:info";
+}
+
+// Holds all `permits` (a Lock when 0) in this process while 8 forked waiters queue one by one,
+// kills every other one (the head among them), releases: the live ones are served, in order.
+void killed_waiters_case(std::size_t permits) {
   RedisServer server;
   const auto k = key("fleet-killed");
   redlock::Client client(server.endpoint());
-  redlock::Lock holder(client, k);
-  holder.lock();
+  std::vector<std::unique_ptr<Contender>> holders;
+  for (std::size_t h = 0; h < std::max<std::size_t>(permits, 1); ++h) {
+    holders.push_back(std::make_unique<Contender>(std::vector<redlock::Client>{client}, k,
+                                                  redlock::LockOptions{}, permits));
+    holders.back()->take(0us);
+  }
   int fds[2];
   REQUIRE(pipe(fds) == 0);
   std::vector<pid_t> waiters;
   for (int id = 0; id < 8; ++id) {  // queued one by one: the queue's order is the ids' order
-    waiters.push_back(fork_holder(server, k, id, fds[1], 20ms, {}, 20s));
-    REQUIRE(wait_for_entries(server, k, id + 1));
+    waiters.push_back(fork_holder(server, k, id, fds[1], 20ms, {}, 20s, permits));
+    REQUIRE(wait_for_entries(server, k, id + 1, queue_info(permits)));
   }
   close(fds[1]);
   for (int id = 0; id < 8; id += 2) kill(waiters[id], SIGKILL);  // the head among them
   for (int id = 0; id < 8; id += 2) CHECK(reap(waiters[id]) == 128 + SIGKILL);
   const auto released = std::chrono::steady_clock::now();
-  holder.unlock();
+  for (auto& holder : holders) holder->give();
   std::vector<int> order;
   int id = 0;
   while (read(fds[0], &id, sizeof id) == sizeof id) order.push_back(id);
   const auto served = std::chrono::steady_clock::now() - released;
   close(fds[0]);
   for (int w = 1; w < 8; w += 2) CHECK(reap(waiters[w]) == 0);
+  // With several permits, the waiters served together may report in either order.
+  if (permits > 1) std::sort(order.begin(), order.end());
   CHECK(order == std::vector<int>{1, 3, 5, 7});
   // Four holds of 20 ms; a stall (a dead waiter handed the lock) would cost a 30 s ttl.
   CHECK(served < 10s);
-  CHECK(server.raw({"EXISTS", k, helper_key(k, ":waiters"), helper_key(k, ":waiters:info")})
-            .integer() == 0);
+  CHECK(server.raw(server_state(k, permits)).integer() == 0);
 }
 
-TEST_CASE("A holder killed -9 passes the lock to the queue when its lease ends",
-          "[redis][fleet][fault]") {
+// A forked holder of the only permit (a Lock when 0) is killed -9 while 4 waiters queue: the
+// head waiter watched its lease, so the first is served within the ttl, and all in order.
+void killed_holder_case(std::size_t permits) {
   RedisServer server;
   const auto k = key("fleet-holder-killed");
   redlock::LockOptions options;
   options.ttl = 1500ms;
   int fds[2];
   REQUIRE(pipe(fds) == 0);
-  const pid_t doomed = fork_holder(server, k, 0, fds[1], 60s, options);
+  const pid_t doomed = fork_holder(server, k, 0, fds[1], 60s, options, 0ms, permits);
   int id = -1;
   REQUIRE(read(fds[0], &id, sizeof id) == sizeof id);
   REQUIRE(id == 0);
   std::vector<pid_t> waiters;
   for (int w = 1; w <= 4; ++w) {
-    waiters.push_back(fork_holder(server, k, w, fds[1], 10ms, options, 20s));
-    REQUIRE(wait_for_entries(server, k, w));
+    waiters.push_back(fork_holder(server, k, w, fds[1], 10ms, options, 20s, permits));
+    REQUIRE(wait_for_entries(server, k, w, queue_info(permits)));
   }
   close(fds[1]);
   const auto killed = std::chrono::steady_clock::now();
@@ -260,31 +318,30 @@ TEST_CASE("A holder killed -9 passes the lock to the queue when its lease ends",
   close(fds[0]);
   for (pid_t w : waiters) CHECK(reap(w) == 0);
   CHECK(order == std::vector<int>{1, 2, 3, 4});
-  CHECK(server.raw({"EXISTS", k, helper_key(k, ":waiters"), helper_key(k, ":waiters:info")})
-            .integer() == 0);
+  CHECK(server.raw(server_state(k, permits)).integer() == 0);
 }
 
-TEST_CASE("A waiter that gives up as it is handed the lock passes it on, and leaves nothing",
-          "[redis][fleet]") {
+// The first of two queued waiters gives up within a few ms of the release that hands it the
+// lock (or permit: `permits` > 0 makes it a Semaphore of one), a bit later each round: the lock
+// moves on to the second either way, and nothing is left on the server.
+void give_up_case(std::size_t permits) {
   RedisServer server;
   const auto k = key("fleet-give-up");
   redlock::Client client(server.endpoint());
-  redlock::Lock holder(client, k);
+  Contender holder({client}, k, {}, permits);
   int fds[2];
   REQUIRE(pipe(fds) == 0);
   int gave_up = 0;
   for (int round = 0; round < 12; ++round) {
-    holder.lock();
-    // The first waiter gives up 200 ms after it queued, within a few ms of the release (a bit
-    // later each round); the second one waits.
+    holder.take(0us);
     const auto give_up = 200ms;
-    const pid_t quitter = fork_holder(server, k, 1, fds[1], 0ms, {}, give_up);
-    REQUIRE(wait_for_entries(server, k, 1));
+    const pid_t quitter = fork_holder(server, k, 1, fds[1], 0ms, {}, give_up, permits);
+    REQUIRE(wait_for_entries(server, k, 1, queue_info(permits)));
     const auto queued = std::chrono::steady_clock::now();
-    const pid_t stayer = fork_holder(server, k, 2, fds[1], 0ms, {});
-    REQUIRE(wait_for_entries(server, k, 2));
+    const pid_t stayer = fork_holder(server, k, 2, fds[1], 0ms, {}, 0ms, permits);
+    REQUIRE(wait_for_entries(server, k, 2, queue_info(permits)));
     std::this_thread::sleep_until(queued + give_up - 6ms + std::chrono::milliseconds(round));
-    holder.unlock();
+    holder.give();
     const int quit = reap(quitter);
     CHECK((quit == 0 || quit == 3));  // held, or gave up
     gave_up += quit == 3 ? 1 : 0;
@@ -293,13 +350,44 @@ TEST_CASE("A waiter that gives up as it is handed the lock passes it on, and lea
     do {
       REQUIRE(read(fds[0], &id, sizeof id) == sizeof id);
     } while (id != 2);
-    CHECK(server.raw({"EXISTS", k, helper_key(k, ":waiters"), helper_key(k, ":waiters:info")})
-              .integer() == 0);
+    CHECK(server.raw(server_state(k, permits)).integer() == 0);
   }
   INFO("rounds in which the first waiter gave up: " << gave_up);
   CHECK(gave_up > 0);
   close(fds[1]);
   close(fds[0]);
+}
+
+}  // namespace
+
+TEST_CASE("Waiters killed while queued are skipped: the live ones are served in order",
+          "[redis][fleet][fault]") {
+  killed_waiters_case(0);
+}
+
+TEST_CASE("Semaphore(2): waiters killed while queued are skipped, the permits reach the live ones",
+          "[redis][semaphore][fleet][fault]") {
+  killed_waiters_case(2);
+}
+
+TEST_CASE("A holder killed -9 passes the lock to the queue when its lease ends",
+          "[redis][fleet][fault]") {
+  killed_holder_case(0);
+}
+
+TEST_CASE("Semaphore(1): a permit holder killed -9 passes it to the queue when its lease ends",
+          "[redis][semaphore][fleet][fault]") {
+  killed_holder_case(1);
+}
+
+TEST_CASE("A waiter that gives up as it is handed the lock passes it on, and leaves nothing",
+          "[redis][fleet]") {
+  give_up_case(0);
+}
+
+TEST_CASE("Semaphore: a waiter that gives up as it is handed a permit passes it on, leaves nothing",
+          "[redis][semaphore][fleet]") {
+  give_up_case(1);
 }
 
 TEST_CASE("A fair Redlock(3): 32 waiting processes cost each server what 4 do, and all are served",
@@ -321,4 +409,27 @@ TEST_CASE("A fair Redlock(3): 32 waiting processes cost each server what 4 do, a
   CHECK(*lo > 0);
   CHECK(many.per_acquisition() <= 2.0 * few.per_acquisition());
   for (const RedisServer* server : servers) CHECK(server->raw({"EXISTS", k}).integer() == 0);
+}
+
+TEST_CASE("A Semaphore(2): 32 waiting processes cost the server what 4 do, and all are served",
+          "[redis][semaphore][fleet][slow]") {
+  RedisServer server;
+  const auto k = key("fleet-semaphore");
+  const redlock::LockOptions defaults;
+  const FleetRun few = run_fleet({&server}, k, 4, 1500ms, defaults, 2);
+  const FleetRun many = run_fleet({&server}, k, 32, 2500ms, defaults, 2);
+  INFO("server commands per acquisition: "
+       << few.per_acquisition() << " at 4 processes (" << few.total() << " acquisitions), "
+       << many.per_acquisition() << " at 32 (" << many.total() << ")");
+  REQUIRE(few.acquisitions.size() == 4);
+  REQUIRE(many.acquisitions.size() == 32);
+  REQUIRE(few.total() > 0);
+  const auto [lo, hi] = std::minmax_element(many.acquisitions.begin(), many.acquisitions.end());
+  INFO("acquisitions per process at 32: " << *lo << " - " << *hi);
+  CHECK(*lo > 0);  // every process is served
+  CHECK(many.per_acquisition() <= 1.5 * few.per_acquisition());
+  // Nothing is left behind once every process has stopped.
+  CHECK(server.raw({"EXISTS", helper_key(k, ":permit:1"), helper_key(k, ":permit:2")}).integer() ==
+        0);
+  CHECK(server.raw({"HLEN", helper_key(k, ":permit:waiters:info")}).integer() == 0);
 }

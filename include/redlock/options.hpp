@@ -62,10 +62,12 @@ struct LockOptions {
   // instead of only sleeping retry_delay. Costs one subscriber connection per Client.
   bool wake_on_release{true};
   // First come, first served across processes, and a release wakes exactly one waiter. Unset
-  // (the default): on for a Lock and a Redlock on Redis (standalone, TLS, Sentinel, Cluster),
-  // off for a Semaphore, a MultiLock and a ReadWriteLock, which throw std::invalid_argument for
-  // true; a PostgreSQL lease-mode lock always queues and a ZooKeeper lock is fair by its recipe.
-  // false turns it off (then every waiting process retries on each release: wake-on-release).
+  // (the default): on for a Lock, a Redlock and a Semaphore on Redis (standalone, TLS, Sentinel,
+  // Cluster; a Semaphore's waiters share one queue, `{<key>}:permit:waiters`, and a released
+  // permit goes to the longest-waiting live one), off for a MultiLock and a ReadWriteLock, which
+  // throw std::invalid_argument for true; a PostgreSQL lease-mode lock always queues and a
+  // ZooKeeper lock is fair by its recipe. false turns it off (then every waiting process retries on
+  // each release: wake-on-release).
   //
   // Waiters queue on the server (`{<key>}:waiters`, `{<key>}:waiters:info`, in the key's slot)
   // and a release hands the lock straight to the longest-waiting live waiter, which learns it

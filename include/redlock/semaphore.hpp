@@ -7,8 +7,11 @@
 // number, so the server's own key expiry (server time) ends a crashed holder's permit, and
 // everything after the grant is the machinery a Lock uses: the compare-and-pexpire extend, the
 // Watchdog renewing the slot key, compare-and-delete release, fencing, LeaseToken. The counter
-// `{<key>}:permit:fence` gives fence tokens that grow across all permits of the key; releases are
-// announced on `{<key>}:permit:released`, where waiters listen. (A sorted set of leases scored by
+// `{<key>}:permit:fence` gives fence tokens that grow across all permits of the key. Waiters queue
+// as a Lock's do (LockOptions::fair, on unless false: `{<key>}:permit:waiters` and
+// `:permit:waiters:info`): a release hands its permit to the longest-waiting live waiter and
+// wakes no other process; with fair = false releases are announced on `{<key>}:permit:released`
+// and every waiting process retries. (A sorted set of leases scored by
 // server time would need a second kind of lease for the watchdog to renew.) These names are
 // reserved. Every user of a key must pass the same limit: it is stored with the permits in
 // `{<key>}:permit:limit`, and an attempt with another limit throws LimitMismatchError while any
@@ -68,7 +71,7 @@ class Semaphore {
   static constexpr std::size_t kMaxLimit = 10'000;
 
   // Connects nothing yet. Throws std::invalid_argument naming the argument for limit 0 or over
-  // kMaxLimit, an empty key, limit * key size over 4 MiB, options.fair (not supported), and
+  // kMaxLimit, an empty key, limit * key size over 4 MiB, and
   // every option a Lock rejects (ttl <= drift allowance, retry_delay <= 0, ...).
   Semaphore(Client client, std::string key, std::size_t limit, LockOptions options = {});
   Semaphore(const Semaphore&) = delete;

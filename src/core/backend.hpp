@@ -182,17 +182,29 @@ class PermitBackend {
 
   virtual const std::string& key() const noexcept = 0;
   virtual std::size_t limit() const noexcept = 0;
-  // One attempt with `token`: the first free permit. Held: `slot` (1..limit), `valid_until`
-  // and `fence`. Refused: `holder_pttl` is the earliest expiry of a held permit (-1: none
-  // expires). A grant too late to be of use is given back and reported as refused (pttl 0).
+  // Whether waiters queue in the wake-one queue (LockOptions::fair, on unless false): a release
+  // hands its permit to the oldest live waiter and wakes nobody else.
+  virtual bool fair() const noexcept = 0;
+  // One attempt with `token`: the first free permit (in fair mode only if nobody live is queued
+  // ahead; a permit a hand-over gave the token is claimed). Held: `slot` (1..limit),
+  // `valid_until` and `fence`. Refused: `holder_pttl` is the earliest expiry of a held permit
+  // (-1: none expires) and, with Queue::join in fair mode, `watcher` the place taken in the
+  // queue. A grant too late to be of use is given back and reported as refused (pttl 0).
   // Throws the transport, protocol or server failure, after rolling back an attempt that may
-  // have run.
-  virtual AcquireResult acquire(const std::string& token) = 0;
+  // have run (that rollback may still reach the server later: use another token afterwards).
+  virtual AcquireResult acquire(const std::string& token, Queue queue) = 0;
+  // Fair mode: gives up `token`'s place in the queue; a permit a hand-over gave it meanwhile is
+  // handed on. Throws the transport or server failure.
+  virtual void leave(const std::string& token) = 0;
   // The lease of permit `slot` (1..limit): what extends and renews it, and what releases it
-  // (announced to the semaphore's waiters). Called by the permit's holder only.
+  // (handed over, or announced to the semaphore's waiters). Called by the permit's holder only.
   virtual std::shared_ptr<LeaseBackend> permit(std::size_t slot) = 0;
-  // Wake-on-release: a subscription to the releases of every permit (see LeaseBackend::watch).
-  virtual std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline) = 0;
+  // Wake-on-release: a subscription to the releases of every permit, and in fair mode to
+  // hand-overs naming `token_sha1` (see LeaseBackend::watch). `watch_live()`: already
+  // subscribed, watching costs no round trip.
+  virtual bool watch_live() const noexcept = 0;
+  virtual std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline,
+                                              std::string token_sha1) = 0;
 };
 
 }  // namespace detail

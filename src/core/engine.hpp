@@ -28,12 +28,21 @@
 namespace redlock {
 namespace detail {
 
+// Fair mode: the wake-one queue a release hands over to (list and info hash). Empty: the key's
+// own (key + ":waiters", key + ":waiters:info"); a Semaphore's permits share the semaphore's.
+struct WaiterQueue {
+  std::string list;
+  std::string info;
+};
+
 class LeaseEngine final : public LeaseBackend {
  public:
-  // Releases are announced on `channel` (empty: key + ":released"). Throws
-  // std::invalid_argument for bad options or duplicate nodes (see Lock/Redlock ctors).
+  // Releases are announced on `channel` (empty: key + ":released"); in fair mode hand-overs go to
+  // the waiters of `queue`. Throws std::invalid_argument for bad options or duplicate nodes (see
+  // Lock/Redlock ctors).
   LeaseEngine(std::vector<std::shared_ptr<ClientImpl>> nodes, std::string key,
-              const LockOptions& options, std::string channel = std::string());
+              const LockOptions& options, std::string channel = std::string(),
+              WaiterQueue queue = {});
 
   // LeaseBackend (see core/backend.hpp).
   const std::string& key() const noexcept override { return keys_.key; }

@@ -106,7 +106,7 @@ void validate_lock_options(const std::string& key, const LockOptions& options) {
 }
 
 LeaseEngine::LeaseEngine(std::vector<std::shared_ptr<ClientImpl>> nodes, std::string key,
-                         const LockOptions& options, std::string channel)
+                         const LockOptions& options, std::string channel, WaiterQueue queue)
     : nodes_(std::move(nodes)),
       ttl_(options.ttl),
       drift_factor_(options.clock_drift_factor),
@@ -126,8 +126,9 @@ LeaseEngine::LeaseEngine(std::vector<std::shared_ptr<ClientImpl>> nodes, std::st
   keys_.channel = channel.empty() ? helper_key(keys_.key, ":released") : std::move(channel);
   if (fair_) orderer_ = choose_orderer(nodes_, keys_.key);
   keys_.grant_channel = keys_.channel + ":" + nodes_[orderer_]->waiter_id();
-  keys_.queue = helper_key(keys_.key, ":waiters");
-  keys_.queue_info = helper_key(keys_.key, ":waiters:info");
+  keys_.queue = queue.list.empty() ? helper_key(keys_.key, ":waiters") : std::move(queue.list);
+  keys_.queue_info =
+      queue.info.empty() ? helper_key(keys_.key, ":waiters:info") : std::move(queue.info);
   ttl_ms_ = std::to_string(ttl_.count());
 }
 

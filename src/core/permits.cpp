@@ -14,6 +14,7 @@
 #include "core/engine.hpp"
 #include "io/connection.hpp"
 #include "protocol/permits.hpp"
+#include "protocol/replies.hpp"  // is_error_reply
 #include "util/key_slot.hpp"
 #include "util/log_internal.hpp"
 #include "watch/release_watch.hpp"
@@ -31,6 +32,8 @@ class RedisPermits final : public PermitBackend {
         options_(options),
         ttl_ms_(std::to_string(options.ttl.count())),
         limit_text_(std::to_string(limit)),
+        fair_(options.fair.value_or(true)),
+        grant_channel_(fair_ ? keys_.channel + ":" + node_->waiter_id() : std::string()),
         leases_(limit) {
     permit(1);  // validates the options as a Lock's engine does
     if (node_->router() != nullptr && !helpers_share_slot(key_)) {
@@ -42,17 +45,23 @@ class RedisPermits final : public PermitBackend {
 
   const std::string& key() const noexcept override { return key_; }
   std::size_t limit() const noexcept override { return keys_.slots.size(); }
-  AcquireResult acquire(const std::string& token) override;
+  bool fair() const noexcept override { return fair_; }
+  AcquireResult acquire(const std::string& token, Queue queue) override;
+  void leave(const std::string& token) override { run_leave(token); }
   std::shared_ptr<LeaseBackend> permit(std::size_t slot) override;
-  std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline) override {
-    static const std::string no_grants;
-    return make_release_watch({node_}, WatchChannels{keys_.channel, no_grants, key_}, deadline,
-                              std::string());
+  bool watch_live() const noexcept override {
+    return release_watch_live(*node_, WatchChannels{keys_.channel, grant_channel_, key_});
+  }
+  std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline,
+                                      std::string token_sha1) override {
+    return make_release_watch({node_}, WatchChannels{keys_.channel, grant_channel_, key_}, deadline,
+                              fair_ ? std::move(token_sha1) : std::string());
   }
 
  private:
-  TakeReply take(const std::string& token);
-  TakeReply take_with(const PermitKeys& keys, const std::string& token);
+  TakeReply take(const std::string& token, Queue queue);
+  TakeReply take_with(const PermitKeys& keys, const std::string& token, Queue queue);
+  void run_leave(const std::string& token);
   void undo(const std::string& token) noexcept;
 
   std::shared_ptr<ClientImpl> node_;
@@ -61,6 +70,8 @@ class RedisPermits final : public PermitBackend {
   LockOptions options_;
   std::string ttl_ms_;
   std::string limit_text_;  // the limit as the take script's argument
+  bool fair_;
+  std::string grant_channel_;  // fair mode: channel + ":" + the Client's waiter_id (else empty)
   std::mutex mutex_;
   std::vector<std::shared_ptr<LeaseEngine>> leases_;  // per slot, made when first held; mutex_
 };
@@ -71,19 +82,22 @@ std::shared_ptr<LeaseBackend> RedisPermits::permit(std::size_t slot) {
   if (!lease) {
     LockOptions slot_options = options_;
     slot_options.fencing = false;  // the semaphore's fence is per key, taken by acquire()
-    slot_options.fair = false;     // a permit's release is announced to the semaphore's waiters
+    // Fair: a permit's release hands it to the semaphore's queue (not the slot key's own).
+    slot_options.fair = fair_;
     lease = std::make_shared<LeaseEngine>(std::vector<std::shared_ptr<ClientImpl>>{node_},
-                                          keys_.slots[slot - 1], slot_options, keys_.channel);
+                                          keys_.slots[slot - 1], slot_options, keys_.channel,
+                                          WaiterQueue{keys_.queue, keys_.queue_info});
   }
   return lease;
 }
 
-AcquireResult RedisPermits::acquire(const std::string& token) {
+AcquireResult RedisPermits::acquire(const std::string& token, Queue queue) {
   const auto start = SteadyClock::now();
-  const TakeReply reply = take(token);
+  const TakeReply reply = take(token, fair_ ? queue : Queue::none);
   AcquireResult result;
   if (reply.slot == 0) {
     result.holder_pttl = reply.holder_pttl;
+    result.watcher = reply.watcher;
     return result;
   }
   const Decision d =
@@ -105,12 +119,18 @@ AcquireResult RedisPermits::acquire(const std::string& token) {
 }
 
 // The take script with `keys` (this semaphore's, or more slots to check a larger stored limit).
-TakeReply RedisPermits::take_with(const PermitKeys& keys, const std::string& token) {
+TakeReply RedisPermits::take_with(const PermitKeys& keys, const std::string& token, Queue queue) {
   VarCommand command;
-  build_take_permit(command, keys, token, ttl_ms_, options_.fencing ? "1" : "0", limit_text_);
+  const TakeArgs args{ttl_ms_,
+                      limit_text_,
+                      options_.fencing ? "1" : "0",
+                      queue == Queue::join ? "1" : "0",
+                      grant_channel_,
+                      node_->pubsub()};
+  build_take_permit(command, keys, token, args);
   // A server too slow to answer may still run it: the rollback follows on the same connection.
   VarCommand rollback;
-  build_undo_permit(rollback, keys_, token, node_->pubsub());
+  build_leave_permits(rollback, keys_, token, node_->pubsub(), Send::eval);
   NodeBatch batch;
   batch.node = node_.get();
   batch.commands.push_back(command.view());
@@ -135,11 +155,11 @@ TakeReply RedisPermits::take_with(const PermitKeys& keys, const std::string& tok
 
 // Another limit stored with the permits: checked over its slots too when it is larger (one more
 // round trip), refused while any permit is held.
-TakeReply RedisPermits::take(const std::string& token) {
-  TakeReply reply = take_with(keys_, token);
+TakeReply RedisPermits::take(const std::string& token, Queue queue) {
+  TakeReply reply = take_with(keys_, token, queue);
   if (reply.problem == TakeReply::Problem::limit_unchecked &&
       reply.other_limit <= Semaphore::kMaxLimit) {
-    reply = take_with(PermitKeys(key_, reply.other_limit), token);
+    reply = take_with(PermitKeys(key_, reply.other_limit), token, queue);
   }
   if (reply.problem == TakeReply::Problem::none) return reply;
   throw LimitMismatchError(
@@ -150,15 +170,24 @@ TakeReply RedisPermits::take(const std::string& token) {
       "REDLOCK_LIMIT " + std::to_string(reply.other_limit), limit(), reply.other_limit);
 }
 
+// The leave script: a slot the token holds is handed on, its queue place is left.
+void RedisPermits::run_leave(const std::string& token) {
+  VarCommand command;
+  build_leave_permits(command, keys_, token, node_->pubsub(), Send::evalsha);
+  NodeBatch batch;
+  batch.node = node_.get();
+  batch.commands.push_back(command.view());
+  execute(&batch, 1);
+  if (batch.error) std::rethrow_exception(batch.error);
+  const redisReply* r = batch.replies[0].get();
+  if (is_error_reply(r)) {
+    std::rethrow_exception(server_error(node_->address(), "the semaphore leave script", text(r)));
+  }
+}
+
 void RedisPermits::undo(const std::string& token) noexcept {
   try {
-    VarCommand rollback;
-    build_undo_permit(rollback, keys_, token, node_->pubsub());
-    NodeBatch batch;
-    batch.node = node_.get();
-    batch.commands.push_back(rollback.view());
-    execute(&batch, 1);
-    if (batch.error) std::rethrow_exception(batch.error);
+    run_leave(token);
   } catch (const std::exception& e) {
     logf(LogLevel::debug, "redlock: rollback of an attempt on {}: {}", key_, e.what());
   } catch (...) {

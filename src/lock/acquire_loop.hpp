@@ -44,7 +44,7 @@ class AcquireLoop {
     // holds back its next acquire (LockCore::hold_back_after).
     elder_first,
     // Nothing: the server's queue orders them (fair mode), or nothing holds the releaser back
-    // (a Semaphore's permits, a polling lock).
+    // (a Semaphore's permits with fair = false, a polling lock).
     none,
   };
 

@@ -1,8 +1,9 @@
 // src/lock/semaphore.cpp: Semaphore: acquiring and waiting for a permit (the one acquire loop,
-// lock/acquire_loop, over the permits' wait strategy: jittered backoff bounded by the earliest
-// slot expiry, plus wake-on-release), its validity, renewal hand-off, release and loss. The permits
-// are a PermitBackend (core/backend.hpp; Redis's is core/permits); thread ownership, the local
-// queue, cancellation and the end of a hold are a Lock's (lock/ownership, lock/hold_end).
+// lock/acquire_loop, over the permits' wait strategy: the wake-one queue, or with fair = false
+// wake-on-release and a backoff bounded by the earliest slot expiry), its validity, renewal
+// hand-off, release and loss. The permits are a PermitBackend (core/backend.hpp; Redis's is
+// core/permits); thread ownership, the local queue, cancellation and the end of a hold are a Lock's
+// (lock/ownership, lock/hold_end).
 #include <redlock/semaphore.hpp>
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include "lock/ownership.hpp"
 #include "util/log_internal.hpp"
 #include "util/observe.hpp"
+#include "util/sha1.hpp"
 #include "util/token.hpp"
 #include "watch/release_watch.hpp"
 #include "watch/watchdog_impl.hpp"
@@ -45,9 +47,6 @@ LockOptions validated(std::size_t limit, const std::string& key, LockOptions opt
         "limit slot keys); use a shorter key or a smaller limit",
         key.size(), limit));
   }
-  if (options.fair.value_or(false)) {
-    throw std::invalid_argument("redlock: options.fair is not supported by Semaphore");
-  }
   if ((options.auto_renew || options.on_lost) && !options.watchdog) {
     options.watchdog = Watchdog::shared();
   }
@@ -61,36 +60,76 @@ constexpr CallWords kWords{"acquire() of a permit of ",
 // A handle acquire never re-enters, so its `lost` words are never used.
 constexpr CallWords kHandleWords{"acquire_hold() of a permit of ", ""};
 
-// A Semaphore's wait strategy: each attempt asks the permits for the first free one with a new
-// token; a wait watches the permits' release channel (wake_on_release), or a timer. It never
-// relies on hearing releases alone: a permit may end by expiry, so it retries within
-// retry_delay, and never later than the earliest permit's expiry.
+// A Semaphore's wait strategy. Fair (the default), it is the lock's waiter model (docs/
+// ARCHITECTURE.md, "The waiter model") over the permits: one token is the waiter's place in the
+// semaphore's wake-one queue for the whole wait; a release hands the permit to the oldest live
+// waiter (its slot set to the token, a grant published on its process's channel, nobody else
+// woken), which claims it with its next attempt; the first two waiters watch the permits' lease
+// ends (AcquireLoop::turn_wake), the others sleep until their grant; a waiter that gives up
+// leaves (passing on a permit handed to it meanwhile). With fair = false each attempt uses a new
+// token, and a wait watches the permits' release channel (every waiting process wakes on a
+// release) or a timer, retrying within retry_delay, never later than the earliest expiry.
 class PermitWait final : public WaitStrategy {
  public:
-  PermitWait(PermitBackend& permits, bool wake_on_release) noexcept
-      : permits_(permits), wake_(wake_on_release) {}
+  // Makes the waiter's token. Throws what token generation throws.
+  PermitWait(PermitBackend& permits, bool wake_on_release)
+      : permits_(permits), wake_(wake_on_release), token_(make_token()) {}
 
   // A failure to reach the server is the attempt's result (the unavailability rule decides).
-  Try attempt(Attempt /*how*/) override {
+  Try attempt(Attempt how) override {
+    if (token_.empty() || !permits_.fair()) retire_token();  // empty: a grant given back
+    const Queue queue = how == Attempt::contended ? Queue::join : Queue::none;
+    if (queue == Queue::join && permits_.fair()) queued_ = true;  // unfair: nothing to leave
     Try out;
-    out.token = make_token();
     out.sent = SteadyClock::now();
     try {
-      out.result = permits_.acquire(out.token);
+      out.result = permits_.acquire(token_, queue);
     } catch (const Error&) {
       out.result.failure = std::current_exception();
+      // Its rollback (the leave script) may reach the server after later attempts: with the
+      // same token it would give up what they took. The rollback leaves the queue place too.
+      retire_token();
     }
+    if (out.result.held) out.token = std::move(token_);
     return out;
   }
+  // No hand_over(): a grant only wakes the wait (it is never consumed before the wake-up is, so
+  // a notice handled first cannot hide it), and the attempt that follows claims the permit.
+  void leave() noexcept override {
+    if (!queued_ || token_.empty()) return;
+    queued_ = false;
+    try {
+      permits_.leave(token_);
+    } catch (const std::exception& e) {
+      logf(LogLevel::debug, "redlock: leaving the queue of {}: {}", permits_.key(), e.what());
+    } catch (...) {
+    }
+  }
+  bool watch_is_free() const noexcept override { return subscribes() && permits_.watch_live(); }
+  bool hears_releases() const noexcept override {
+    return subscribes() && watching() && permits_.watch_live();
+  }
+  bool queues() const noexcept override { return permits_.fair(); }
 
  protected:
   std::unique_ptr<ReleaseWatch> make_watch(SteadyClock::time_point deadline) override {
-    return wake_ ? permits_.watch(deadline) : make_timer_watch();
+    return wake_ ? permits_.watch(deadline, sha1_hex(token_)) : make_timer_watch();
   }
 
  private:
+  // Fair with wake_on_release: grants reach this waiter, so it sleeps until one (or its turn to
+  // watch a lease end) instead of retrying every retry_delay.
+  bool subscribes() const noexcept { return wake_ && permits_.fair(); }
+  void retire_token() {
+    token_ = make_token();
+    queued_ = false;
+    if (watch_ && permits_.fair()) watch_->retoken(sha1_hex(token_));
+  }
+
   PermitBackend& permits_;
   const bool wake_;
+  std::string token_;
+  bool queued_{false};  // a contended attempt may have taken a place in the queue
 };
 
 class SemaphoreCore final : public HoldOwner, private AcquireLoop::Taker {
@@ -224,7 +263,7 @@ Held SemaphoreCore::start_hold(const AcquireResult& result, std::string token,
     // Renewal could not start: do not hand out a permit the caller believes is renewed.
     hold->mark_released();
     try {
-      lease->release(hold->token(), Announce::waiters);
+      lease->release(hold->token(), Announce::waiters);  // handed on, in fair mode
     } catch (...) {
     }
     throw;

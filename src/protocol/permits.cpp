@@ -1,28 +1,38 @@
 // src/protocol/permits.cpp: a Semaphore's scripts, commands and reply (see permits.hpp).
 #include "protocol/permits.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "protocol/commands.hpp"  // publish_flag
+#include "protocol/scripts.hpp"   // the wake-one queue's Lua
 #include "util/key_slot.hpp"
 
 namespace redlock {
 namespace detail {
 namespace {
 
-// KEYS[1..m] slot keys, KEYS[m+1] the fence counter, KEYS[m+2] the stored limit; ARGV[1] token,
-// ARGV[2] ttl ms, ARGV[3] "1" with fencing, ARGV[4] the limit n (m >= n: more slots are passed to
-// check a larger stored limit). The limit is stored with the permits: another one is refused
-// (error REDLOCK_LIMIT <stored>) while any of the slots passed is held, {-2, stored} asks for
-// the slots up to a larger stored limit, and with none held the limit is replaced. No stored
-// limit (none yet, or permits of a client that did not store it) is replaced at once. Only
-// get, set, pexpire, pttl and incr: the minimal ACL of the README.
-// Then takes the first free slot of 1..n (SET PX). A repeat of the same attempt (a retried
-// connection) finds its token and re-arms that slot; it gets a fresh fence, so no two holds ever
-// share one. Returns {slot, fence (0 without fencing)} or {0, smallest pttl of the slots (-1:
-// none expires)}. GET on a slot holding another type fails the script with WRONGTYPE.
-const char kTakeLua[] = R"(local m = #KEYS - 2
+// KEYS[1..m] slot keys, KEYS[m+1] the fence counter, KEYS[m+2] the stored limit, KEYS[m+3] the
+// waiters' queue, KEYS[m+4] its info; ARGV[1] token, ARGV[2] ttl ms, ARGV[3] the SPUBLISH flag,
+// ARGV[4] the limit n (m >= n: more slots are passed to check a larger stored limit), ARGV[5]
+// "1" with fencing, ARGV[6] "1" to join the queue when refused, ARGV[7] this process's grant
+// channel. The limit is stored with the permits: another one is refused (error REDLOCK_LIMIT
+// <stored>) while any of the slots passed is held, {-2, stored} asks for the slots up to a
+// larger stored limit, and with none held the limit is replaced. No stored limit (none yet, or
+// permits of a client that did not store it) is replaced at once.
+// A slot already holding the token is a hand-over being claimed (or a repeat of the same
+// attempt): it is re-armed, and gets a fresh fence, so no two holds ever share one. Otherwise a
+// free slot goes to the caller only if nobody live waits in the lock's wake-one queue
+// (REDLOCK_FAIR_QUEUE_LUA, protocol/scripts.cpp): with a queue, the caller hands it to the
+// oldest live waiter (itself, if it is that one). Refused, it joins the queue (ARGV[6]).
+// Returns {slot, fence (0 without fencing)} or {0, smallest pttl of the slots (-1: none
+// expires), queue position (0: not queued; 1, 2: watches the permits' lease ends; 3: behind)}.
+// GET on a slot holding another type fails the script with WRONGTYPE.
+const char kTakeLua[] =
+    "if redis.replicate_commands then redis.replicate_commands() end\n" REDLOCK_PUBLISH_LUA
+        REDLOCK_FAIR_QUEUE_LUA R"(local m = #KEYS - 4
 local n = tonumber(ARGV[4])
+fq_fence, fq_list, fq_info = KEYS[m + 1], KEYS[m + 3], KEYS[m + 4]
 local stored = tonumber(redis.call('get', KEYS[m + 2]))
 if stored ~= n then
   if stored then
@@ -35,38 +45,77 @@ if stored ~= n then
   end
   redis.call('set', KEYS[m + 2], ARGV[4])
 end
-local free = 0
-local pttl = -1
 local function fence()
-  if ARGV[3] ~= '1' then return 0 end
+  if ARGV[5] ~= '1' then return 0 end
   return redis.call('incr', KEYS[m + 1])
 end
+local pttl = -1
+local function lease_of(i)
+  local left = redis.call('pttl', KEYS[i])
+  if left >= 0 and (pttl < 0 or left < pttl) then pttl = left end
+end
+local free = {}
 for i = 1, n do
   local holder = redis.call('get', KEYS[i])
   if holder == ARGV[1] then
     redis.call('pexpire', KEYS[i], ARGV[2])
+    redis.call('hdel', fq_info, ARGV[1])
     return {i, fence()}
   end
-  if not holder then
-    if free == 0 then free = i end
-  else
-    local left = redis.call('pttl', KEYS[i])
-    if left >= 0 and (pttl < 0 or left < pttl) then pttl = left end
-  end
+  if holder then lease_of(i) else free[#free + 1] = i end
 end
-if free == 0 then return {0, pttl} end
-redis.call('set', KEYS[free], ARGV[1], 'PX', ARGV[2])
-return {free, fence()})";
+for _, i in ipairs(free) do
+  fq_key = KEYS[i]
+  local got = false
+  if redis.call('exists', fq_list) == 1 then got = hand_over(ARGV[1]) end
+  if not got or got == ARGV[1] then
+    redis.call('set', KEYS[i], ARGV[1], 'PX', ARGV[2])
+    if got then notify_watchers(ARGV[2]) end
+    return {i, fence()}
+  end
+  lease_of(i)
+end
+local position = 0
+if ARGV[6] == '1' then position = join(ARGV[1], ARGV[2] .. ':0:0:' .. ARGV[7]) end
+return {0, pttl, position})";
 
-// KEYS the slot keys; ARGV[1] token, ARGV[2] release channel, ARGV[3] the SPUBLISH flag (see
-// protocol/scripts.hpp). Deletes the slot holding the
-// token, if any, and announces it.
-const char kUndoLua[] = REDLOCK_PUBLISH_LUA R"(for i = 1, #KEYS do
+// KEYS[1..m] the slot keys, KEYS[m+1] the waiters' queue, KEYS[m+2] its info, KEYS[m+3] the
+// fence counter; ARGV[1] token, ARGV[2] release channel, ARGV[3] the SPUBLISH flag. The token's
+// way out, whatever it has: a slot holding it (an attempt's grant, or a hand-over that crossed
+// a waiter giving up) goes to the oldest live waiter, or is deleted and announced; a place in
+// the queue is left (lazily: the hash field only). A watcher that leaves passes its duty on:
+// a free slot is handed over, otherwise the next two are told the earliest lease end.
+const char kLeaveLua[] =
+    "if redis.replicate_commands then redis.replicate_commands() end\n" REDLOCK_PUBLISH_LUA
+        REDLOCK_FAIR_QUEUE_LUA R"(local m = #KEYS - 3
+fq_list, fq_info, fq_fence = KEYS[m + 1], KEYS[m + 2], KEYS[m + 3]
+for i = 1, m do
   if redis.call('get', KEYS[i]) == ARGV[1] then
+    fq_key = KEYS[i]
+    if redis.call('exists', fq_list) == 1 and hand_over(false) then return 1 end
     redis.call('del', KEYS[i])
     return 1 + publish(ARGV[2], ARGV[1])
   end
 end
+if redis.call('hdel', fq_info, ARGV[1]) == 0 then return 0 end
+if redis.call('hlen', fq_info) == 0 then
+  redis.call('del', fq_list)  -- nobody waits: what is left is entries that left
+  return 0
+end
+if redis.call('lindex', fq_list, 0) ~= ARGV[1] and redis.call('lindex', fq_list, 1) ~= ARGV[1] then
+  return 0
+end
+local pttl = -1
+for i = 1, m do
+  local left = redis.call('pttl', KEYS[i])
+  if left == -2 then
+    fq_key = KEYS[i]
+    if hand_over(false) then return 0 end
+  elseif left >= 0 and (pttl < 0 or left < pttl) then
+    pttl = left
+  end
+end
+if pttl >= 0 then notify_watchers(pttl) end
 return 0)";
 
 // Never destroyed, like Scripts::get(): semaphores with static storage may still use it.
@@ -75,12 +124,19 @@ const Script& take_script() {
   return script;
 }
 
+const Script& leave_script() {
+  static const Script& script = *new Script(kLeaveLua);
+  return script;
+}
+
 }  // namespace
 
 PermitKeys::PermitKeys(const std::string& key, std::size_t limit)
     : fence(helper_key(key, ":permit:fence")),
       channel(helper_key(key, ":permit:released")),
-      limit(helper_key(key, ":permit:limit")) {
+      limit(helper_key(key, ":permit:limit")),
+      queue(helper_key(key, ":permit:waiters")),
+      queue_info(helper_key(key, ":permit:waiters:info")) {
   slots.reserve(limit);
   for (std::size_t i = 1; i <= limit; ++i) {
     slots.push_back(helper_key(key, ":permit:" + std::to_string(i)));
@@ -109,16 +165,24 @@ CommandView VarCommand::view() const noexcept {
 }
 
 void build_take_permit(VarCommand& c, const PermitKeys& keys, std::string_view token,
-                       std::string_view ttl_ms, std::string_view fenced, std::string_view limit) {
-  c.evalsha(take_script()).key_count(keys.slots.size() + 2);
+                       const TakeArgs& args) {
+  c.evalsha(take_script()).key_count(keys.slots.size() + 4);
   for (const auto& slot : keys.slots) c.arg(slot);
-  c.arg(keys.fence).arg(keys.limit).arg(token).arg(ttl_ms).arg(fenced).arg(limit);
+  c.arg(keys.fence).arg(keys.limit).arg(keys.queue).arg(keys.queue_info);
+  c.arg(token).arg(args.ttl_ms).arg(publish_flag(args.pubsub)).arg(args.limit);
+  c.arg(args.fenced).arg(args.join).arg(args.grant_channel);
 }
 
-void build_undo_permit(VarCommand& c, const PermitKeys& keys, std::string_view token,
-                       PubSub pubsub) {
-  c.arg("EVAL").arg(kUndoLua).key_count(keys.slots.size());
+void build_leave_permits(VarCommand& c, const PermitKeys& keys, std::string_view token,
+                         PubSub pubsub, Send send) {
+  if (send == Send::eval) {
+    c.arg("EVAL").arg(leave_script().body());
+  } else {
+    c.evalsha(leave_script());
+  }
+  c.key_count(keys.slots.size() + 3);
   for (const auto& slot : keys.slots) c.arg(slot);
+  c.arg(keys.queue).arg(keys.queue_info).arg(keys.fence);
   c.arg(token).arg(keys.channel).arg(publish_flag(pubsub));
 }
 
@@ -147,9 +211,11 @@ TakeReply read_take_reply(const redisReply* r, std::size_t limit) noexcept {
         out.other_limit > 0 ? TakeReply::Problem::limit_conflict : TakeReply::Problem::server_error;
     return out;
   }
-  const bool shape = r != nullptr && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-                     r->element[0]->type == REDIS_REPLY_INTEGER &&
-                     r->element[1]->type == REDIS_REPLY_INTEGER;
+  // {slot, fence}, {0, pttl, position} or {-2, stored limit}.
+  const bool shape =
+      r != nullptr && r->type == REDIS_REPLY_ARRAY && (r->elements == 2 || r->elements == 3) &&
+      r->element[0]->type == REDIS_REPLY_INTEGER && r->element[1]->type == REDIS_REPLY_INTEGER &&
+      (r->elements == 2 || r->element[2]->type == REDIS_REPLY_INTEGER);
   const long long slot = shape ? r->element[0]->integer : -1;
   const long long value = shape ? r->element[1]->integer : -1;
   if (slot == -2 && value > 0) {
@@ -166,6 +232,8 @@ TakeReply read_take_reply(const redisReply* r, std::size_t limit) noexcept {
     out.fence = static_cast<std::uint64_t>(value);
   } else {
     out.holder_pttl = std::chrono::milliseconds(value);
+    const long long position = r->elements == 3 ? r->element[2]->integer : 0;
+    out.watcher = static_cast<unsigned char>(std::clamp(position, 0LL, 3LL));
   }
   return out;
 }

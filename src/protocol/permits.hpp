@@ -16,6 +16,7 @@
 #include <redlock/client.hpp>
 
 #include "io/command.hpp"
+#include "protocol/commands.hpp"  // Send
 
 namespace redlock {
 namespace detail {
@@ -27,6 +28,8 @@ struct PermitKeys {
   std::string fence;               // key + ":permit:fence"
   std::string channel;             // key + ":permit:released"
   std::string limit;               // key + ":permit:limit": the limit the held permits use
+  std::string queue;               // key + ":permit:waiters": the wake-one queue (tokens, in order)
+  std::string queue_info;          // key + ":permit:waiters:info": token -> "ttl:0:0:grant channel"
 };
 
 // A command with as many arguments as the semaphore has permits. Views point into the
@@ -52,17 +55,30 @@ class VarCommand {
   std::string numkeys_;
 };
 
+// The take script's arguments beyond the keys and the token. Views into strings the caller keeps.
+struct TakeArgs {
+  std::string_view ttl_ms;
+  std::string_view limit;          // the limit n (decimal); the keys may have more slots
+  std::string_view fenced;         // "1" with fencing
+  std::string_view join;           // "1": refused, join the waiters' queue
+  std::string_view grant_channel;  // this process's channel for hand-overs (joining only)
+  PubSub pubsub{PubSub::classic};  // how the node announces (its hand-overs and notices)
+};
 // EVALSHA of the take script: the first free slot of 1..`limit` (SET PX `ttl_ms`) for `token`, a
 // fence from the counter when `fenced` is "1", once the limit stored with the permits is
-// `limit` (decimal). `keys` may have more slots than `limit`, to check a larger stored limit.
+// `limit`; a free slot goes to the wake-one queue's oldest live waiter first. `keys` may have more
+// slots than `limit`, to check a larger stored limit.
 void build_take_permit(VarCommand& c, const PermitKeys& keys, std::string_view token,
-                       std::string_view ttl_ms, std::string_view fenced, std::string_view limit);
-// EVAL of the rollback: deletes the slot holding `token`, if any, and announces it.
-void build_undo_permit(VarCommand& c, const PermitKeys& keys, std::string_view token,
-                       PubSub pubsub);
+                       const TakeArgs& args);
+// The way out of `token` (EVAL for a rollback nobody reads the reply of, EVALSHA otherwise): a
+// slot holding it is handed to the queue's oldest live waiter (or deleted and announced); its
+// place in the queue, if any, is left.
+void build_leave_permits(VarCommand& c, const PermitKeys& keys, std::string_view token,
+                         PubSub pubsub, Send send);
 
 // The take script's reply: granted `slot` (1..limit) with `fence`, or refused (slot 0) with the
-// earliest expiry of a held slot. limit_conflict: permits are held under `other_limit`;
+// earliest expiry of a held slot and the place taken in the queue (`watcher`, as
+// AcquireResult's). limit_conflict: permits are held under `other_limit`;
 // limit_unchecked: the stored limit is `other_limit`, larger than the slots passed (send again
 // with that many).
 struct TakeReply {
@@ -70,6 +86,7 @@ struct TakeReply {
   std::size_t slot{0};
   std::uint64_t fence{0};
   std::chrono::milliseconds holder_pttl{-1};
+  unsigned char watcher{0};
   Problem problem{Problem::none};
   std::size_t other_limit{0};
 };

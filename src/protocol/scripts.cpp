@@ -42,72 +42,7 @@ local current = tonumber(redis.call('get', KEYS[2]) or '0')
 if current < tonumber(ARGV[2]) then redis.call('set', KEYS[2], ARGV[2]) end
 return 1)";
 
-// Fair mode: the server's FIFO of waiters (KEYS[2], a list of tokens in arrival order; KEYS[3],
-// a hash token -> "<ttl ms>:<seq>:<fenced 0/1>:<channel>"), shared by both fair scripts, whose
-// ARGV[3] is the SPUBLISH flag. Liveness needs no heartbeat: a waiter's channel is its process's
-// own (one per Client), so PUBLISH returning 0 receivers means that process is gone (its
-// subscription went with its socket); the entry is dropped and the next one tried. A waiter
-// that gave up deletes only its hash field (lazy: its list entry is skipped when popped), so
-// no O(N) LREM runs. The first two live waiters ("watchers") are told the holder's lease: they
-// sleep until it ends and then advance the queue (an expiry announces nothing), the second one
-// later, in case the first died too. No script reads TIME.
-#define REDLOCK_FAIR_QUEUE_LUA                                                                     \
-  "local function notify_watchers(pttl)\n"                                                         \
-  "  local pos = 0\n"                                                                              \
-  "  while pos < 2 do\n"                                                                           \
-  "    local w = redis.call('lindex', KEYS[2], pos)\n"                                             \
-  "    if not w then return end\n"                                                                 \
-  "    local info = redis.call('hget', KEYS[3], w)\n"                                              \
-  "    local heard = 0\n"                                                                          \
-  "    if info then\n"                                                                             \
-  "      local channel = string.match(info, '^%d+:%d+:[01]:(.*)$')\n"                              \
-  "      if channel then\n"                                                                        \
-  "        heard = publish(channel, 'head:' .. (pos + 1) .. ':' .. pttl .. ':' ..\n"               \
-  "                        redis.sha1hex(w))\n"                                                    \
-  "      end\n"                                                                                    \
-  "    end\n"                                                                                      \
-  "    if heard > 0 then\n"                                                                        \
-  "      pos = pos + 1\n"                                                                          \
-  "    else\n"                                                                                     \
-  "      if info then redis.call('hdel', KEYS[3], w) end\n"                                        \
-  "      if pos == 0 then\n"                                                                       \
-  "        redis.call('lpop', KEYS[2])\n"                                                          \
-  "      else\n"                                                                                   \
-  "        local head = redis.call('lpop', KEYS[2])\n"                                             \
-  "        redis.call('lpop', KEYS[2])\n"                                                          \
-  "        redis.call('lpush', KEYS[2], head)\n"                                                   \
-  "      end\n"                                                                                    \
-  "    end\n"                                                                                      \
-  "  end\n"                                                                                        \
-  "end\n"                                                                                          \
-  "local function hand_over(self)\n"                                                               \
-  "  local fence = nil\n"                                                                          \
-  "  while true do\n"                                                                              \
-  "    local w = redis.call('lpop', KEYS[2])\n"                                                    \
-  "    if not w then break end\n"                                                                  \
-  "    local info = redis.call('hget', KEYS[3], w)\n"                                              \
-  "    if info then\n"                                                                             \
-  "      redis.call('hdel', KEYS[3], w)\n"                                                         \
-  "      if w == self then return w end\n"                                                         \
-  "      local ttl, seq, fenced, channel = string.match(info, '^(%d+):(%d+):([01]):(.*)$')\n"      \
-  "      if ttl then\n"                                                                            \
-  "        redis.call('set', KEYS[1], w, 'PX', ttl)\n"                                             \
-  "        if fenced == '1' and not fence then\n"                                                  \
-  "          redis.call('incr', KEYS[4])\n"                                                        \
-  "          fence = redis.call('get', KEYS[4])\n"                                                 \
-  "        end\n"                                                                                  \
-  "        local f = '0'\n"                                                                        \
-  "        if fenced == '1' then f = fence end\n"                                                  \
-  "        if publish(channel, 'grant:' .. seq .. ':' .. f .. ':' .. redis.sha1hex(w)) > 0 then\n" \
-  "          notify_watchers(ttl)\n"                                                               \
-  "          return w\n"                                                                           \
-  "        end\n"                                                                                  \
-  "      end\n"                                                                                    \
-  "    end\n"                                                                                      \
-  "  end\n"                                                                                        \
-  "  redis.call('del', KEYS[1])\n"                                                                 \
-  "  return false\n"                                                                               \
-  "end\n"
+// The fair queue's shared functions (REDLOCK_FAIR_QUEUE_LUA) are in scripts.hpp.
 
 // Uncontended (no queue, the key free) it is two calls, EXISTS and SET NX. A free key with a
 // queue (a lease that lapsed, a head that left) is never barged: the caller advances the queue
@@ -140,16 +75,7 @@ end
 local position = 0
 if ARGV[4] == '1' then
   -- Concatenated, never %s: Lua 5.1's format cuts a string at its first NUL (keys are binary).
-  local info = ARGV[2] .. ':' .. ARGV[5] .. ':' .. ARGV[6] .. ':' .. ARGV[7]
-  if redis.call('hset', KEYS[3], ARGV[1], info) == 1 then
-    position = math.min(redis.call('rpush', KEYS[2], ARGV[1]), 3)
-  elseif redis.call('lindex', KEYS[2], 0) == ARGV[1] then
-    position = 1
-  elseif redis.call('lindex', KEYS[2], 1) == ARGV[1] then
-    position = 2
-  else
-    position = 3
-  end
+  position = join(ARGV[1], ARGV[2] .. ':' .. ARGV[5] .. ':' .. ARGV[6] .. ':' .. ARGV[7])
 end
 return {0, redis.call('pttl', KEYS[1]), position})";
 

@@ -17,6 +17,86 @@
   "  return redis.call('publish', channel, message)\n"            \
   "end\n"
 
+// Fair mode: the server's FIFO of waiters (KEYS[2], a list of tokens in arrival order; KEYS[3],
+// a hash token -> "<ttl ms>:<seq>:<fenced 0/1>:<channel>"), shared by both fair scripts, whose
+// ARGV[3] is the SPUBLISH flag. Liveness needs no heartbeat: a waiter's channel is its process's
+// own (one per Client), so PUBLISH returning 0 receivers means that process is gone (its
+// subscription went with its socket); the entry is dropped and the next one tried. A waiter
+// that gave up deletes only its hash field (lazy: its list entry is skipped when popped), so
+// no O(N) LREM runs. The first two live waiters ("watchers") are told the holder's lease: they
+// sleep until it ends and then advance the queue (an expiry announces nothing), the second one
+// later, in case the first died too. No script reads TIME. The queue's keys are the fq_ locals:
+// the lock's scripts keep KEYS[1..4]; a Semaphore's permit scripts (protocol/permits.cpp) point
+// fq_list, fq_info and fq_fence at the semaphore's queue and fq_key at the permit slot in play.
+#define REDLOCK_FAIR_QUEUE_LUA                                                                     \
+  "local fq_key, fq_list, fq_info, fq_fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]\n"                \
+  "local function notify_watchers(pttl)\n"                                                         \
+  "  local pos = 0\n"                                                                              \
+  "  while pos < 2 do\n"                                                                           \
+  "    local w = redis.call('lindex', fq_list, pos)\n"                                             \
+  "    if not w then return end\n"                                                                 \
+  "    local info = redis.call('hget', fq_info, w)\n"                                              \
+  "    local heard = 0\n"                                                                          \
+  "    if info then\n"                                                                             \
+  "      local channel = string.match(info, '^%d+:%d+:[01]:(.*)$')\n"                              \
+  "      if channel then\n"                                                                        \
+  "        heard = publish(channel, 'head:' .. (pos + 1) .. ':' .. pttl .. ':' ..\n"               \
+  "                        redis.sha1hex(w))\n"                                                    \
+  "      end\n"                                                                                    \
+  "    end\n"                                                                                      \
+  "    if heard > 0 then\n"                                                                        \
+  "      pos = pos + 1\n"                                                                          \
+  "    else\n"                                                                                     \
+  "      if info then redis.call('hdel', fq_info, w) end\n"                                        \
+  "      if pos == 0 then\n"                                                                       \
+  "        redis.call('lpop', fq_list)\n"                                                          \
+  "      else\n"                                                                                   \
+  "        local head = redis.call('lpop', fq_list)\n"                                             \
+  "        redis.call('lpop', fq_list)\n"                                                          \
+  "        redis.call('lpush', fq_list, head)\n"                                                   \
+  "      end\n"                                                                                    \
+  "    end\n"                                                                                      \
+  "  end\n"                                                                                        \
+  "end\n"                                                                                          \
+  "local function hand_over(self)\n"                                                               \
+  "  local fence = nil\n"                                                                          \
+  "  while true do\n"                                                                              \
+  "    local w = redis.call('lpop', fq_list)\n"                                                    \
+  "    if not w then break end\n"                                                                  \
+  "    local info = redis.call('hget', fq_info, w)\n"                                              \
+  "    if info then\n"                                                                             \
+  "      redis.call('hdel', fq_info, w)\n"                                                         \
+  "      if w == self then return w end\n"                                                         \
+  "      local ttl, seq, fenced, channel = string.match(info, '^(%d+):(%d+):([01]):(.*)$')\n"      \
+  "      if ttl then\n"                                                                            \
+  "        redis.call('set', fq_key, w, 'PX', ttl)\n"                                              \
+  "        if fenced == '1' and not fence then\n"                                                  \
+  "          redis.call('incr', fq_fence)\n"                                                       \
+  "          fence = redis.call('get', fq_fence)\n"                                                \
+  "        end\n"                                                                                  \
+  "        local f = '0'\n"                                                                        \
+  "        if fenced == '1' then f = fence end\n"                                                  \
+  "        if publish(channel, 'grant:' .. seq .. ':' .. f .. ':' .. redis.sha1hex(w)) > 0 then\n" \
+  "          notify_watchers(ttl)\n"                                                               \
+  "          return w\n"                                                                           \
+  "        end\n"                                                                                  \
+  "      end\n"                                                                                    \
+  "    end\n"                                                                                      \
+  "  end\n"                                                                                        \
+  "  redis.call('del', fq_key)\n"                                                                  \
+  "  return false\n"                                                                               \
+  "end\n"                                                                                          \
+  "local function join(token, info)\n"                                                             \
+  "  if redis.call('hset', fq_info, token, info) == 1 then\n"                                      \
+  "    return math.min(redis.call('rpush', fq_list, token), 3)\n"                                  \
+  "  elseif redis.call('lindex', fq_list, 0) == token then\n"                                      \
+  "    return 1\n"                                                                                 \
+  "  elseif redis.call('lindex', fq_list, 1) == token then\n"                                      \
+  "    return 2\n"                                                                                 \
+  "  end\n"                                                                                        \
+  "  return 3\n"                                                                                   \
+  "end\n"
+
 namespace redlock {
 namespace detail {
 

@@ -219,6 +219,7 @@ bool release_watch_live(const ClientImpl& node, const WatchChannels& channels) n
   try {
     const Subscriber* s = node.started_subscriber(channels.release);
     if (s == nullptr || !s->subscribed(channels.release)) return false;
+    if (!channels.grant.empty() && !s->subscribed(channels.grant)) return false;
     if (channels.more_releases == nullptr) return true;
     for (const std::string& c : *channels.more_releases) {
       if (!s->subscribed(c)) return false;

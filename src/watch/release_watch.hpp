@@ -47,7 +47,7 @@ std::unique_ptr<ReleaseWatch> make_release_watch(const LeaseEngine& engine,
 // watch would be confirmed at once, no round trip). Never throws; false when unsure. Pinned.
 bool release_watch_live(const LeaseEngine& engine) noexcept;
 
-// The same for any watch's `channels` on `node` (no grant channel).
+// The same for any watch's `channels` on `node`.
 bool release_watch_live(const ClientImpl& node, const WatchChannels& channels) noexcept;
 
 // How many of the `heard` subscribers that `node` reported for a release on `channel` wait for

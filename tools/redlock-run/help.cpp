@@ -69,8 +69,8 @@ Lock:
                         lease, fence and renewal (one server only; not with --fair). Every
                         user of KEY must give the same N: it is stored with the permits, and
                         another N is refused (64) while a permit is held. Uses
-                        {KEY}:permit:1..N, {KEY}:permit:fence, {KEY}:permit:released and
-                        {KEY}:permit:limit.
+                        {KEY}:permit:1..N, {KEY}:permit:fence, {KEY}:permit:released,
+                        {KEY}:permit:limit and (its waiters' queue) {KEY}:permit:waiters.
   --shared              The read side of KEY: several --shared runs hold it at once, a plain
                         run (the write side) excludes them all (a waiting plain run does not
                         hold new ones back). Redis (one server or several) or --zookeeper;
