@@ -311,3 +311,59 @@ TEST_CASE("Cluster: contention while the slots migrate back and forth: no overla
   CHECK(inversions == 0);
   CHECK(holds > 20);
 }
+
+// The demo's cluster run saw two holders at its CLUSTER FAILOVER with the fair queue (a grant
+// heard through a replica: test_cluster_wake.cpp). Waiters of several processes (one Client
+// each) queue for one key while its master fails over twice, there and back.
+TEST_CASE("Cluster: fair contention through CLUSTER FAILOVERs: no overlap, fences grow",
+          "[cluster][redis][fair][slow]") {
+  RedisCluster& cluster = shared_cluster();
+  const std::size_t master = cluster.masters()[1];
+  const auto k = cluster.key_on(master, "fair-failover-");
+  std::atomic<bool> in_use{false};
+  std::atomic<std::uint64_t> last_fence{0};
+  std::atomic<int> overlaps{0}, inversions{0}, holds{0}, errors{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 6; ++w) {
+    workers.emplace_back([&] {
+      redlock::Client client(cluster.uri());
+      redlock::LockOptions o = cluster_options(5s);
+      o.fair = true;
+      redlock::Lock lock(client, k, o);
+      while (!stop) {
+        try {
+          if (!lock.try_lock_for(2s)) continue;
+        } catch (const redlock::Error&) {
+          ++errors;  // the master is being replaced
+          continue;
+        }
+        if (in_use.exchange(true)) ++overlaps;
+        const std::uint64_t f = lock.fence();
+        if (f <= last_fence.exchange(f)) ++inversions;
+        ++holds;
+        std::this_thread::sleep_for(1ms);
+        in_use = false;
+        try {
+          lock.unlock();
+        } catch (const redlock::Error&) {
+          ++errors;  // the lease then expires on its own
+        }
+      }
+    });
+  }
+  std::this_thread::sleep_for(500ms);
+  std::size_t owner = master;
+  for (int round = 0; round < 2; ++round) {
+    const std::size_t replica = cluster.replica_of(owner);
+    cluster.failover(replica);
+    owner = replica;
+    std::this_thread::sleep_for(1s);
+  }
+  stop = true;
+  for (auto& t : workers) t.join();
+  INFO("holds " << holds << ", errors " << errors);
+  CHECK(overlaps == 0);
+  CHECK(inversions == 0);
+  CHECK(holds > 20);
+}

@@ -10,10 +10,13 @@
 #include <thread>
 #include <vector>
 
+#include <hiredis/hiredis.h>
+
 #include <redlock/redlock.hpp>
 
 #include "cluster_fixture.hpp"
-#include "util/key_slot.hpp"  // key_slot, helper_key: what the library computes
+#include "protocol/scripts.hpp"  // the fair queue's script, to join the queue as a waiter does
+#include "util/key_slot.hpp"     // key_slot, helper_key: what the library computes
 
 using namespace std::chrono_literals;
 using redlock::detail::helper_key;
@@ -197,4 +200,92 @@ TEST_CASE(
   CHECK(await_shard_subscribers(cluster, replica, w.channel, 1));
   CHECK(shard_subscribers(cluster, masters[2], w.channel) == 0);
   w.release_and_check_wake();
+}
+
+namespace {
+
+// A sharded subscription of `channel` on `node` (hiredis, not the library), and the messages
+// that reach it.
+struct ShardListener {
+  ShardListener(const RedisCluster& cluster, std::size_t node, const std::string& channel) {
+    const timeval tv{5, 0};
+    ctx = redisConnectWithTimeout("127.0.0.1", cluster.node(node).port(), tv);
+    REQUIRE(ctx != nullptr);
+    REQUIRE(ctx->err == 0);
+    const char* argv[] = {"SSUBSCRIBE", channel.c_str()};
+    const std::size_t lens[] = {10, channel.size()};
+    void* reply = redisCommandArgv(ctx, 2, argv, lens);
+    REQUIRE(reply != nullptr);
+    freeReplyObject(reply);
+  }
+  ~ShardListener() { redisFree(ctx); }
+  ShardListener(const ShardListener&) = delete;
+  ShardListener& operator=(const ShardListener&) = delete;
+  // The payload of the next message, or "" if none comes within `wait`.
+  std::string next(std::chrono::milliseconds wait) {
+    const timeval tv{static_cast<time_t>(wait.count() / 1000),
+                     static_cast<suseconds_t>(wait.count() % 1000 * 1000)};
+    redisSetTimeout(ctx, tv);
+    void* raw = nullptr;
+    if (redisGetReply(ctx, &raw) != REDIS_OK || raw == nullptr) return "";
+    auto* message = static_cast<redisReply*>(raw);
+    std::string payload;
+    if (message->type == REDIS_REPLY_ARRAY && message->elements == 3) {
+      payload.assign(message->element[2]->str, message->element[2]->len);
+    }
+    freeReplyObject(raw);
+    return payload;
+  }
+  redisContext* ctx{nullptr};
+};
+
+}  // namespace
+
+// A node counts only its own subscribers in SPUBLISH's answer, yet sends the message on to the
+// other nodes of its shard, where a replica delivers it to its subscribers too. A waiter whose
+// sharded subscription lives on a replica (a demoted master that a stale map named again after
+// a CLUSTER FAILOVER, which accepts SSUBSCRIBE as a replica) heard grants that the master took
+// for unheard: the master dropped the entry and gave the key to the next waiter (or freed it),
+// while the waiter held by the grant it heard (two holders; the demo's cluster run saw it at
+// its CLUSTER FAILOVER). The waiter here joins the queue as the library does, with its channel
+// subscribed on the replica only.
+TEST_CASE(
+    "Cluster: a fair grant is never heard through a replica while the master re-grants the key",
+    "[cluster][redis][fair]") {
+  RedisCluster& cluster = shared_cluster();
+  const std::size_t master = cluster.masters()[1];
+  const std::size_t replica = cluster.replica_of(master);
+  redlock::LockOptions o = cluster_options(30s);
+  o.fair = true;
+  redlock::Client client(cluster.uri());
+  const auto k = cluster.key_on(master, "replica-grant-");
+  redlock::Lock holder(client, k, o);
+  REQUIRE(holder.try_lock());
+
+  const std::string token = "waiter-on-a-replica";
+  const std::string channel = helper_key(k, ":released:") + "0123456789abcdef";
+  ShardListener listener(cluster, replica, channel);
+  REQUIRE(shard_subscribers(cluster, master, channel) == 0);
+  const auto& join = redlock::detail::Scripts::get().fair_acquire;
+  const auto joined = cluster.node(master).raw(
+      {"EVAL", join.body(), "4", k, helper_key(k, ":waiters"), helper_key(k, ":waiters:info"),
+       helper_key(k, ":fence"), token, "30000", "1", "1", "1", "1", channel});
+  REQUIRE(joined.elements().at(0).integer() == 0);  // queued behind the holder
+
+  REQUIRE(holder.release());
+  const std::string heard = listener.next(2s);
+  INFO("heard on the replica: " << heard);
+  redlock::Lock other(client, k, o);
+  const bool other_holds = other.try_lock();
+  if (heard.rfind("grant:", 0) == 0) {
+    // A grant that reaches the waiter must be a lease the server gives it alone.
+    const auto now = cluster.node(master).raw({"GET", k});
+    CHECK((now.is_nil() ? std::string("(free)") : now.str()) == token);
+    CHECK_FALSE(other_holds);
+  } else {
+    // Unheard on the master: the entry was dropped and the lock is free for the others.
+    CHECK(other_holds);
+  }
+  if (other_holds) other.unlock();
+  cluster.node(master).raw({"DEL", k, helper_key(k, ":waiters"), helper_key(k, ":waiters:info")});
 }

@@ -216,12 +216,6 @@ int run_worker(const WorkerConfig& config) {
     redlock::LockOptions options;
     options.ttl = config.ttl;
     options.fencing = config.fencing;
-    // A Redis Cluster: wake-on-release (fair = false) for now. Under TSan the cluster smoke run
-    // saw one overlap at its CLUSTER FAILOVER with the fair queue (the fence refused the stale
-    // write); until that is understood, the demo's verdict stays on the mode it was proven with.
-    if (nodes.size() == 1 && !nodes.front().endpoint().cluster.seeds.empty()) {
-      options.fair = false;
-    }
     // One endpoint (a server, a Sentinel set, a Cluster): a Lock; several: a Redlock over them.
     std::unique_ptr<redlock::LockBase> lock;
     if (nodes.size() == 1) {

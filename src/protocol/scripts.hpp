@@ -20,9 +20,13 @@
 // Fair mode: the server's FIFO of waiters (KEYS[2], a list of tokens in arrival order; KEYS[3],
 // a hash token -> "<ttl ms>:<seq>:<fenced 0/1>:<channel>"), shared by both fair scripts, whose
 // ARGV[3] is the SPUBLISH flag. Liveness needs no heartbeat: a waiter's channel is its process's
-// own (one per Client), so PUBLISH returning 0 receivers means that process is gone (its
-// subscription went with its socket); the entry is dropped and the next one tried. A waiter
-// that gave up deletes only its hash field (lazy: its list entry is skipped when popped), so
+// own (one per Client), so no subscriber of it on this node means that process is gone (its
+// subscription went with its socket); the entry is dropped and the next one tried. `deliver`
+// counts them (PUBSUB [SHARD]NUMSUB) and publishes only to a live one: PUBLISH's own answer
+// counts this node's subscribers alone, yet the message also reaches the shard's other nodes (a
+// cluster) or the replicas (replication); a waiter subscribed on a replica (a demoted master
+// accepts SSUBSCRIBE) heard a grant that the master took for unheard and gave to the next. A
+// waiter that gave up deletes only its hash field (lazy: its list entry is skipped when popped), so
 // no O(N) LREM runs. The first two live waiters ("watchers") are told the holder's lease: they
 // sleep until it ends and then advance the queue (an expiry announces nothing), the second one
 // later, in case the first died too. No script reads TIME. The queue's keys are the fq_ locals:
@@ -30,6 +34,15 @@
 // fq_list, fq_info and fq_fence at the semaphore's queue and fq_key at the permit slot in play.
 #define REDLOCK_FAIR_QUEUE_LUA                                                                     \
   "local fq_key, fq_list, fq_info, fq_fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]\n"                \
+  "local function deliver(channel, message)\n"                                                     \
+  "  local subs = nil\n"                                                                           \
+  "  if ARGV[3] == '1' then subs = redis.pcall('pubsub', 'shardnumsub', channel) end\n"            \
+  "  if type(subs) ~= 'table' or subs.err then\n"                                                  \
+  "    subs = redis.call('pubsub', 'numsub', channel)\n"                                           \
+  "  end\n"                                                                                        \
+  "  if subs[2] == 0 then return 0 end\n"                                                          \
+  "  return publish(channel, message)\n"                                                           \
+  "end\n"                                                                                          \
   "local function notify_watchers(pttl)\n"                                                         \
   "  local pos = 0\n"                                                                              \
   "  while pos < 2 do\n"                                                                           \
@@ -40,7 +53,7 @@
   "    if info then\n"                                                                             \
   "      local channel = string.match(info, '^%d+:%d+:[01]:(.*)$')\n"                              \
   "      if channel then\n"                                                                        \
-  "        heard = publish(channel, 'head:' .. (pos + 1) .. ':' .. pttl .. ':' ..\n"               \
+  "        heard = deliver(channel, 'head:' .. (pos + 1) .. ':' .. pttl .. ':' ..\n"               \
   "                        redis.sha1hex(w))\n"                                                    \
   "      end\n"                                                                                    \
   "    end\n"                                                                                      \
@@ -76,7 +89,7 @@
   "        end\n"                                                                                  \
   "        local f = '0'\n"                                                                        \
   "        if fenced == '1' then f = fence end\n"                                                  \
-  "        if publish(channel, 'grant:' .. seq .. ':' .. f .. ':' .. redis.sha1hex(w)) > 0 then\n" \
+  "        if deliver(channel, 'grant:' .. seq .. ':' .. f .. ':' .. redis.sha1hex(w)) > 0 then\n" \
   "          notify_watchers(ttl)\n"                                                               \
   "          return w\n"                                                                           \
   "        end\n"                                                                                  \
