@@ -66,8 +66,9 @@
 //   12. Fleet (bench/fleet.cpp): N = 8, 32, 128, 512 forked processes on one key, each its own
 //      Client and lock, try_lock_until / hold 1 ms / unlock for 4 s: acquisitions/s, server and
 //      client commands per acquisition, per-process min/max, max wait, Redis CPU per
-//      acquisition, for the default Lock, fair off and on, Redlock(3), PostgreSQL, ZooKeeper and
-//      the peers (node-redlock, redis-py) at N = 32; the goals of #32 as PASS or MISS.
+//      acquisition, for the default Lock, fair off and on, Redlock(3), Semaphore(2) (default and
+//      fair = false), PostgreSQL, ZooKeeper and the peers (node-redlock, redis-py) at N = 32; the
+//      goals of #32 (default Lock, default Semaphore(2)) as PASS or MISS.
 //
 // Nothing here asserts timing: a benchmark is not a test. The exit status is 1 only if a
 // measurement failed (an exception, a server that would not start, an uncontended attempt that

@@ -4,18 +4,23 @@
 // lock on one key, loop try_lock_until(the window's end) / hold 1 ms / unlock() for a warm-up of
 // 1 s (not counted: every process meets contention, subscribes and queues once) and a window of
 // 4 s (--fleet-seconds), against redis-servers this section starts. Rows: the default Lock options,
-// fair = false, fair = true, a Redlock over 3 servers, postgres::Lock and zookeeper::Lock
+// fair = false, fair = true, a Redlock over 3 servers, a Semaphore(2) on one server with the
+// default options (its permits' fair wake-one queue) and with fair = false (a release wakes every
+// waiter), postgres::Lock and zookeeper::Lock
 // (fleet_peers.cpp), and node-redlock and redis-py at N = 32 (their harnesses in bench/). Per row:
 // acquisitions/s; server commands per acquisition (INFO commandstats delta: every call, those
 // run inside scripts included, but INFO's); client commands per acquisition (the RESP commands
 // the workers wrote, counted in the workers: sent_commands.hpp); per-process min/max
 // acquisitions; the longest single wait; Redis's CPU per acquisition (INFO cpu delta). Then the
-// goals of #32 for the default Lock, as ratios to its first (smallest) N of the same run.
+// goals of #32 for the default Lock and the default Semaphore(2), as ratios to their first
+// (smallest) N of the same run.
 #include <algorithm>   // std::max
+#include <cstddef>     // std::size_t
 #include <functional>  // std::function
 #include <iostream>    // std::cout
-#include <memory>      // std::make_shared, std::make_unique
+#include <memory>      // std::make_shared
 #include <string>      // std::string
+#include <utility>     // std::move
 #include <vector>      // std::vector
 
 #include <fmt/format.h>
@@ -64,10 +69,18 @@ SampleServer redis_sampler(std::vector<redisContext*> admins) {
 
 namespace {
 
+// What the workers of a row build: a Lock or a Semaphore on the first server, or a Redlock over
+// the 3 servers.
+enum class Kind { lock, redlock, semaphore };
+
+// The permits of the Semaphore rows.
+constexpr std::size_t kPermits = 2;
+const char* const kDefaultSemaphore = "Semaphore(2), default options";
+
 struct Variant {
   std::string name;
   redlock::LockOptions options;
-  bool redlock{false};  // a Redlock over the 3 servers instead of a Lock on the first
+  Kind kind{Kind::lock};
 };
 
 std::vector<Variant> variants() {
@@ -75,10 +88,12 @@ std::vector<Variant> variants() {
   unfair.fair = false;
   redlock::LockOptions fair;
   fair.fair = true;
-  return {{"default Lock", redlock::LockOptions{}, false},
-          {"fair = false", unfair, false},
-          {"fair = true", fair, false},
-          {"Redlock(3), default options", redlock::LockOptions{}, true}};
+  return {{"default Lock", redlock::LockOptions{}, Kind::lock},
+          {"fair = false", unfair, Kind::lock},
+          {"fair = true", fair, Kind::lock},
+          {"Redlock(3), default options", redlock::LockOptions{}, Kind::redlock},
+          {kDefaultSemaphore, redlock::LockOptions{}, Kind::semaphore},
+          {"Semaphore(2), fair = false", unfair, Kind::semaphore}};
 }
 
 MakeWorkerLock redis_maker(const std::vector<redlock::Endpoint>& endpoints, const Variant& v,
@@ -86,12 +101,15 @@ MakeWorkerLock redis_maker(const std::vector<redlock::Endpoint>& endpoints, cons
   return [endpoints, v, key] {
     auto clients = std::make_shared<std::vector<redlock::Client>>();
     WorkerLock w;
-    if (v.redlock) {
+    if (v.kind == Kind::redlock) {
       for (const auto& e : endpoints) clients->emplace_back(e);
-      w.lock = std::make_unique<redlock::Redlock>(*clients, key, v.options);
+      w.make<redlock::Redlock>(*clients, key, v.options);
+    } else if (v.kind == Kind::semaphore) {
+      clients->emplace_back(endpoints.front());
+      w.make<redlock::Semaphore>(clients->front(), key, kPermits, v.options);
     } else {
       clients->emplace_back(endpoints.front());
-      w.lock = std::make_unique<redlock::Lock>(clients->front(), key, v.options);
+      w.make<redlock::Lock>(clients->front(), key, v.options);
     }
     w.owner = clients;
     return w;
@@ -150,14 +168,31 @@ void print_rows(const FleetRows& rows) {
   std::cout << notes;
 }
 
-// The default Lock's goals (#32), against its smallest N of this run.
-Json print_goals(const FleetRows& rows, double handoff_p50_ms, double hold_ms) {
+// The measured rows of `variant`, smallest N first.
+std::vector<const FleetResult*> measured(const FleetRows& rows, const std::string& variant) {
   std::vector<const FleetResult*> mine;
   for (const FleetRow& row : rows) {
-    if (row.variant == "default Lock" && row.note.empty()) mine.push_back(&row.result);
+    if (row.variant == variant && row.note.empty()) mine.push_back(&row.result);
   }
-  Json goals = Json::array();
-  if (mine.empty()) return goals;
+  return mine;
+}
+
+// Goals as printed (PASS/MISS) and as JSON.
+class Goals {
+ public:
+  void verdict(const std::string& what, double value, const std::string& shown, bool met) {
+    std::cout << fmt::format("    {}: {} -> {}\n", what, shown, met ? "PASS" : "MISS");
+    list_.push(Json::object().set("goal", what).set("value", value).set("met", met));
+  }
+  Json take() { return std::move(list_); }
+
+ private:
+  Json list_ = Json::array();
+};
+
+// The scaling goals of #32 for one variant's rows `mine` (smallest N first), against its smallest
+// N: acq/s and server commands per acquisition at the largest N, min/max at every N.
+void scaling_goals(const std::vector<const FleetResult*>& mine, Goals& goals) {
   const FleetResult& base = *mine.front();
   const FleetResult& top = *mine.back();
   auto rate = [](const FleetResult& r) {
@@ -166,31 +201,48 @@ Json print_goals(const FleetRows& rows, double handoff_p50_ms, double hold_ms) {
   auto cmds = [](const FleetResult& r) {
     return r.server.commands.empty() ? 0.0 : per_acq(r.server.commands.front(), r);
   };
-  auto verdict = [&goals](const std::string& what, double value, const std::string& shown,
-                          bool met) {
-    std::cout << fmt::format("    {}: {} -> {}\n", what, shown, met ? "PASS" : "MISS");
-    goals.push(Json::object().set("goal", what).set("value", value).set("met", met));
-  };
-  std::cout << fmt::format("  goals of #32, default Lock, against N = {} of this run:\n",
-                           base.processes);
   const double r1 = ratio(rate(top), rate(base));
-  verdict(fmt::format("acq/s at N = {} >= 0.9x N = {}", top.processes, base.processes), r1,
-          times(r1), r1 >= 0.9);
+  goals.verdict(fmt::format("acq/s at N = {} >= 0.9x N = {}", top.processes, base.processes), r1,
+                times(r1), r1 >= 0.9);
   const double r2 = ratio(cmds(top), cmds(base));
-  verdict(fmt::format("server cmds/acq at N = {} <= 1.2x N = {}", top.processes, base.processes),
-          r2, times(r2), r2 <= 1.2);
+  goals.verdict(
+      fmt::format("server cmds/acq at N = {} <= 1.2x N = {}", top.processes, base.processes), r2,
+      times(r2), r2 <= 1.2);
   for (const FleetResult* r : mine) {
     const double share =
         ratio(static_cast<double>(r->min_per_process), static_cast<double>(r->max_per_process));
-    verdict(fmt::format("min/max >= 0.8 at N = {}", r->processes), share, num(share), share >= 0.8);
+    goals.verdict(fmt::format("min/max >= 0.8 at N = {}", r->processes), share, num(share),
+                  share >= 0.8);
   }
+}
+
+// The default Lock's goals (#32), against its smallest N of this run.
+Json print_goals(const FleetRows& rows, double handoff_p50_ms, double hold_ms) {
+  const std::vector<const FleetResult*> mine = measured(rows, "default Lock");
+  if (mine.empty()) return Json::array();
+  std::cout << fmt::format("  goals of #32, default Lock, against N = {} of this run:\n",
+                           mine.front()->processes);
+  Goals goals;
+  scaling_goals(mine, goals);
   for (const FleetResult* r : mine) {
     const double bound = 1.5 * r->processes * (hold_ms + handoff_p50_ms);
-    verdict(fmt::format("max wait at N = {} <= 1.5 x N x (hold + hand-off p50) = {} ms",
-                        r->processes, num(bound)),
-            r->max_wait_ms, num(r->max_wait_ms) + " ms", r->max_wait_ms <= bound);
+    goals.verdict(fmt::format("max wait at N = {} <= 1.5 x N x (hold + hand-off p50) = {} ms",
+                              r->processes, num(bound)),
+                  r->max_wait_ms, num(r->max_wait_ms) + " ms", r->max_wait_ms <= bound);
   }
-  return goals;
+  return goals.take();
+}
+
+// The default Semaphore's goals (#32: a released permit wakes one waiter), against its smallest
+// N of this run.
+Json print_semaphore_goals(const FleetRows& rows) {
+  const std::vector<const FleetResult*> mine = measured(rows, kDefaultSemaphore);
+  if (mine.empty()) return Json::array();
+  std::cout << fmt::format("  goals of #32, {}, against N = {} of this run:\n", kDefaultSemaphore,
+                           mine.front()->processes);
+  Goals goals;
+  scaling_goals(mine, goals);
+  return goals.take();
 }
 
 FleetSettings settings_of(const Config& config) {
@@ -219,8 +271,8 @@ void redis_rows(const FleetSettings& settings, const std::vector<redlock::Endpoi
     for (const int n : settings.sizes) {
       const std::string key = redlock::test::key("s12:" + std::to_string(index++));
       rows.push_back(measured_row(v.name, n, [&] {
-        return run_fleet(n, settings, redis_maker(endpoints, v, key), v.redlock ? three : one,
-                         SampleAt::loops_done);
+        return run_fleet(n, settings, redis_maker(endpoints, v, key),
+                         v.kind == Kind::redlock ? three : one, SampleAt::loops_done);
       }));
     }
   }
@@ -265,6 +317,7 @@ void section_fleet(const Config& config, Report& report) {
                "1 ms): "
             << num(handoff_p50_ms) << " ms\n";
   Json goals = print_goals(rows, handoff_p50_ms, static_cast<double>(settings.hold.count()));
+  Json semaphore_goals = print_semaphore_goals(rows);
   Json j = Json::object();
   j.set("what", "N processes on one key, try_lock_until / hold 1 ms / unlock");
   j.set("seconds_per_run", settings.seconds);
@@ -280,6 +333,7 @@ void section_fleet(const Config& config, Report& report) {
   }
   j.set("rows", std::move(list));
   j.set("goals", std::move(goals));
+  j.set("semaphore_goals", std::move(semaphore_goals));
   report.sections.set("12_fleet", std::move(j));
 }
 

@@ -1,7 +1,7 @@
 // bench/fleet.hpp: what the files of section 12 ("fleet": N processes on one key) share.
 //
 // run_fleet() forks N worker processes. Each builds its own lock after the fork (a Client and a
-// Lock, a Redlock over three Clients, a postgres::Lock, a zookeeper::Lock) and loops
+// Lock or a Semaphore, a Redlock over three Clients, a postgres::Lock, a zookeeper::Lock) and loops
 // try_lock_until(the window's end) / hold / unlock() from the warm-up's start until the window
 // ends. The parent samples the servers' counters as the window opens (the workers loop already)
 // and once every worker has finished its loop (before any tears its connections down), and
@@ -11,14 +11,13 @@
 #ifndef REDLOCK_BENCH_FLEET_HPP
 #define REDLOCK_BENCH_FLEET_HPP
 
-#include <chrono>      // std::chrono::milliseconds
+#include <chrono>      // std::chrono::milliseconds, steady_clock
 #include <cstdint>     // std::uint64_t, std::int64_t
 #include <functional>  // std::function
 #include <memory>      // std::shared_ptr, std::unique_ptr
 #include <string>      // std::string
+#include <utility>     // std::move, std::forward
 #include <vector>      // std::vector
-
-#include <redlock/lock.hpp>  // LockBase
 
 #include "bench.hpp"   // Config, Report
 #include "common.hpp"  // Json, Table
@@ -34,11 +33,40 @@ struct FleetSettings {
   std::chrono::milliseconds hold{1};
 };
 
+// What a worker loops on: a lock or a semaphore's permit. try_until() tries until the deadline
+// (one attempt when it has passed) and says whether it holds; release() gives it back.
+class WorkerMutex {
+ public:
+  virtual ~WorkerMutex() = default;
+  virtual bool try_until(std::chrono::steady_clock::time_point deadline) = 0;
+  virtual void release() = 0;
+};
+
+// A WorkerMutex over anything with try_lock_until() and unlock(): a LockBase, a Semaphore.
+template <class M>
+class WorkerMutexOf final : public WorkerMutex {
+ public:
+  explicit WorkerMutexOf(std::unique_ptr<M> m) : m_(std::move(m)) {}
+  bool try_until(std::chrono::steady_clock::time_point deadline) override {
+    return m_->try_lock_until(deadline);
+  }
+  void release() override { m_->unlock(); }
+
+ private:
+  std::unique_ptr<M> m_;
+};
+
 // The lock a worker process builds after the fork; `owner` (its Client, Database or Session)
 // outlives `lock` (members are destroyed in reverse order).
 struct WorkerLock {
   std::shared_ptr<void> owner;
-  std::unique_ptr<redlock::LockBase> lock;
+  std::unique_ptr<WorkerMutex> lock;
+
+  // Builds M from `args` and wraps it.
+  template <class M, class... Args>
+  void make(Args&&... args) {
+    lock = std::make_unique<WorkerMutexOf<M>>(std::make_unique<M>(std::forward<Args>(args)...));
+  }
 };
 using MakeWorkerLock = std::function<WorkerLock()>;
 

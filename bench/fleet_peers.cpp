@@ -85,7 +85,7 @@ void postgres_rows(const FleetSettings& settings, FleetRows& rows) {
     options.pool_size = 1;
     auto db = std::make_shared<redlock::postgres::Database>(uri, options);
     WorkerLock w;
-    w.lock = std::make_unique<redlock::postgres::Lock>(*db, "s12:fleet");
+    w.make<redlock::postgres::Lock>(*db, "s12:fleet");
     w.owner = db;
     return w;
   };
@@ -151,7 +151,7 @@ void zookeeper_rows(const FleetSettings& settings, FleetRows& rows) {
   const MakeWorkerLock make = [uri] {
     auto session = std::make_shared<redlock::zookeeper::Session>(uri);
     WorkerLock w;
-    w.lock = std::make_unique<redlock::zookeeper::Lock>(*session, "s12");
+    w.make<redlock::zookeeper::Lock>(*session, "s12");
     w.owner = session;
     return w;
   };

@@ -69,7 +69,7 @@ void futex_wake_all(std::atomic<int>& word) {
 
 // The loop of one worker: try_lock_until(end) / hold / unlock() from the warm-up until the
 // window ends; what happens before the window's start is not counted.
-void worker_loop(Board& board, Slot& me, redlock::LockBase& lock, milliseconds hold) {
+void worker_loop(Board& board, Slot& me, WorkerMutex& lock, milliseconds hold) {
   const std::int64_t start = board.start_ns.load();
   const std::int64_t end = board.end_ns.load();
   const std::chrono::steady_clock::time_point deadline{std::chrono::nanoseconds(end)};
@@ -82,13 +82,13 @@ void worker_loop(Board& board, Slot& me, redlock::LockBase& lock, milliseconds h
       started = true;
       sent0 = sent_commands();
     }
-    const bool held = lock.try_lock_until(deadline);
+    const bool held = lock.try_until(deadline);
     const std::int64_t t1 = now_ns();
     if (t1 >= start) me.max_wait_ns = std::max(me.max_wait_ns, t1 - t0);
     if (!held) continue;
     if (t1 >= start && t1 < end) ++me.acquisitions;
     std::this_thread::sleep_for(hold);
-    lock.unlock();
+    lock.release();
   }
   me.sent = started ? sent_commands() - sent0 : 0;
 }
@@ -102,7 +102,8 @@ void worker_loop(Board& board, Slot& me, redlock::LockBase& lock, milliseconds h
   try {
     count_sent_commands();
     WorkerLock built = make();
-    if (built.lock->try_lock()) built.lock->unlock();  // connections, scripts, subscriptions
+    // One attempt (its deadline has passed): connections, scripts, subscriptions.
+    if (built.lock->try_until(std::chrono::steady_clock::now())) built.lock->release();
     me.state.store(ready);
     futex_wait(board.go);
     worker_loop(board, me, *built.lock, hold);
