@@ -12,6 +12,21 @@ namespace redlock {
 namespace detail {
 namespace {
 
+// Hands the free slots free[from..] (their numbers in KEYS) to the next live waiters, while any
+// wait: leases that ended unannounced (holders that died) all reach the queue at once, not one
+// per lease the watchers sleep through. True if one was handed over (its grant told the
+// watchers).
+#define REDLOCK_HAND_OVER_FREE_LUA                             \
+  "local function hand_over_free(free, from)\n"                \
+  "  local handed = false\n"                                   \
+  "  for at = from, #free do\n"                                \
+  "    if redis.call('exists', fq_list) == 0 then break end\n" \
+  "    fq_key = KEYS[free[at]]\n"                              \
+  "    if hand_over(false) then handed = true end\n"           \
+  "  end\n"                                                    \
+  "  return handed\n"                                          \
+  "end\n"
+
 // KEYS[1..m] slot keys, KEYS[m+1] the fence counter, KEYS[m+2] the stored limit, KEYS[m+3] the
 // waiters' queue, KEYS[m+4] its info; ARGV[1] token, ARGV[2] ttl ms, ARGV[3] the SPUBLISH flag,
 // ARGV[4] the limit n (m >= n: more slots are passed to check a larger stored limit), ARGV[5]
@@ -30,7 +45,7 @@ namespace {
 // GET on a slot holding another type fails the script with WRONGTYPE.
 const char kTakeLua[] =
     "if redis.replicate_commands then redis.replicate_commands() end\n" REDLOCK_PUBLISH_LUA
-        REDLOCK_FAIR_QUEUE_LUA R"(local m = #KEYS - 4
+        REDLOCK_FAIR_QUEUE_LUA REDLOCK_HAND_OVER_FREE_LUA R"(local m = #KEYS - 4
 local n = tonumber(ARGV[4])
 fq_fence, fq_list, fq_info = KEYS[m + 1], KEYS[m + 3], KEYS[m + 4]
 local stored = tonumber(redis.call('get', KEYS[m + 2]))
@@ -64,13 +79,15 @@ for i = 1, n do
   end
   if holder then lease_of(i) else free[#free + 1] = i end
 end
-for _, i in ipairs(free) do
+for at, i in ipairs(free) do
   fq_key = KEYS[i]
   local got = false
   if redis.call('exists', fq_list) == 1 then got = hand_over(ARGV[1]) end
   if not got or got == ARGV[1] then
     redis.call('set', KEYS[i], ARGV[1], 'PX', ARGV[2])
-    if got then notify_watchers(ARGV[2]) end
+    -- The other free slots (leases that ended unannounced) go to the next live waiters now;
+    -- a hand-over tells the watchers, otherwise the caller's own lease is their lease end.
+    if not hand_over_free(free, at + 1) and got then notify_watchers(ARGV[2]) end
     return {i, fence()}
   end
   lease_of(i)
@@ -87,7 +104,7 @@ return {0, pttl, position})";
 // a free slot is handed over, otherwise the next two are told the earliest lease end.
 const char kLeaveLua[] =
     "if redis.replicate_commands then redis.replicate_commands() end\n" REDLOCK_PUBLISH_LUA
-        REDLOCK_FAIR_QUEUE_LUA R"(local m = #KEYS - 3
+        REDLOCK_FAIR_QUEUE_LUA REDLOCK_HAND_OVER_FREE_LUA R"(local m = #KEYS - 3
 fq_list, fq_info, fq_fence = KEYS[m + 1], KEYS[m + 2], KEYS[m + 3]
 for i = 1, m do
   if redis.call('get', KEYS[i]) == ARGV[1] then
@@ -105,17 +122,16 @@ end
 if redis.call('lindex', fq_list, 0) ~= ARGV[1] and redis.call('lindex', fq_list, 1) ~= ARGV[1] then
   return 0
 end
-local pttl = -1
+local pttl, free = -1, {}
 for i = 1, m do
   local left = redis.call('pttl', KEYS[i])
   if left == -2 then
-    fq_key = KEYS[i]
-    if hand_over(false) then return 0 end
+    free[#free + 1] = i
   elseif left >= 0 and (pttl < 0 or left < pttl) then
     pttl = left
   end
 end
-if pttl >= 0 then notify_watchers(pttl) end
+if not hand_over_free(free, 1) and pttl >= 0 then notify_watchers(pttl) end
 return 0)";
 
 // Never destroyed, like Scripts::get(): semaphores with static storage may still use it.
