@@ -160,6 +160,9 @@ void WakeSlot::spend_release_wake() noexcept {
 
 void WakeSlot::deafen() noexcept {
   std::lock_guard<std::mutex> guard(mutex_);
+  // A notice not taken yet was published after the join this call reports (it names the joined
+  // token): it is the newer news, and it made this waiter a watcher.
+  if (noticed_) return;
   deaf_ = true;
   if (!granted_ && !relocate_) notified_ = false;
 }
