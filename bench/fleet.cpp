@@ -307,8 +307,8 @@ void section_fleet(const Config& config, Report& report) {
   print_rows(rows);
   std::cout << "  server cmds/acq: INFO commandstats delta per acquisition (every call, those "
                "inside scripts included, INFO's excluded);\n"
-               "    Redlock: each node's (Redis CPU: the 3 servers' sum); PostgreSQL: xact_commit "
-               "delta; ZooKeeper: packets received (srvr)\n"
+               "    Redlock: each node's (Redis CPU: the 3 servers' sum); PostgreSQL: statements "
+               "the clients sent (pg_stat_statements); ZooKeeper: packets received (srvr)\n"
                "  client cmds/acq: RESP commands the workers wrote, counted in each worker (its "
                "send() calls); Redis rows only\n"
                "  max wait: the longest single try_lock_until() call (or peer acquire loop), one "

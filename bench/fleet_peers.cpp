@@ -78,6 +78,9 @@ void postgres_rows(const FleetSettings& settings, FleetRows& rows) {
   }
   redlock::test::PostgresServer pg;
   { redlock::postgres::Database(pg.uri()).ensure_table(); }
+  pg.psql("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'");
+  pg.restart();
+  pg.psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
   const int max_connections = std::stoi(pg.psql("SHOW max_connections"));
   const std::string uri = pg.uri();
   const MakeWorkerLock make = [uri] {
@@ -89,21 +92,15 @@ void postgres_rows(const FleetSettings& settings, FleetRows& rows) {
     w.owner = db;
     return w;
   };
-  // Statistics reach pg_stat_database when a backend flushes them (at most once a second, within
-  // a second of going idle, and when it exits): read them a second after the workers' warm-up or
-  // once they are gone, until two reads agree but for the previous read's own transaction.
+  // The statements the clients sent (pg_stat_statements, top level: a function call is one;
+  // counted as each ends, so a sample while the workers run is exact), but for its own queries.
+  // Not xact_commit: PostgreSQL makes every LISTEN session of the database read each NOTIFY in a
+  // transaction of its own, whoever it is for, a server-side term that grows with the listeners.
   const SampleServer sample = [&pg] {
-    const std::string sql =
-        "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()";
-    std::this_thread::sleep_for(std::chrono::milliseconds(1'100));
-    double last = -1;
-    for (int i = 0; i < 20; ++i) {
-      const double v = std::stod(pg.psql(sql));
-      if (v == last + 1) break;  // the previous read's own transaction only
-      last = v;
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    }
-    return ServerSample{{last}, -1};
+    return ServerSample{{std::stod(pg.psql("SELECT coalesce(sum(calls), 0) FROM "
+                                           "pg_stat_statements WHERE query NOT LIKE "
+                                           "'%pg_stat_statements%'"))},
+                        -1};
   };
   // Each process holds its pooled connection and its LISTEN connection.
   auto fits = [max_connections](int n) -> std::string {
@@ -113,7 +110,7 @@ void postgres_rows(const FleetSettings& settings, FleetRows& rows) {
         "(max_connections)",
         n, 2 * n, max_connections);
   };
-  backend_rows(variant, settings, make, sample, SampleAt::workers_exited, fits, rows);
+  backend_rows(variant, settings, make, sample, SampleAt::loops_done, fits, rows);
 }
 #endif
 
