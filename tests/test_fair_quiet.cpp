@@ -17,6 +17,7 @@
 
 #include <redlock/redlock.hpp>
 
+#include "support/eventually.hpp"
 #include "support/fair_queue.hpp"
 #include "support/redis_server.hpp"
 #include "util/key_slot.hpp"  // helper_key: the names of a lock's helper keys
@@ -106,12 +107,14 @@ TEST_CASE("A release announcement wakes the two watchers of a fair queue and not
     pids.push_back(pid);
     REQUIRE(wait_for_queue(server, k, i + 1));  // in this order
   }
-  std::this_thread::sleep_for(200ms);  // every join answered and read
+  std::this_thread::sleep_for(1s);  // every join answered and its reply read (sanitizers: slow)
   const long long before = script_runs(server);
   // What a release that ran before a waiter's join announces, delivered after the join (or a
   // holder that deletes the key without handing over): the key is still held, so an attempt
   // is refused; only the head and the next one, who would take a free key, try.
   CHECK(server.raw({"PUBLISH", helper_key(k, ":released"), "some-token"}).integer() == kWaiters);
+  // The two watchers' attempts, then time for any other to show (none should).
+  CHECK(redlock::test::eventually([&] { return script_runs(server) - before >= 2; }));
   std::this_thread::sleep_for(500ms);
   const long long runs = script_runs(server) - before;
   CHECK(runs == 2);
