@@ -90,14 +90,6 @@ bool AcquireLoop::wait_loop() {
     if (who_.ownership.cancelled()) continue;
     if (take_hand_over()) return true;
     if (!woken && took_notice() && SteadyClock::now() < wake_at) continue;  // moved up: sleep on
-    // A queued waiter that hears hand-overs gets its turn by one, not by an attempt at its
-    // deadline (the loop's top takes a hand-over that came in time, or leaves the queue),
-    // unless the lease it was told of has ended: its holder and both watchers may have died,
-    // and an expiry announces nothing (this attempt advances the queue).
-    if (!woken && wake_at == deadline_ && wait_.queues() && wait_.hears_releases() &&
-        SteadyClock::now() < lease_end_) {
-      continue;
-    }
     if (woken && event_) observe_wake(WakeKind::released);
     if (woken) yield_to_elders();
     const unsigned refused = refused_;
@@ -138,18 +130,12 @@ bool AcquireLoop::took_notice() {
   if (!wait_.take_notice(position, pttl)) return false;
   watcher_ = static_cast<unsigned char>(position);
   holder_pttl_ = pttl;
-  lease_end_ = lease_end(SteadyClock::now());
   return true;
-}
-
-SteadyClock::time_point AcquireLoop::lease_end(SteadyClock::time_point told) const {
-  return holder_pttl_.count() < 0 ? kNoDeadline : told + holder_pttl_;
 }
 
 // Applies one attempt's outcome: a failure goes to the unavailability rule, a grant is taken.
 bool AcquireLoop::settle(Try attempt) {
   holder_pttl_ = attempt.result.holder_pttl;
-  lease_end_ = lease_end(attempt.sent);
   watcher_ = attempt.result.watcher;
   round_trip_ = SteadyClock::now() - attempt.sent;
   if (event_) {

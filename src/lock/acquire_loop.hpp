@@ -79,8 +79,6 @@ class AcquireLoop {
   SteadyClock::time_point next_wake(SteadyClock::time_point now) const;
   SteadyClock::time_point turn_wake(SteadyClock::time_point now) const;
   bool took_notice();
-  // The holder's lease end by holder_pttl_, learnt at `told`; max() if unknown or unending.
-  SteadyClock::time_point lease_end(SteadyClock::time_point told) const;
   void yield_to_elders() const;
 
   const Waiter& who_;
@@ -90,7 +88,6 @@ class AcquireLoop {
   const SteadyClock::time_point deadline_;
   Unavailability unavailable_;
   std::chrono::milliseconds holder_pttl_{-1};  // from the last attempt (-1: unknown)
-  SteadyClock::time_point lease_end_{SteadyClock::time_point::max()};  // by holder_pttl_
   unsigned char watcher_{0};  // fair mode: the place in the server's queue (AcquireResult)
   AcquireEvent* const event_;
   // Elder-first wake order (yield_to_elders): attempts the servers refused in this call, and
