@@ -1,0 +1,89 @@
+// redlock/detail/async.hpp: the C++17 door of asynchronous operations, with no asio in sight.
+// <redlock/asio.hpp> (the redlock::asio target) builds its completion tokens on it; nothing
+// else should use it directly, and it may change between releases.
+//
+// An operation is started here and ends with exactly one call of its AsyncCompletion, on the
+// library's async thread (lock/async_driver), never inside the start call. No thread blocks for
+// an operation that waits: a waiting acquire is a state in that thread's loop, woken by the
+// release it hears or by its timer.
+#ifndef REDLOCK_DETAIL_ASYNC_HPP
+#define REDLOCK_DETAIL_ASYNC_HPP
+
+#include <chrono>     // std::chrono::nanoseconds
+#include <exception>  // std::exception_ptr
+#include <memory>     // std::unique_ptr, std::shared_ptr
+#include <optional>   // std::optional
+
+#include <redlock/hold.hpp>  // Hold
+
+namespace redlock {
+
+class LockBase;
+class Semaphore;
+
+namespace detail {
+
+// What an operation ended with. `error` set: it failed (a redlock::Error type, as the blocking
+// call throws; std::system_error(operation_aborted) is the asio layer's, not this one's). Else
+// an acquire has `hold` (empty optional: the timed form gave up, or it was cancelled; see
+// AsyncResult::cancelled), and release and extend have `value`.
+struct AsyncResult {
+  std::exception_ptr error;
+  std::optional<Hold> hold;
+  bool value{false};
+  bool cancelled{false};  // ended by AsyncOperation::cancel(); `hold` is empty then
+};
+
+// The receiver of one operation's result. complete() is called exactly once, on the library's
+// async thread; then destroy() (the operation's end), also from that thread or from whichever
+// thread drops the last reference. destroy() instead of a virtual destructor, so the asio layer
+// frees the object with its handler's allocator.
+class AsyncCompletion {
+ public:
+  virtual void complete(AsyncResult&& result) noexcept = 0;
+  virtual void destroy() noexcept = 0;
+
+ protected:
+  ~AsyncCompletion() = default;
+};
+
+struct AsyncCompletionDeleter {
+  void operator()(AsyncCompletion* c) const noexcept {
+    if (c) c->destroy();
+  }
+};
+using AsyncCompletionPtr = std::unique_ptr<AsyncCompletion, AsyncCompletionDeleter>;
+
+// An operation in progress, for cancelling it. Thread-safe; never throws.
+class AsyncOperation {
+ public:
+  virtual ~AsyncOperation() = default;
+  // Asks the operation to end now. An acquire not yet granted completes with
+  // AsyncResult::cancelled; what it may have won or queued for on the servers is given back by
+  // the background finisher (the same release as any rollback). An acquire already granted,
+  // a release or an extend completes as it would have: cancel() is then a no-op. Idempotent.
+  virtual void cancel() noexcept = 0;
+};
+
+// Starts acquiring `lock` for a Hold (LockBase::acquire(), or try_acquire_for(timeout) when
+// `timeout` is set: std::nullopt means no deadline). `lock` must outlive the call only; the
+// operation keeps its shared state. Never blocks; throws std::bad_alloc only.
+std::shared_ptr<AsyncOperation> async_acquire(LockBase& lock,
+                                              std::optional<std::chrono::nanoseconds> timeout,
+                                              AsyncCompletionPtr completion);
+// The same for one permit of `semaphore` (Semaphore::acquire_hold / try_acquire_hold_for).
+std::shared_ptr<AsyncOperation> async_acquire(Semaphore& semaphore,
+                                              std::optional<std::chrono::nanoseconds> timeout,
+                                              AsyncCompletionPtr completion);
+// Releases what `hold` held (Hold::release(): `value` as its result); `hold` is moved into the
+// operation, so the caller's Hold holds nothing from the start. Never blocks.
+std::shared_ptr<AsyncOperation> async_release(Hold&& hold, AsyncCompletionPtr completion);
+// Extends `hold` by `ttl` (Hold::extend(ttl); a ttl of 0: Hold::extend(), the lock's own ttl: `value` as its result). The operation shares the
+// hold's state: if the Hold ends meanwhile, the extend reports false. Never blocks.
+std::shared_ptr<AsyncOperation> async_extend(const Hold& hold, std::chrono::milliseconds ttl,
+                                             AsyncCompletionPtr completion);
+
+}  // namespace detail
+}  // namespace redlock
+
+#endif  // REDLOCK_DETAIL_ASYNC_HPP
