@@ -10,6 +10,7 @@
 #include <cstdio>     // std::snprintf
 #include <cstdlib>    // std::malloc, std::free, std::atoi
 #include <fstream>    // std::ifstream
+#include <iostream>   // std::cout
 #include <new>        // std::bad_alloc
 #include <stdexcept>  // std::runtime_error
 #include <utility>    // std::move
@@ -210,6 +211,11 @@ void Json::write(std::ostream& out, int indent) const {
       return;
     }
   }
+}
+
+void Goals::verdict(const std::string& what, double value, const std::string& shown, bool met) {
+  std::cout << "    " << what << ": " << shown << " -> " << (met ? "PASS" : "MISS") << "\n";
+  list_.push(Json::object().set("goal", what).set("value", value).set("met", met));
 }
 
 // ---- Table -----------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 // bench/common.hpp: what every section of redlock-bench shares: clocks, percentiles, a counter of
-// C++ allocations per thread, a small ordered JSON value, and a plain-text table.
+// C++ allocations per thread, a small ordered JSON value, goals printed as PASS or MISS, and a
+// plain-text table.
 //
 //   const std::int64_t t0 = bench::now_ns();            // CLOCK_MONOTONIC, comparable across
 //   ...                                                 // processes of one machine
@@ -14,6 +15,7 @@
 #include <functional>  // std::function
 #include <ostream>     // std::ostream
 #include <string>      // std::string
+#include <utility>     // std::move
 #include <vector>      // std::vector
 
 namespace bench {
@@ -125,6 +127,17 @@ class Json {
 
 // One Timed as a JSON object: cycles_per_s, p50_us, cpu_us_per_cycle.
 Json timed_json(const Timed& t);
+
+// Goals as printed ("    what: shown -> PASS" or MISS) and as JSON (an array of {goal, value,
+// met}).
+class Goals {
+ public:
+  void verdict(const std::string& what, double value, const std::string& shown, bool met);
+  Json take() { return std::move(list_); }
+
+ private:
+  Json list_ = Json::array();
+};
 
 // Left-aligned first column, right-aligned others, columns as wide as their widest cell.
 class Table {

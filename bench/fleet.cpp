@@ -177,19 +177,6 @@ std::vector<const FleetResult*> measured(const FleetRows& rows, const std::strin
   return mine;
 }
 
-// Goals as printed (PASS/MISS) and as JSON.
-class Goals {
- public:
-  void verdict(const std::string& what, double value, const std::string& shown, bool met) {
-    std::cout << fmt::format("    {}: {} -> {}\n", what, shown, met ? "PASS" : "MISS");
-    list_.push(Json::object().set("goal", what).set("value", value).set("met", met));
-  }
-  Json take() { return std::move(list_); }
-
- private:
-  Json list_ = Json::array();
-};
-
 // The scaling goals of #32 for one variant's rows `mine` (smallest N first), against its smallest
 // N: acq/s and server commands per acquisition at the largest N, min/max at every N.
 void scaling_goals(const std::vector<const FleetResult*>& mine, Goals& goals) {
