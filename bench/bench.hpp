@@ -76,10 +76,12 @@ void section_load(const Config& config, Report& report);
 // Section 12 (fleet.cpp).
 void section_fleet(const Config& config, Report& report);
 // Section 3's hand-off path alone (contended.cpp): 2 workers strictly alternating on `key`, each
-// with its own Client and a Lock with wake_on_release, hold 1 ms; each hand-off (a release to the
-// other's acquire) in nanoseconds.
+// with its own Client and a Lock with wake_on_release (fair = false), or in fair mode, hold 1 ms;
+// each hand-off (a release to the other's acquire) in nanoseconds.
+enum class HandoffMode { wake, fair };
 std::vector<std::int64_t> handoff_ping_pong(const redlock::Endpoint& endpoint,
-                                            const std::string& key, double seconds);
+                                            const std::string& key, double seconds,
+                                            HandoffMode mode = HandoffMode::wake);
 // The hidden worker mode of section 3's process variant: `redlock-bench --contended-worker ...`.
 int contended_worker_main(int argc, char** argv);
 

@@ -774,7 +774,9 @@ void section_contended(const Config& config, Report& report) {
 }
 
 std::vector<std::int64_t> handoff_ping_pong(const redlock::Endpoint& endpoint,
-                                            const std::string& key, double seconds) {
+                                            const std::string& key, double seconds,
+                                            HandoffMode mode) {
+  if (mode == HandoffMode::fair) return ping_pong<LibWaiter<true>>(endpoint, key, seconds);
   return ping_pong<LibWaiter<false>>(endpoint, key, seconds);
 }
 
