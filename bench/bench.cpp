@@ -69,6 +69,12 @@
 //      acquisition, for the default Lock, fair off and on, Redlock(3), Semaphore(2) (default and
 //      fair = false), PostgreSQL, ZooKeeper and the peers (node-redlock, redis-py) at N = 32; the
 //      goals of #32 (default Lock, default Semaphore(2)) as PASS or MISS.
+//   13. Async (bench/async.cpp, built with the redlock::asio target): co_await'ed lock cycles on
+//      one io_context thread against the blocking API (C = 1) and a raw hiredis client keeping 64
+//      cycles in flight on one connection per node (Lock and Redlock(5)); 10,000 coroutines
+//      waiting on one key (threads, heap per waiting operation against a timer, hand-off against
+//      the blocking one, FIFO order); 10,000 acquires cancelled at random stages (keys and queue
+//      entries left). The goals of #33 as PASS or MISS.
 //
 // Nothing here asserts timing: a benchmark is not a test. The exit status is 1 only if a
 // measurement failed (an exception, a server that would not start, an uncontended attempt that
@@ -76,7 +82,7 @@
 //
 // Usage: redlock-bench [--quick] [--section N]... [--seconds S] [--rounds R] [--threads 1,4]
 //                      [--channels N] [--waiters N] [--fleet-sizes LIST] [--fleet-seconds S]
-//                      [--json PATH]
+//                      [--async-waiters N] [--async-cancels N] [--json PATH]
 #include <sched.h>        // sched_getaffinity, CPU_COUNT
 #include <signal.h>       // signal, SIGPIPE
 #include <sys/utsname.h>  // uname
@@ -1043,7 +1049,7 @@ void usage(std::ostream& out) {
          "  --quick        short runs (smoke test): 0.25 s, 2 rounds, 1,000 leases\n"
          "  --section N    run section N only (1 uncontended, 2 redlock, 3 contended,\n"
          "                 4 watchdog, 5 degraded, 6 load, 7 tls, 8 sentinel, 9 backends,\n"
-         "                 10 zookeeper, 11 cluster, 12 fleet); repeatable\n"
+         "                 10 zookeeper, 11 cluster, 12 fleet, 13 async); repeatable\n"
          "  --seconds S    length of each timed measurement (default 1.0)\n"
          "  --rounds R     interleaved rounds in sections 1-2 (default 7)\n"
          "  --threads LIST client threads in sections 1, 2 and 5 (default 1,4)\n"
@@ -1054,6 +1060,9 @@ void usage(std::ostream& out) {
          "                 --quick: 4,8)\n"
          "  --fleet-seconds S   section 12: window of each run, after a 1 s warm-up (default 4; "
          "--quick: 0.5, warm-up 0.25)\n"
+         "  --async-waiters N  section 13: coroutines waiting on one key (default 10000;\n"
+         "                 --quick: 200)\n"
+         "  --async-cancels N  section 13: acquires to cancel (default 10000; --quick: 500)\n"
          "  --json PATH    where to write the figures (default " REDLOCK_BENCH_DEFAULT_JSON ")\n";
 }
 
@@ -1079,6 +1088,8 @@ int parse(int argc, char** argv, Config& config) {
   int rounds = -1;
   double fleet_seconds = -1;
   bool fleet_sizes_given = false;
+  int async_waiters = -1;
+  int async_cancels = -1;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -1089,7 +1100,7 @@ int parse(int argc, char** argv, Config& config) {
       config.quick = true;
     } else if (arg == "--section") {
       const int n = std::stoi(value());
-      if (n < 1 || n > 12) throw std::invalid_argument("--section must be 1..12");
+      if (n < 1 || n > 13) throw std::invalid_argument("--section must be 1..13");
       config.sections.push_back(n);
     } else if (arg == "--seconds") {
       seconds = std::stod(value());
@@ -1118,6 +1129,12 @@ int parse(int argc, char** argv, Config& config) {
     } else if (arg == "--fleet-seconds") {
       fleet_seconds = std::stod(value());
       if (!(fleet_seconds > 0)) throw std::invalid_argument("--fleet-seconds must be > 0");
+    } else if (arg == "--async-waiters") {
+      async_waiters = std::stoi(value());
+      if (async_waiters < 2) throw std::invalid_argument("--async-waiters must be >= 2");
+    } else if (arg == "--async-cancels") {
+      async_cancels = std::stoi(value());
+      if (async_cancels < 1) throw std::invalid_argument("--async-cancels must be >= 1");
     } else if (arg == "--json") {
       config.json_path = value();
     } else if (arg == "--help" || arg == "-h") {
@@ -1135,7 +1152,11 @@ int parse(int argc, char** argv, Config& config) {
     config.watchdog_ttl = milliseconds(1'500);
     config.fleet_seconds = 0.5;
     if (!fleet_sizes_given) config.fleet_sizes = {4, 8};
+    config.async_waiters = 200;
+    config.async_cancels = 500;
   }
+  if (async_waiters > 0) config.async_waiters = async_waiters;
+  if (async_cancels > 0) config.async_cancels = async_cancels;
   if (fleet_seconds > 0) config.fleet_seconds = fleet_seconds;
   if (seconds > 0) config.seconds = seconds;
   if (rounds > 0) config.rounds = rounds;
@@ -1210,6 +1231,9 @@ int run(int argc, char** argv) {
 #endif
     {11, section_cluster},
     {12, section_fleet},
+#if defined(REDLOCK_BENCH_ASYNC)
+    {13, section_async},
+#endif
   };
   const std::string load_at_start = load_average();
   const std::int64_t start = now_ns();

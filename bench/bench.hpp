@@ -41,6 +41,9 @@ struct Config {
   // Section 12: fleet sizes (worker processes on one key) and the window of each run, seconds.
   std::vector<int> fleet_sizes{8, 32, 128, 512};
   double fleet_seconds{4.0};
+  // Section 13: coroutines waiting on one key, and acquires to cancel.
+  int async_waiters{10'000};
+  int async_cancels{10'000};
   // connect and command timeout of every endpoint (library and floor) outside the SIGSTOP run:
   // generous, so that a loaded CI machine never turns a slow reply into an error.
   std::chrono::milliseconds timeout{1'000};
@@ -75,6 +78,8 @@ void section_contended(const Config& config, Report& report);
 void section_load(const Config& config, Report& report);
 // Section 12 (fleet.cpp).
 void section_fleet(const Config& config, Report& report);
+// Section 13 (async.cpp, built with the redlock::asio target).
+void section_async(const Config& config, Report& report);
 // Section 3's hand-off path alone (contended.cpp): 2 workers strictly alternating on `key`, each
 // with its own Client and a Lock with wake_on_release (fair = false), or in fair mode, hold 1 ms;
 // each hand-off (a release to the other's acquire) in nanoseconds.
