@@ -83,6 +83,9 @@ void PipelinedFloor::answered(std::size_t slot, bool yes, const std::atomic<bool
     send(slot);
     return;
   }
+  if (s.granted != nodes_.size()) {
+    throw std::runtime_error("pipelined floor: a release found the key not its own: " + s.key);
+  }
   cycles.store(cycles.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   s.releasing = false;
   if (stop.load(std::memory_order_relaxed)) {

@@ -34,8 +34,8 @@ class PipelinedFloor {
 
   // Runs every slot's cycles until `stop` is set, adding each completed cycle to `cycles` (read
   // by another thread); then lets the cycles in flight finish (a granted key is released), and
-  // returns. Throws std::runtime_error on a transport error, an error reply, or a refused SET (the
-  // keys are the floor's own: a refusal means something else holds them).
+  // returns. Throws std::runtime_error on a transport error, an error reply, a refused SET or a
+  // release that found another token (the keys are the floor's own: something else holds them).
   void run(const std::atomic<bool>& stop, std::atomic<std::uint64_t>& cycles);
 
  private:
