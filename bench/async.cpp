@@ -26,6 +26,8 @@
 //     operator || with a timer: at once, in flight, waiting, queued), until --async-cancels
 //     (default 10,000) were cancelled; then the keys and queue entries left on the server (goal:
 //     0 and 0).
+#include "async.hpp"
+
 #include <sys/resource.h>  // getrusage
 
 #include <malloc.h>  // mallinfo2
@@ -51,7 +53,6 @@
 #include <redlock/asio.hpp>
 #include <redlock/redlock.hpp>
 
-#include "async.hpp"
 #include "bench.hpp"
 #include "common.hpp"
 #include "pipelined.hpp"

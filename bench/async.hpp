@@ -4,6 +4,9 @@
 #ifndef REDLOCK_BENCH_ASYNC_HPP
 #define REDLOCK_BENCH_ASYNC_HPP
 
+// <redlock/asio.hpp> first: it configures asio's coroutine support for clang with libstdc++.
+#include <redlock/asio.hpp>
+
 #include <hiredis/hiredis.h>  // redisContext
 
 #include <asio.hpp>  // io_context, post

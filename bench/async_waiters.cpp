@@ -1,4 +1,6 @@
 // bench/async_waiters.cpp: section 13's waiters and cancellation parts (see async.cpp's header).
+#include "async.hpp"
+
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
@@ -26,7 +28,6 @@
 #include <redlock/asio.hpp>
 #include <redlock/redlock.hpp>
 
-#include "async.hpp"
 #include "bench.hpp"
 #include "common.hpp"
 #include "raw.hpp"
