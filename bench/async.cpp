@@ -33,7 +33,6 @@
 #include <malloc.h>  // mallinfo2
 
 #include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
 #include <asio/use_awaitable.hpp>
 
 #include <algorithm>     // std::rotate

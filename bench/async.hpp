@@ -9,7 +9,9 @@
 
 #include <hiredis/hiredis.h>  // redisContext
 
-#include <asio.hpp>  // io_context, post
+#include <asio/executor_work_guard.hpp>  // executor_work_guard
+#include <asio/io_context.hpp>           // io_context
+#include <asio/post.hpp>                 // post
 
 #include <cstdint>    // std::int64_t
 #include <exception>  // std::exception_ptr
