@@ -45,6 +45,7 @@
 #include <string>        // std::string
 #include <system_error>  // std::system_error
 #include <thread>        // std::thread
+#include <utility>       // std::pair
 #include <vector>        // std::vector
 
 #include <fmt/format.h>
@@ -209,6 +210,8 @@ struct Pair {
   int concurrency{1};
   Rate base;
   Rate mine;
+  // Rows for context (no goal), measured in the same rounds, compared with the baseline too.
+  std::vector<std::pair<std::string, Rate>> context;
 };
 
 Json pair_json(const Pair& p) {
@@ -223,15 +226,27 @@ Json pair_json(const Pair& p) {
   j.set("variant", p.variant).set("variant_figures", rate(p.mine));
   j.set("ratio_cycles_per_s", ratio(p.mine.cycles_per_s, p.base.cycles_per_s));
   j.set("ratio_cpu_per_cycle", ratio(p.mine.cpu_ns, p.base.cpu_ns));
+  Json context = Json::array();
+  for (const auto& [name, r] : p.context) {
+    context.push(Json::object()
+                     .set("variant", name)
+                     .set("figures", rate(r))
+                     .set("ratio_cycles_per_s", ratio(r.cycles_per_s, p.base.cycles_per_s))
+                     .set("ratio_cpu_per_cycle", ratio(r.cpu_ns, p.base.cpu_ns)));
+  }
+  if (!p.context.empty()) j.set("context", std::move(context));
   return j;
 }
 
 void add_rows(Table& table, const Pair& p) {
   const std::string c = std::to_string(p.concurrency);
   table.row({p.baseline, c, num(p.base.cycles_per_s), "-", num(p.base.cpu_ns / 1e3), "-"});
-  table.row({p.variant, c, num(p.mine.cycles_per_s),
-             times(ratio(p.mine.cycles_per_s, p.base.cycles_per_s)), num(p.mine.cpu_ns / 1e3),
-             times(ratio(p.mine.cpu_ns, p.base.cpu_ns))});
+  auto row = [&](const std::string& name, const Rate& r) {
+    table.row({name, c, num(r.cycles_per_s), times(ratio(r.cycles_per_s, p.base.cycles_per_s)),
+               num(r.cpu_ns / 1e3), times(ratio(r.cpu_ns, p.base.cpu_ns))});
+  };
+  row(p.variant, p.mine);
+  for (const auto& [name, r] : p.context) row("  " + name, r);
 }
 
 constexpr int kConcurrency = 64;
@@ -249,16 +264,30 @@ std::vector<Pair> one_server(const Config& config) {
   std::vector<Rate> r =
       interleave(config.rounds, config.seconds, {blocking_body(blocking), async_body(single)});
   out.push_back(Pair{"blocking acquire() + Hold::release()",
-                     "co_await async_acquire + async_release", 1, r[0], r[1]});
+                     "co_await async_acquire + async_release",
+                     1,
+                     r[0],
+                     r[1],
+                     {}});
 
+  // The default options (fair), and for context fair = false: the floor's very commands.
   PipelinedFloor floor({endpoint}, keys("s13:floor:", kConcurrency));
+  redlock::LockOptions plain;
+  plain.fair = false;
   Locks many;
+  Locks many_plain;
   for (const std::string& k : keys("s13:c64:", kConcurrency)) {
     many.push_back(std::make_unique<redlock::Lock>(client, k));
+    many_plain.push_back(std::make_unique<redlock::Lock>(client, k + ":plain", plain));
   }
-  r = interleave(config.rounds, config.seconds, {floor_body(floor), async_body(many)});
-  out.push_back(
-      Pair{"raw pipelined floor, 1 connection", "async Lock cycles", kConcurrency, r[0], r[1]});
+  r = interleave(config.rounds, config.seconds,
+                 {floor_body(floor), async_body(many), async_body(many_plain)});
+  out.push_back(Pair{"raw pipelined floor, 1 connection",
+                     "async Lock cycles",
+                     kConcurrency,
+                     r[0],
+                     r[1],
+                     {{"fair = false (context, no goal)", r[2]}}});
   return out;
 }
 
@@ -278,8 +307,12 @@ Pair five_servers(const Config& config) {
   }
   const std::vector<Rate> r =
       interleave(config.rounds, config.seconds, {floor_body(floor), async_body(many)});
-  return Pair{"raw pipelined fan-out floor, 5 connections", "async Redlock(5) cycles", kConcurrency,
-              r[0], r[1]};
+  return Pair{"raw pipelined fan-out floor, 5 connections",
+              "async Redlock(5) cycles",
+              kConcurrency,
+              r[0],
+              r[1],
+              {}};
 }
 
 void throughput_part(const Config& config, Json& out, Goals& goals) {
@@ -294,7 +327,7 @@ void throughput_part(const Config& config, Json& out, Goals& goals) {
   table.print(std::cout);
   std::cout << "  median of " << config.rounds << " interleaved rounds of " << config.seconds
             << " s; cpu = the whole process's user + system CPU per cycle (getrusage); ratio: "
-               "the row against the one above it\n";
+               "against the group's first row\n";
   out.set("throughput", std::move(rows));
   std::cout << "  goals (#33), cycles:\n";
   auto rate = [](const Pair& p) { return ratio(p.mine.cycles_per_s, p.base.cycles_per_s); };
