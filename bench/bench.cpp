@@ -1051,7 +1051,7 @@ void usage(std::ostream& out) {
          "                 4 watchdog, 5 degraded, 6 load, 7 tls, 8 sentinel, 9 backends,\n"
          "                 10 zookeeper, 11 cluster, 12 fleet, 13 async); repeatable\n"
          "  --seconds S    length of each timed measurement (default 1.0)\n"
-         "  --rounds R     interleaved rounds in sections 1-2 (default 7)\n"
+         "  --rounds R     interleaved rounds in sections 1, 2 and 13 (default 7)\n"
          "  --threads LIST client threads in sections 1, 2 and 5 (default 1,4)\n"
          "  --channels N   section 6: largest number of waiting threads on distinct keys\n"
          "                 (default 15000; 0, N/3 and N are measured)\n"
