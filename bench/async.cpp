@@ -104,12 +104,28 @@ using Body = std::function<void(const std::atomic<bool>& stop, std::atomic<std::
 
 struct Rate {
   double cycles_per_s{0};
-  double cpu_ns{0};  // the process's user + system CPU per cycle
+  double cpu_ns{0};       // the process's user + system CPU per cycle
+  double server_cmds{0};  // commands the servers ran per cycle (INFO commandstats, INFO's aside)
 };
 
-// Runs `body` on a thread, lets it warm up, then counts its cycles and the process's CPU for
-// `seconds`. Rethrows what the body threw.
-Rate measure(double seconds, const Body& body) {
+// The commands the servers of a group ran so far (the sum of INFO commandstats, INFO's aside).
+using Commands = std::function<double()>;
+
+Commands commands_of(const std::vector<RawContext>& admins) {
+  return [&admins] {
+    double calls = 0;
+    for (const RawContext& c : admins) {
+      for (const auto& [name, n] : command_calls(c.get())) {
+        if (name != "info") calls += static_cast<double>(n);
+      }
+    }
+    return calls;
+  };
+}
+
+// Runs `body` on a thread, lets it warm up, then counts its cycles, the process's CPU and the
+// servers' commands for `seconds`. Rethrows what the body threw.
+Rate measure(double seconds, const Body& body, const Commands& commands) {
   std::atomic<bool> stop{false};
   std::atomic<std::uint64_t> cycles{0};
   std::exception_ptr error;
@@ -121,6 +137,7 @@ Rate measure(double seconds, const Body& body) {
     }
   });
   std::this_thread::sleep_for(milliseconds(200));  // connections, script cache, first waits
+  const double cmds0 = commands();  // outside the CPU window (a few cycles' commands too many)
   const std::uint64_t c0 = cycles.load();
   const std::int64_t t0 = now_ns();
   const std::int64_t cpu0 = process_rusage_ns();
@@ -128,31 +145,36 @@ Rate measure(double seconds, const Body& body) {
   const std::uint64_t c1 = cycles.load();
   const std::int64_t t1 = now_ns();
   const std::int64_t cpu1 = process_rusage_ns();
+  const double cmds1 = commands();
   stop.store(true);
   worker.join();
   if (error) std::rethrow_exception(error);
   if (c1 == c0) throw std::runtime_error("no cycle completed in the window");
   const auto n = static_cast<double>(c1 - c0);
-  return Rate{n * 1e9 / static_cast<double>(t1 - t0), static_cast<double>(cpu1 - cpu0) / n};
+  return Rate{n * 1e9 / static_cast<double>(t1 - t0), static_cast<double>(cpu1 - cpu0) / n,
+              (cmds1 - cmds0) / n};
 }
 
 // Median over `rounds` rounds of each body, the bodies interleaved (the order rotating).
-std::vector<Rate> interleave(int rounds, double seconds, const std::vector<Body>& bodies) {
+std::vector<Rate> interleave(int rounds, double seconds, const std::vector<Body>& bodies,
+                             const Commands& commands) {
   std::vector<std::vector<double>> rate(bodies.size());
   std::vector<std::vector<double>> cpu(bodies.size());
+  std::vector<std::vector<double>> cmds(bodies.size());
   std::vector<std::size_t> order(bodies.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   for (int round = 0; round < rounds; ++round) {
     for (const std::size_t i : order) {
-      const Rate r = measure(seconds, bodies[i]);
+      const Rate r = measure(seconds, bodies[i], commands);
       rate[i].push_back(r.cycles_per_s);
       cpu[i].push_back(r.cpu_ns);
+      cmds[i].push_back(r.server_cmds);
     }
     std::rotate(order.begin(), order.begin() + 1, order.end());
   }
   std::vector<Rate> out;
   for (std::size_t i = 0; i < bodies.size(); ++i) {
-    out.push_back(Rate{median(rate[i]), median(cpu[i])});
+    out.push_back(Rate{median(rate[i]), median(cpu[i]), median(cmds[i])});
   }
   return out;
 }
@@ -218,7 +240,8 @@ Json pair_json(const Pair& p) {
   auto rate = [](const Rate& r) {
     return Json::object()
         .set("cycles_per_s", r.cycles_per_s)
-        .set("cpu_us_per_cycle", r.cpu_ns / 1e3);
+        .set("cpu_us_per_cycle", r.cpu_ns / 1e3)
+        .set("server_commands_per_cycle", r.server_cmds);
   };
   Json j = Json::object();
   j.set("concurrency", p.concurrency);
@@ -240,10 +263,11 @@ Json pair_json(const Pair& p) {
 
 void add_rows(Table& table, const Pair& p) {
   const std::string c = std::to_string(p.concurrency);
-  table.row({p.baseline, c, num(p.base.cycles_per_s), "-", num(p.base.cpu_ns / 1e3), "-"});
+  table.row({p.baseline, c, num(p.base.cycles_per_s), "-", num(p.base.cpu_ns / 1e3), "-",
+             num(p.base.server_cmds)});
   auto row = [&](const std::string& name, const Rate& r) {
     table.row({name, c, num(r.cycles_per_s), times(ratio(r.cycles_per_s, p.base.cycles_per_s)),
-               num(r.cpu_ns / 1e3), times(ratio(r.cpu_ns, p.base.cpu_ns))});
+               num(r.cpu_ns / 1e3), times(ratio(r.cpu_ns, p.base.cpu_ns)), num(r.server_cmds)});
   };
   row(p.variant, p.mine);
   for (const auto& [name, r] : p.context) row("  " + name, r);
@@ -256,13 +280,16 @@ std::vector<Pair> one_server(const Config& config) {
   redlock::test::RedisServer server;
   const redlock::Endpoint endpoint = endpoint_of(server, config.timeout);
   redlock::Client client(endpoint);
+  std::vector<RawContext> admins;
+  admins.push_back(raw_connect(endpoint));
+  const Commands commands = commands_of(admins);
   std::vector<Pair> out;
 
   redlock::Lock blocking(client, redlock::test::key("s13:c1:blocking"));
   Locks single;
   single.push_back(std::make_unique<redlock::Lock>(client, redlock::test::key("s13:c1:async")));
-  std::vector<Rate> r =
-      interleave(config.rounds, config.seconds, {blocking_body(blocking), async_body(single)});
+  std::vector<Rate> r = interleave(config.rounds, config.seconds,
+                                   {blocking_body(blocking), async_body(single)}, commands);
   out.push_back(Pair{"blocking acquire() + Hold::release()",
                      "co_await async_acquire + async_release",
                      1,
@@ -281,7 +308,7 @@ std::vector<Pair> one_server(const Config& config) {
     many_plain.push_back(std::make_unique<redlock::Lock>(client, k + ":plain", plain));
   }
   r = interleave(config.rounds, config.seconds,
-                 {floor_body(floor), async_body(many), async_body(many_plain)});
+                 {floor_body(floor), async_body(many), async_body(many_plain)}, commands);
   out.push_back(Pair{"raw pipelined floor, 1 connection",
                      "async Lock cycles",
                      kConcurrency,
@@ -296,17 +323,19 @@ Pair five_servers(const Config& config) {
   redlock::test::ServerGroup group(5);
   std::vector<redlock::Endpoint> endpoints;
   std::vector<redlock::Client> clients;
+  std::vector<RawContext> admins;
   for (std::size_t i = 0; i < group.size(); ++i) {
     endpoints.push_back(endpoint_of(group[i], config.timeout));
     clients.emplace_back(endpoints.back());
+    admins.push_back(raw_connect(endpoints.back()));
   }
   PipelinedFloor floor(endpoints, keys("s13:fan:", kConcurrency));
   Locks many;
   for (const std::string& k : keys("s13:r5:", kConcurrency)) {
     many.push_back(std::make_unique<redlock::Redlock>(clients, k));
   }
-  const std::vector<Rate> r =
-      interleave(config.rounds, config.seconds, {floor_body(floor), async_body(many)});
+  const std::vector<Rate> r = interleave(
+      config.rounds, config.seconds, {floor_body(floor), async_body(many)}, commands_of(admins));
   return Pair{"raw pipelined fan-out floor, 5 connections",
               "async Redlock(5) cycles",
               kConcurrency,
@@ -318,7 +347,7 @@ Pair five_servers(const Config& config) {
 void throughput_part(const Config& config, Json& out, Goals& goals) {
   std::vector<Pair> pairs = one_server(config);
   pairs.push_back(five_servers(config));
-  Table table({"variant", "C", "cycles/s", "ratio", "cpu us/cycle", "ratio"});
+  Table table({"variant", "C", "cycles/s", "ratio", "cpu us/cycle", "ratio", "server cmds/cycle"});
   Json rows = Json::array();
   for (const Pair& p : pairs) {
     add_rows(table, p);
@@ -327,7 +356,8 @@ void throughput_part(const Config& config, Json& out, Goals& goals) {
   table.print(std::cout);
   std::cout << "  median of " << config.rounds << " interleaved rounds of " << config.seconds
             << " s; cpu = the whole process's user + system CPU per cycle (getrusage); ratio: "
-               "against the group's first row\n";
+               "against the group's first row; server cmds/cycle: INFO commandstats, every "
+               "server's, those inside scripts included\n";
   out.set("throughput", std::move(rows));
   std::cout << "  goals (#33), cycles:\n";
   auto rate = [](const Pair& p) { return ratio(p.mine.cycles_per_s, p.base.cycles_per_s); };
