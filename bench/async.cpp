@@ -70,6 +70,7 @@ IoThread::~IoThread() {
 }
 
 bool aborted(const std::exception_ptr& e) noexcept {
+  if (!e) return false;
   try {
     std::rethrow_exception(e);
   } catch (const std::system_error& error) {
