@@ -81,12 +81,29 @@ Op acquire(redlock::LockBase& lock, std::optional<std::chrono::nanoseconds> time
 
 long long keys(RedisServer& server) { return server.raw({"DBSIZE"}).integer(); }
 
+// Counts acquire events by outcome.
+class Counting final : public redlock::Observer {
+ public:
+  void on_acquire(const redlock::AcquireEvent& event) noexcept override {
+    if (event.outcome == redlock::AcquireOutcome::acquired) ++acquired;
+    if (event.outcome == redlock::AcquireOutcome::contended) ++contended;
+    fence = event.fence;
+  }
+  std::atomic<int> acquired{0};
+  std::atomic<int> contended{0};
+  std::atomic<std::uint64_t> fence{0};
+};
+
 }  // namespace
 
 TEST_CASE("async core: acquire, extend and release complete once, on the async thread",
           "[redis][async]") {
   Setup s("async-core-basic");
-  redlock::Lock lock(s.client, s.k, fast());
+  auto counting = std::make_shared<Counting>();
+  auto options = fast();
+  options.observer = counting;
+  options.fencing = true;
+  redlock::Lock lock(s.client, s.k, options);
   Op a = acquire(lock);
   auto& got = a.wait();
   REQUIRE_FALSE(got.error);
@@ -94,6 +111,9 @@ TEST_CASE("async core: acquire, extend and release complete once, on the async t
   REQUIRE(got.hold->holds());
   CHECK(a.state->thread != std::this_thread::get_id());
   redlock::Hold hold = std::move(*got.hold);
+  CHECK(counting->acquired == 1);  // the observer hears an async acquire as a blocking one
+  CHECK(counting->fence == hold.fence());
+  CHECK(hold.fence() > 0);
 
   Op e;
   e.op = redlock::detail::async_extend(hold, 2000ms, e.completion());
@@ -104,7 +124,7 @@ TEST_CASE("async core: acquire, extend and release complete once, on the async t
   r.op = redlock::detail::async_release(std::move(hold), r.completion());
   CHECK_FALSE(hold.holds());  // moved into the operation at once
   CHECK(r.wait().value);
-  CHECK(keys(s.server) == 0);
+  CHECK(s.server.raw({"EXISTS", s.k}).integer() == 0);  // the fence counter stays
   CHECK(a.state->calls == 1);
   CHECK(r.state->calls == 1);
 }

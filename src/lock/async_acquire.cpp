@@ -17,6 +17,8 @@
 #include "lock/async_driver.hpp"
 #include "lock/hold_owner.hpp"
 #include "lock/lock_core.hpp"
+#include "lock/observed.hpp"
+#include "util/observe.hpp"
 
 namespace redlock {
 namespace detail {
@@ -100,12 +102,15 @@ class AcquireTask final : public CompletingTask, private LocalWaiter, private Ac
   std::optional<AcquireLoop::Waiter> waiter_;
   std::unique_ptr<WaitStrategy> wait_;
   std::optional<AcquireLoop> loop_;
+  std::optional<ObservedCall> observed_;  // with an Observer: told how the loop ended
 };
 
 void AcquireTask::run() noexcept {
   try {
     step();
   } catch (...) {
+    if (observed_) observed_->failed();
+    observed_.reset();
     if (gate_ && !held_.hold) owner_->gate().open_gate();
     gate_ = false;
     phase_ = Phase::done;
@@ -175,7 +180,11 @@ void AcquireTask::begin_loop() {
   waiter_.emplace(owner_->handle_waiter());
   wait_ = owner_->new_wait();
   AcquireLoop::Taker& taker = *this;
-  loop_.emplace(*waiter_, taker, *wait_, call_, deadline_, nullptr, owner_->crowded());
+  if (Observer* const observer = observer_of(waiter_->options)) {
+    observed_.emplace(*observer, waiter_->key, owner_->observed_nodes());
+  }
+  loop_.emplace(*waiter_, taker, *wait_, call_, deadline_, observed_ ? observed_->event() : nullptr,
+                owner_->crowded());
   loop_->stop_on(&stop_);
   apply(loop_->begin());
 }
@@ -206,6 +215,14 @@ void AcquireTask::resume_loop() {
 // The loop ended: a hold to hand out (unless stopped meanwhile: then it is released in the
 // background, as a Hold dropped at once), or not held.
 void AcquireTask::end(bool held) {
+  if (observed_) {
+    if (held) {
+      observed_->held(held_.hold->fence());
+    } else {
+      observed_->contended();
+    }
+    observed_.reset();
+  }
   if (!held) {
     owner_->gate().open_gate();
     gate_ = false;
