@@ -87,7 +87,7 @@ class AcquireTask final : public CompletingTask, private LocalWaiter, private Ac
   void resume_loop();
   void arm(SteadyClock::time_point at) { AsyncDriver::instance().wake_at(shared_from_this(), at); }
   void end(bool held);
-  void end_with(bool result);
+  void end_empty();
 
   const std::shared_ptr<HoldOwner> owner_;
   const Call call_;
@@ -128,11 +128,12 @@ void AcquireTask::step() {
       return enter();
     case Phase::queued:
       return queued();
-    case Phase::courtesy:
-      if (SteadyClock::now() < std::min(owner_->courtesy_until(), deadline_) && !stopped()) {
-        return arm(std::min(owner_->courtesy_until(), deadline_));
-      }
+    case Phase::courtesy: {  // as the blocking call's courtesy pause (LockCore::gated_acquire)
+      if (stopped()) return end_empty();  // nothing sent yet; the gate is passed on
+      const auto until = std::min(owner_->courtesy_until(), deadline_);
+      if (call_ != Call::try_lock && SteadyClock::now() < until) return arm(until);
       return begin_loop();
+    }
     case Phase::looping:
       return resume_loop();
     case Phase::done:
@@ -141,7 +142,7 @@ void AcquireTask::step() {
 }
 
 void AcquireTask::enter() {
-  if (stopped()) return end_with(false);  // before the send: nothing was sent
+  if (stopped()) return end_empty();  // before the send: nothing was sent
   const Ownership::Entry entry = owner_->gate().enter_async(call_, *this);
   if (entry == Ownership::Entry::queued) {
     phase_ = Phase::queued;
@@ -149,7 +150,8 @@ void AcquireTask::enter() {
   }
   if (entry != Ownership::Entry::entered) {
     const AcquireLoop::Waiter who = owner_->handle_waiter();
-    return end_with(entry_result(entry, call_, who.key, who.words));
+    (void)entry_result(entry, call_, who.key, who.words);  // throws what the blocking call throws
+    return end_empty();
   }
   gate_ = true;
   phase_ = Phase::courtesy;
@@ -165,9 +167,10 @@ void AcquireTask::queued() {
     if (!stopped() && !gate.cancelled() && !late) return arm(deadline_);
     if (gate.leave_queue(*this)) {
       phase_ = Phase::start;  // out of the queue: nothing to undo
-      if (stopped() || late) return end_with(false);
+      if (stopped() || late) return end_empty();
       const AcquireLoop::Waiter who = owner_->handle_waiter();
-      return end_with(cancelled_result(call_, who.key, who.words));
+      (void)cancelled_result(call_, who.key, who.words);  // CancelledError for acquire()
+      return end_empty();
     }
   }
   gate_ = true;  // handed over (perhaps just now): go on, or pass it on if stopped
@@ -226,7 +229,7 @@ void AcquireTask::end(bool held) {
   if (!held) {
     owner_->gate().open_gate();
     gate_ = false;
-    return end_with(false);
+    return end_empty();
   }
   Hold hold = Access::hold(owner_, std::move(held_.hold), held_.slot);
   gate_ = false;  // the Hold has it now
@@ -240,12 +243,12 @@ void AcquireTask::end(bool held) {
   finish(std::move(result));
 }
 
-void AcquireTask::end_with(bool result_held) {
+// Ends with nothing held: timed out, or stopped (a grant goes through end()).
+void AcquireTask::end_empty() {
   if (gate_) owner_->gate().open_gate();  // handed the gate, but stopped before the loop
   gate_ = false;
   phase_ = Phase::done;
   AsyncResult result;
-  (void)result_held;  // false here: a grant goes through end()
   result.cancelled = stopped();
   finish(std::move(result));
 }
