@@ -17,6 +17,7 @@
 #include <redlock/detail/async.hpp>
 #include <redlock/redlock.hpp>
 
+#include "support/async_outcome.hpp"
 #include "support/eventually.hpp"
 #include "support/lock_fixture.hpp"
 #include "support/redis_server.hpp"
@@ -27,57 +28,10 @@ using redlock::test::fast;
 using redlock::test::RedisServer;
 using redlock::test::Setup;
 using Clock = std::chrono::steady_clock;
+using redlock::test::acquire;
+using redlock::test::Op;
 
 namespace {
-
-// Collects one operation's result; waitable from the test's thread.
-class Outcome final : public redlock::detail::AsyncCompletion {
- public:
-  struct State {
-    std::mutex mutex;
-    std::condition_variable cv;
-    bool done{false};
-    int calls{0};
-    std::thread::id thread;
-    redlock::detail::AsyncResult result;
-  };
-  explicit Outcome(std::shared_ptr<State> state) : state_(std::move(state)) {}
-  void complete(redlock::detail::AsyncResult&& result) noexcept override {
-    std::lock_guard<std::mutex> guard(state_->mutex);
-    ++state_->calls;
-    state_->thread = std::this_thread::get_id();
-    state_->result = std::move(result);
-    state_->done = true;
-    state_->cv.notify_all();
-  }
-  void destroy() noexcept override { delete this; }
-
- private:
-  std::shared_ptr<State> state_;
-};
-
-struct Op {
-  std::shared_ptr<Outcome::State> state = std::make_shared<Outcome::State>();
-  std::shared_ptr<redlock::detail::AsyncOperation> op;
-  redlock::detail::AsyncCompletionPtr completion() {
-    return redlock::detail::AsyncCompletionPtr(new Outcome(state));
-  }
-  bool done() {
-    std::lock_guard<std::mutex> guard(state->mutex);
-    return state->done;
-  }
-  redlock::detail::AsyncResult& wait(std::chrono::milliseconds limit = 10s) {
-    std::unique_lock<std::mutex> lock(state->mutex);
-    REQUIRE(state->cv.wait_for(lock, limit, [&] { return state->done; }));
-    return state->result;
-  }
-};
-
-Op acquire(redlock::LockBase& lock, std::optional<std::chrono::nanoseconds> timeout = {}) {
-  Op op;
-  op.op = redlock::detail::async_acquire(lock, timeout, op.completion());
-  return op;
-}
 
 long long keys(RedisServer& server) { return server.raw({"DBSIZE"}).integer(); }
 
