@@ -28,8 +28,6 @@ namespace {
 class CompletingTask : public AsyncTask, public AsyncOperation {
  public:
   explicit CompletingTask(AsyncCompletionPtr completion) : completion_(std::move(completion)) {}
-  // A task lives until it completes, whoever else keeps a reference. Called once, at the start.
-  void keep_alive(std::shared_ptr<AsyncTask> self) noexcept { keep_ = std::move(self); }
 
  protected:
   bool finished() const noexcept { return !completion_; }
@@ -37,7 +35,8 @@ class CompletingTask : public AsyncTask, public AsyncOperation {
     if (!completion_) return;
     AsyncCompletionPtr completion = std::move(completion_);
     completion->complete(std::move(result));
-    keep_.reset();  // the driver's reference keeps this task until run() returns
+    // Dropped here; the driver's own reference keeps this task until run() returns.
+    const std::shared_ptr<AsyncTask> adopted = AsyncDriver::instance().forget(this);
   }
   void fail() noexcept {
     AsyncResult result;
@@ -47,7 +46,6 @@ class CompletingTask : public AsyncTask, public AsyncOperation {
 
  private:
   AsyncCompletionPtr completion_;
-  std::shared_ptr<AsyncTask> keep_;  // this task, until it completes
 };
 
 // An acquire of a Lock's or a Semaphore's hold. Its states: entering the local gate (queued
@@ -305,8 +303,9 @@ class ExtendTask final : public CompletingTask {
 template <class Task, class... Args>
 std::shared_ptr<AsyncOperation> start(Args&&... args) {
   auto task = std::make_shared<Task>(std::forward<Args>(args)...);
-  task->keep_alive(task);
-  AsyncDriver::instance().schedule(task);
+  AsyncDriver& driver = AsyncDriver::instance();
+  driver.adopt(task);  // lives until it completes
+  driver.schedule(task);
   return task;
 }
 
