@@ -167,3 +167,34 @@ TEST_CASE("async core: 200 waiters on one key take turns, in order, on one threa
   }
   CHECK(keys(s.server) == 0);
 }
+
+TEST_CASE("async core: Semaphore permits, and a waiter for one woken by a release",
+          "[redis][async]") {
+  Setup s("async-core-semaphore");
+  auto options = fast();
+  options.ttl = 30s;
+  redlock::Semaphore a(s.client, s.k, 2, options);
+  redlock::Semaphore b(s.client, s.k, 2, options);
+  redlock::Semaphore c(s.client, s.k, 2, options);
+  const auto permit = [](redlock::Semaphore& sem, std::optional<std::chrono::nanoseconds> t) {
+    Op op;
+    op.op = redlock::detail::async_acquire(sem, t, op.completion());
+    return op;
+  };
+  Op first = permit(a, std::nullopt);
+  Op second = permit(b, std::nullopt);
+  auto& one = first.wait();
+  auto& two = second.wait();
+  REQUIRE(one.hold);
+  REQUIRE(two.hold);
+  Op none = permit(c, std::chrono::nanoseconds(200ms));  // both permits are taken
+  CHECK_FALSE(none.wait().hold);
+  Op third = permit(c, std::nullopt);
+  std::this_thread::sleep_for(200ms);
+  CHECK_FALSE(third.done());
+  CHECK(one.hold->release());
+  auto& got = third.wait();
+  REQUIRE(got.hold);
+  CHECK(got.hold->release());
+  CHECK(two.hold->release());
+}
