@@ -5,6 +5,7 @@
 #include <redlock/detail/async.hpp>
 
 #include <atomic>
+#include <mutex>
 #include <optional>
 #include <utility>
 
@@ -12,6 +13,7 @@
 #include <redlock/lock.hpp>
 
 #include "api/access.hpp"
+#include "io/finisher.hpp"
 #include "lock/acquire_loop.hpp"
 #include "lock/async_acquire.hpp"
 #include "lock/async_driver.hpp"
@@ -24,18 +26,26 @@ namespace redlock {
 namespace detail {
 namespace {
 
-// A task that completes exactly once.
+// A task that completes exactly once: by its own steps on the driver's thread, or (a cancelled
+// acquire) first, from whichever thread cancels, while its steps clean up behind it.
 class CompletingTask : public AsyncTask, public AsyncOperation {
  public:
   explicit CompletingTask(AsyncCompletionPtr completion) : completion_(std::move(completion)) {}
 
  protected:
-  bool finished() const noexcept { return !completion_; }
+  // Completes the operation unless it completed already. Any thread.
+  void complete_once(AsyncResult&& result) noexcept {
+    AsyncCompletionPtr completion;
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      completion = std::move(completion_);
+    }
+    if (completion) completion->complete(std::move(result));
+  }
+  // The driver's thread: completes (unless done already) and ends the task's adoption; the
+  // driver's own reference keeps it until run() returns.
   void finish(AsyncResult&& result) noexcept {
-    if (!completion_) return;
-    AsyncCompletionPtr completion = std::move(completion_);
-    completion->complete(std::move(result));
-    // Dropped here; the driver's own reference keeps this task until run() returns.
+    complete_once(std::move(result));
     const std::shared_ptr<AsyncTask> adopted = AsyncDriver::instance().forget(this);
   }
   void fail() noexcept {
@@ -45,7 +55,8 @@ class CompletingTask : public AsyncTask, public AsyncOperation {
   }
 
  private:
-  AsyncCompletionPtr completion_;
+  std::mutex mutex_;
+  AsyncCompletionPtr completion_;  // guarded by mutex_; null once completed
 };
 
 // An acquire of a Lock's or a Semaphore's hold. Its states: entering the local gate (queued
@@ -62,8 +73,17 @@ class AcquireTask final : public CompletingTask, private LocalWaiter, private Ac
     if (phase_ == Phase::queued && !owner_->gate().leave_queue(*this)) owner_->gate().open_gate();
   }
 
+  // The operation completes as cancelled at once: here, through the finisher's job thread, if
+  // a step is running (a round trip may be in flight); else the next step does it first thing.
+  // The steps then give back what the task may have won (its queue place, a grant).
   void cancel() noexcept override {
-    stop_.store(true, std::memory_order_release);
+    if (stop_.exchange(true, std::memory_order_acq_rel)) return;
+    if (running_.load(std::memory_order_acquire)) {
+      std::weak_ptr<AsyncTask> weak = weak_from_this();
+      run_in_background([weak] {
+        if (auto task = weak.lock()) static_cast<AcquireTask&>(*task).complete_cancelled();
+      });
+    }
     wake_up();
   }
   void run() noexcept override;
@@ -77,6 +97,11 @@ class AcquireTask final : public CompletingTask, private LocalWaiter, private Ac
     return true;
   }
   bool stopped() const noexcept { return stop_.load(std::memory_order_acquire); }
+  void complete_cancelled() noexcept {
+    AsyncResult result;
+    result.cancelled = true;
+    complete_once(std::move(result));
+  }
   void step();
   void enter();
   void queued();
@@ -91,6 +116,7 @@ class AcquireTask final : public CompletingTask, private LocalWaiter, private Ac
   const Call call_;
   const SteadyClock::time_point deadline_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> running_{false};  // a step is running on the driver's thread
   Phase phase_{Phase::start};
   bool gate_{false};             // this task has the object's local gate
   bool waking_{false};           // the strategy's watch has this task as its waker
@@ -104,6 +130,8 @@ class AcquireTask final : public CompletingTask, private LocalWaiter, private Ac
 };
 
 void AcquireTask::run() noexcept {
+  running_.store(true, std::memory_order_release);
+  if (stopped()) complete_cancelled();  // before any clean-up round trip
   try {
     step();
   } catch (...) {
@@ -118,6 +146,9 @@ void AcquireTask::run() noexcept {
     loop_.reset();  // a fair waiter's strategy leaves the queue here, on this thread
     wait_.reset();
   }
+  running_.store(false, std::memory_order_release);
+  // A cancel that saw running_ set completes through the finisher; one that did not has woken
+  // this task, which completes it on its next step.
 }
 
 void AcquireTask::step() {
