@@ -392,8 +392,10 @@ namespace {
 
 // ---- Cancellation ----------------------------------------------------------------------------
 
-// The delays before a cancellation, by stage they aim at: at once (before the send), within a
-// round trip (in flight, or at the grant), while refused and waiting, and while queued.
+// The delays before a cancellation, by the stage they aim at (aim: the stage an operation is in
+// when its timer fires is not observed): at once (the timer's handler runs on the io thread's
+// next turn: before the send or in flight), within a round trip (in flight, or at the grant),
+// while refused and waiting, and while queued.
 constexpr std::array<std::pair<int, int>, 4> kDelayUs{
     {{0, 0}, {1, 200}, {200, 2'000}, {2'000, 20'000}}};
 constexpr int kCancelKeys = 8;
