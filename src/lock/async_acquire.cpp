@@ -5,7 +5,6 @@
 #include <redlock/detail/async.hpp>
 
 #include <atomic>
-#include <mutex>
 #include <optional>
 #include <utility>
 
@@ -30,16 +29,15 @@ namespace {
 // acquire) first, from whichever thread cancels, while its steps clean up behind it.
 class CompletingTask : public AsyncTask, public AsyncOperation {
  public:
-  explicit CompletingTask(AsyncCompletionPtr completion) : completion_(std::move(completion)) {}
+  explicit CompletingTask(AsyncCompletionPtr completion) : completion_(completion.release()) {}
+  ~CompletingTask() override {
+    AsyncCompletionPtr(completion_.exchange(nullptr, std::memory_order_acq_rel));
+  }
 
  protected:
   // Completes the operation unless it completed already. Any thread.
   void complete_once(AsyncResult&& result) noexcept {
-    AsyncCompletionPtr completion;
-    {
-      std::lock_guard<std::mutex> guard(mutex_);
-      completion = std::move(completion_);
-    }
+    AsyncCompletionPtr completion(completion_.exchange(nullptr, std::memory_order_acq_rel));
     if (completion) completion->complete(std::move(result));
   }
   // The driver's thread: completes (unless done already) and ends the task's adoption; the
@@ -55,8 +53,7 @@ class CompletingTask : public AsyncTask, public AsyncOperation {
   }
 
  private:
-  std::mutex mutex_;
-  AsyncCompletionPtr completion_;  // guarded by mutex_; null once completed
+  std::atomic<AsyncCompletion*> completion_;  // owned; null once completed (the first wins)
 };
 
 // An acquire of a Lock's or a Semaphore's hold. Its states: entering the local gate (queued
@@ -126,7 +123,7 @@ class AcquireTask final : public CompletingTask, private LocalWaiter, private Ac
   std::optional<AcquireLoop::Waiter> waiter_;
   std::unique_ptr<WaitStrategy> wait_;
   std::optional<AcquireLoop> loop_;
-  std::optional<ObservedCall> observed_;  // with an Observer: told how the loop ended
+  std::unique_ptr<ObservedCall> observed_;  // with an Observer: told how the loop ended
 };
 
 void AcquireTask::run() noexcept {
@@ -213,7 +210,7 @@ void AcquireTask::begin_loop() {
   wait_ = owner_->new_wait();
   AcquireLoop::Taker& taker = *this;
   if (Observer* const observer = observer_of(waiter_->options)) {
-    observed_.emplace(*observer, waiter_->key, owner_->observed_nodes());
+    observed_ = std::make_unique<ObservedCall>(*observer, waiter_->key, owner_->observed_nodes());
   }
   loop_.emplace(*waiter_, taker, *wait_, call_, deadline_, observed_ ? observed_->event() : nullptr,
                 owner_->crowded());

@@ -45,7 +45,10 @@ class FairWait final : public WaitStrategy {
   std::unique_ptr<ReleaseWatch> make_watch(SteadyClock::time_point deadline) override;
 
  private:
-  static constexpr std::uint64_t kKept = 32;  // send times remembered (recent attempts)
+  // Send times remembered (recent attempts). A queued waiter makes an attempt only when woken,
+  // told it moved up, or at a lease end, and a hand-over names its latest join: 8 is plenty,
+  // and one older than that is refused (the next attempt re-arms the key), never trusted.
+  static constexpr std::uint64_t kKept = 8;
 
   void retire_token();
 
