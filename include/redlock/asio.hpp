@@ -142,7 +142,7 @@ class AsioOpBase : public AsyncCompletion, public std::enable_shared_from_this<A
     {
       std::lock_guard<std::recursive_mutex> lock(mutex_);
       cancel_requested_ = true;
-      op = op_.lock();
+      op = op_;
     }
     if (op) op->cancel();
   }
@@ -168,8 +168,8 @@ class AsioOpBase : public AsyncCompletion, public std::enable_shared_from_this<A
     bool cancelled = false;
     {
       std::lock_guard<std::recursive_mutex> lock(mutex_);
-      op_ = op;
-      cancelled = cancel_requested_;
+      if (!finished_) op_ = op;  // (it may have completed already, on the library's thread)
+      cancelled = cancel_requested_ && !finished_;
     }
     if (cancelled) op->cancel();
   }
@@ -188,12 +188,22 @@ class AsioOpBase : public AsyncCompletion, public std::enable_shared_from_this<A
   std::recursive_mutex mutex_;
   bool dropped_{false};
 
+  // At completion, under mutex_: the operation is no longer cancellable. Returns the reference to
+  // it, for the caller to release after mutex_ (its end may end this object).
+  std::shared_ptr<AsyncOperation> finish() noexcept {
+    finished_ = true;
+    return std::move(op_);
+  }
+
  private:
   friend class AsioRegistry;
 
-  std::shared_ptr<AsioOpBase> self_;        // the library's reference, until destroy()
-  std::weak_ptr<AsyncOperation> op_;        // set once started
+  std::shared_ptr<AsioOpBase> self_;  // the library's reference, until destroy()
+  // Set once started, until completion: a strong reference, so that cancel() works whether or not
+  // the library keeps its own (the cycle through the library's AsyncCompletionPtr ends there).
+  std::shared_ptr<AsyncOperation> op_;
   bool cancel_requested_{false};            // cancel() came before start() returned
+  bool finished_{false};                    // complete() was called
   std::shared_ptr<AsioRegistry> registry_;  // null: untracked (system_executor)
   AsioOpBase* prev_{nullptr};               // the registry's list, under its mutex
   AsioOpBase* next_{nullptr};
@@ -353,7 +363,9 @@ class AsioOp final : public AsioOpBase {
   // so that a context shut down concurrently (drop(), under mutex_) is either seen here or
   // waits until the handler is queued on it, to be destroyed by the context itself.
   void complete(AsyncResult&& result) noexcept override {
+    std::shared_ptr<AsyncOperation> ended;  // released after mutex_, declared before the guard
     std::lock_guard<std::recursive_mutex> lock(mutex_);
+    ended = finish();
     if (dropped_ || !handler_) return;  // dropped: a Hold in `result` is released by the library
     std::exception_ptr error = std::move(result.error);
     if (!error && result.cancelled) {
