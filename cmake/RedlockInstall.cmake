@@ -36,6 +36,19 @@ if(REDLOCK_WITH_ZOOKEEPER)
   set(REDLOCK_HAS_ZOOKEEPER TRUE)
 endif()
 
+# The asio component: an INTERFACE target over redlock. Consumers need asio's headers, looked for
+# by redlockConfig.cmake when the component is asked for; redlock-asio.pc names asio's directory
+# when the compiler does not search it anyway.
+set(REDLOCK_HAS_ASIO FALSE)
+set(REDLOCK_PC_ASIO_CFLAGS "")
+if(REDLOCK_WITH_ASIO)
+  list(APPEND redlock_install_targets redlock_asio)
+  set(REDLOCK_HAS_ASIO TRUE)
+  if(NOT REDLOCK_ASIO_INCLUDE_DIR IN_LIST CMAKE_CXX_IMPLICIT_INCLUDE_DIRECTORIES)
+    set(REDLOCK_PC_ASIO_CFLAGS " -I${REDLOCK_ASIO_INCLUDE_DIR}")
+  endif()
+endif()
+
 # A shared library links its dependencies itself; a static archive needs them on every link:
 # find_dependency() in redlockConfig.cmake, and Requires (not Requires.private) in redlock.pc.
 get_target_property(redlock_type redlock TYPE)
@@ -98,6 +111,11 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/redlock.pc DESTINATION ${CMAKE_INSTALL
 if(REDLOCK_WITH_POSTGRES)
   configure_file(cmake/redlock-postgres.pc.in ${CMAKE_CURRENT_BINARY_DIR}/redlock-postgres.pc @ONLY)
   install(FILES ${CMAKE_CURRENT_BINARY_DIR}/redlock-postgres.pc
+          DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+endif()
+if(REDLOCK_WITH_ASIO)
+  configure_file(cmake/redlock-asio.pc.in ${CMAKE_CURRENT_BINARY_DIR}/redlock-asio.pc @ONLY)
+  install(FILES ${CMAKE_CURRENT_BINARY_DIR}/redlock-asio.pc
           DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 endif()
 if(REDLOCK_WITH_ZOOKEEPER)

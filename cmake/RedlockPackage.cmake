@@ -13,5 +13,8 @@ set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 if(redlock_type STREQUAL "STATIC_LIBRARY")
   set(CPACK_DEBIAN_PACKAGE_DEPENDS "libhiredis-dev (>= 0.14), libfmt-dev (>= 9)")
 endif()
+if(REDLOCK_WITH_ASIO)  # <redlock/asio.hpp> needs asio's headers; the rest of the library does not
+  set(CPACK_DEBIAN_PACKAGE_SUGGESTS "libasio-dev (>= 1:1.22)")
+endif()
 set(CPACK_GENERATOR DEB)
 include(CPack)

@@ -2,7 +2,8 @@
 # archive (bookworm) when something is missing. Needs root (or sudo) only if it must install.
 #
 # Groups, so that each caller installs only what it uses:
-#   REDLOCK_DEPS_BUILD   compile the library, the examples and the demo
+#   REDLOCK_DEPS_BUILD   compile the library (with redlock::asio: libasio-dev), the examples
+#                        and the demo
 #   REDLOCK_DEPS_REDIS   run redis-server (standalone, Sentinel, Cluster: redis-cli --cluster)
 #   REDLOCK_DEPS_TLS     make throwaway certificates (the demo's --tls, the TLS tests)
 #   REDLOCK_DEPS_TEST    what the test suite adds: the above, faketime, PostgreSQL 15, ZooKeeper
@@ -11,7 +12,7 @@
 # (test.sh passes "${REDLOCK_DEPS_TEST[@]}" and its stage tools; the demo passes openssl for
 # --tls and nothing else: no Java, no ZooKeeper, no PostgreSQL for any of its topologies).
 REDLOCK_DEPS_BUILD=(g++ cmake make pkg-config libhiredis-dev libssl-dev catch2 libfmt-dev
-                    libcli11-dev)
+                    libcli11-dev libasio-dev)
 REDLOCK_DEPS_REDIS=(redis-server redis-tools)
 REDLOCK_DEPS_TLS=(openssl)
 REDLOCK_DEPS_TEST=("${REDLOCK_DEPS_TLS[@]}" faketime postgresql-15 libpq-dev libzookeeper-mt-dev

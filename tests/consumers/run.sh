@@ -6,8 +6,11 @@
 #                    add_subdirectory, FetchContent (SOURCE_DIR), pkg-config plain and
 #                    pkg-config --static; and, when built with it, find_package(redlock
 #                    COMPONENTS zookeeper) (find-package-zookeeper/), the core package with the
-#                    ZooKeeper client made unfindable, and find_package(redlock COMPONENTS
-#                    postgres) (find-package-postgres/);
+#                    ZooKeeper client made unfindable, find_package(redlock COMPONENTS
+#                    postgres) (find-package-postgres/), and the asio component's program
+#                    (asio/main.cpp) through find_package(redlock COMPONENTS asio)
+#                    (find-package-asio/), add_subdirectory, FetchContent and pkg-config
+#                    redlock-asio;
 #   --deb:           also `cpack -G DEB` of a shared build, dpkg -i, the find_package consumer
 #                    against /usr, dpkg -P (needs root; leaves the machine as it found it).
 # Work tree: build-consumers/ at the top of the repository. ccache is used when installed
@@ -83,13 +86,15 @@ check() {
   fi
 }
 
-# cmake_app DIR SOURCE [ARGS...]: configures and builds a consumer project, then runs it.
+# cmake_app DIR SOURCE [ARGS...]: configures and builds a consumer project, then runs it (and its
+# asio program, consumer_asio, when the project built one).
 cmake_app() {
   local dir="$1" source="$2"
   shift 2
   cmake -S "$source" -B "$dir" "${cmake_args[@]}" "$@" &&
     cmake --build "$dir" -j"$(nproc)" &&
-    "$dir/consumer_app" "redis://127.0.0.1:$server_port"
+    "$dir/consumer_app" "redis://127.0.0.1:$server_port" || return 1
+  [ ! -e "$dir/consumer_asio" ] || "$dir/consumer_asio" "redis://127.0.0.1:$server_port"
 }
 
 # build_lib KIND PREFIX BUILD_DIR [ARGS...]: builds the library alone, for PREFIX.
@@ -162,7 +167,8 @@ sets_nothing_global() {
 
 # The shared library exports the public API only (cmake/redlock.map): every defined dynamic
 # symbol is in namespace redlock, none in redlock::detail except the protected LockBase
-# constructor that takes a LockCore, and the SONAME carries the ABI version.
+# constructor that takes a LockCore and the async door <redlock/asio.hpp> calls
+# (detail::async_acquire, async_release, async_extend), and the SONAME carries the ABI version.
 exports_only_redlock() {
   local so
   so="$(find "$1" -name 'libredlock.so' | head -1)"
@@ -170,7 +176,8 @@ exports_only_redlock() {
   local all others internal
   all="$(nm -D --defined-only "$so" | awk '{print $3}')"
   others="$(grep -v -E '^_Z(N|NK|TIN|TSN|TVN|ThnN?[0-9]*_N|ZN)7redlock' <<<"$all")"
-  internal="$(c++filt <<<"$all" | grep 'redlock::detail' | grep -v 'LockBase::LockBase')"
+  internal="$(c++filt <<<"$all" | grep 'redlock::detail' |
+    grep -v -E 'LockBase::LockBase|^redlock::detail::async_(acquire|release|extend)\(')"
   [ -z "$others" ] || { echo "exported outside namespace redlock:"; echo "$others" | head; return 1; }
   [ -z "$internal" ] || { echo "internals exported:"; echo "$internal" | head; return 1; }
   readelf -d "$so" | grep -q 'SONAME.*libredlock\.so\.[0-9]' || { echo "no versioned SONAME"; return 1; }
@@ -198,6 +205,16 @@ consumers_of_kind() {  # consumers_of_kind static|shared
     check "$kind-find-package-without-zookeeper" core_without_zookeeper "$kind" "$prefix"
     check "$kind-pkg-config-zookeeper" pkg_config_app "$kind" "$prefix" --static \
       redlock-zookeeper "$HERE/find-package-zookeeper/main.cpp"
+  fi
+  # The asio component, when the library was built with it (libasio-dev found); add_subdirectory
+  # and FetchContent above built and ran its program too.
+  if [ -n "$(find "$prefix" -name redlock-asio.pc | head -1)" ]; then
+    check "$kind-asio-as-sub-project" ls "$WORK/$kind/add-subdirectory/consumer_asio" \
+      "$WORK/$kind/fetch-content/consumer_asio"
+    check "$kind-find-package-asio" cmake_app "$WORK/$kind/find-package-asio" \
+      "$HERE/find-package-asio" -DCMAKE_PREFIX_PATH="$prefix"
+    check "$kind-pkg-config-asio" pkg_config_app "$kind" "$prefix" "" redlock-asio \
+      "$HERE/asio/main.cpp"
   fi
   # The PostgreSQL component, when the library was built with it (libpq-dev found).
   if [ -n "$(find "$prefix" -name redlock-postgres.pc | head -1)" ]; then
