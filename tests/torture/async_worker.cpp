@@ -1,0 +1,167 @@
+// tests/torture/async_worker.cpp: a worker's --async mode (worker.hpp). T coroutines on one
+// io_context thread instead of T threads, each with its own lock object, acquiring and releasing
+// through <redlock/asio.hpp>: async_try_acquire_for with the same bound, async_release. The hold
+// records, the store and the sleeps are the threads' (worker_parts.hpp), so the checker judges
+// both modes by the same rules.
+//
+// The checker store is reached with blocking hiredis, as in the threads' mode; its calls run on
+// a thread pool of T threads, so a slow store never holds up another coroutine's acquire or
+// release on the io_context's thread. The sleeps of a hold are timers.
+#include <algorithm>    // std::max, std::min
+#include <chrono>       // std::chrono
+#include <cstdio>       // std::fprintf
+#include <exception>    // std::exception, std::exception_ptr
+#include <memory>       // std::unique_ptr
+#include <optional>     // std::optional
+#include <random>       // std::uniform_int_distribution
+#include <type_traits>  // std::invoke_result_t
+#include <vector>       // std::vector
+
+#include <asio/awaitable.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/thread_pool.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include <redlock/asio.hpp>  // async_try_acquire_for, async_release
+
+#include "common.hpp"        // mono_ns
+#include "worker_parts.hpp"  // Store, Counters, ModeLock, HoldTrack, plan_sleep
+
+namespace redlock::torture {
+
+namespace {
+
+using asio::awaitable;
+using asio::use_awaitable;
+using std::chrono::milliseconds;
+using std::chrono::nanoseconds;
+
+awaitable<void> sleep_for(nanoseconds d) {
+  asio::steady_timer timer(co_await asio::this_coro::executor, d);
+  co_await timer.async_wait(use_awaitable);
+}
+
+// One worker coroutine and what it owns.
+class WorkerCoroutine {
+ public:
+  WorkerCoroutine(const WorkerConfig& config, int index, const std::vector<Client>& clients,
+                  PgDatabase* pg, ZooKeeperSession* zookeeper, HoldLogWriter& log,
+                  Counters& counters, asio::thread_pool& pool)
+      : config_(config),
+        index_(index),
+        log_(log),
+        counters_(counters),
+        pool_(pool),
+        store_(config.store_port),
+        rng_(workload_seed(config, index)),
+        lock_(config, index, clients, pg, zookeeper) {}
+
+  awaitable<void> run() {
+    LockBase& lock = lock_.get();
+    while (mono_ns() < config_.until_ns) {
+      counters_.attempts.fetch_add(1);
+      std::optional<redlock::Hold> held;
+      std::exception_ptr failed;
+      try {
+        held = co_await async_try_acquire_for(lock, acquire_bound(config_), use_awaitable);
+      } catch (const Error&) {  // use_awaitable rethrows what the blocking call would throw
+        failed = std::current_exception();
+      }
+      if (held) {
+        counters_.acquired.fetch_add(1);
+        co_await hold(std::move(*held));
+      } else if (!failed) {
+        counters_.contended.fetch_add(1);  // the bound passed while others held it
+      } else {
+        counters_.acquire_failed(failed);
+        // Every node failed: a short pause, as the threads make.
+        co_await sleep_for(milliseconds(std::uniform_int_distribution<int>(5, 25)(rng_)));
+      }
+    }
+  }
+
+ private:
+  awaitable<void> hold(redlock::Hold held) {
+    HoldTrack track(
+        log_, config_.index, index_, ++seq_, [&held] { return held.validity(); }, held.fence());
+
+    const std::int64_t t_read = mono_ns();
+    const std::uint64_t fence = track.fence();
+    const std::optional<Store::Values> read = co_await off_loop([&] { return store_.read(fence); });
+    if (!read) {
+      track.read_failed(t_read);
+    } else {
+      HoldSleep sleep = plan_sleep(rng_, config_, track.validity_ms());
+      while (const auto step = sleep.next(track)) co_await sleep_for(*step);  // timers
+      const std::int64_t value = read->counter + 1;
+      const WriteResult result =
+          co_await off_loop([&] { return store_.write(fence, value, read->shadow + 1); });
+      track.written(result, t_read, value);
+    }
+
+    track.observe();
+    const std::int64_t t_rel = mono_ns();
+    EndKind kind = EndKind::error;
+    try {
+      kind = co_await async_release(held, use_awaitable) ? EndKind::released : EndKind::lost;
+    } catch (const std::exception& e) {
+      counters_.sample("release", e);
+    }
+    track.ended(kind, t_rel);
+  }
+
+  // Runs a blocking call of the store on the pool; the coroutine resumes on its io_context.
+  template <class Call>
+  awaitable<std::invoke_result_t<Call&>> off_loop(Call call) {
+    co_return co_await asio::co_spawn(
+        pool_, [&call]() -> awaitable<std::invoke_result_t<Call&>> { co_return call(); },
+        use_awaitable);
+  }
+
+  const WorkerConfig& config_;
+  const int index_;
+  HoldLogWriter& log_;
+  Counters& counters_;
+  asio::thread_pool& pool_;
+  Store store_;
+  std::mt19937_64 rng_;  // workload randomness only (sleeps); the library draws its own tokens
+  ModeLock lock_;
+  std::int64_t seq_{0};
+};
+
+}  // namespace
+
+void run_async_workers(const WorkerConfig& config, const std::vector<Client>& clients,
+                       PgDatabase* pg, ZooKeeperSession* zookeeper, HoldLogWriter& log,
+                       Counters& counters) {
+  asio::io_context io(1);
+  asio::thread_pool pool(static_cast<std::size_t>(config.threads));  // the store's calls
+  std::vector<std::unique_ptr<WorkerCoroutine>> coroutines;
+  const auto fatal = [&](int t, const char* what) {
+    std::fprintf(stderr, "redlock-torture worker %d coroutine %d: %s\n", config.index, t, what);
+    counters.fatal.fetch_add(1);
+  };
+  for (int t = 0; t < config.threads; ++t) {
+    try {
+      coroutines.push_back(std::make_unique<WorkerCoroutine>(config, t, clients, pg, zookeeper, log,
+                                                             counters, pool));
+    } catch (const std::exception& e) {
+      fatal(t, e.what());
+      continue;
+    }
+    asio::co_spawn(io, coroutines.back()->run(), [&fatal, t](std::exception_ptr error) {
+      try {
+        if (error) std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        fatal(t, e.what());
+      }
+    });
+  }
+  io.run();
+  pool.join();
+}
+
+}  // namespace redlock::torture
