@@ -27,6 +27,7 @@
 #include <cstdio>     // std::printf, std::fprintf
 #include <exception>  // std::exception, std::exception_ptr, std::rethrow_exception
 #include <optional>   // std::optional
+#include <stdexcept>  // std::runtime_error
 #include <string>     // std::string
 #include <variant>    // std::variant, std::get
 
@@ -144,9 +145,13 @@ awaitable<void> self_test(tcp::endpoint service, const redlock::Client& redis) {
   co_await(client(service, "report", 300ms) && client(service, "report"));
   co_await redlock::async_release(held, use_awaitable);
   co_await client(service, "report");
-  // A cancelled wait leaves no key behind (the one above was released; nothing else is held).
-  const redlock::Reply left = redis.command({"EXISTS", "examples:async_service:report"});
-  std::printf("keys left on the server: %lld\n", static_cast<long long>(left.integer()));
+  // A cancelled wait leaves nothing behind: no lock key, no entry in the fair queue.
+  const std::string key = "examples:async_service:report";
+  const redlock::Reply left =
+      redis.command({"EXISTS", key, "{" + key + "}:waiters", "{" + key + "}:waiters:info"});
+  std::printf("lock keys and queue entries left on the server: %lld\n",
+              static_cast<long long>(left.integer()));
+  if (left.integer() != 0) throw std::runtime_error("a cancelled wait left something behind");
 }
 
 int run(const redlock::Endpoint& endpoint, std::uint64_t port, bool self_test_mode) {
