@@ -31,11 +31,13 @@
 #include <string>     // std::string
 #include <variant>    // std::variant, std::get
 
-#include <asio.hpp>  // io_context, ip::tcp, co_spawn, use_awaitable, steady_timer, ...
-#include <asio/experimental/awaitable_operators.hpp>  // operator||
-
+// <redlock/asio.hpp> before any asio header: with clang and libstdc++ it turns on asio 1.22's
+// coroutines (use_awaitable), which asio looks for in libc++ only.
 #include <redlock/asio.hpp>     // async_try_acquire_for, async_acquire, async_release
 #include <redlock/redlock.hpp>  // Client, Lock, Hold, Error
+
+#include <asio.hpp>  // io_context, ip::tcp, co_spawn, use_awaitable, steady_timer, ...
+#include <asio/experimental/awaitable_operators.hpp>  // operator||
 
 #include "example_main.hpp"  // main(): --redis URI, --port N, --self-test
 

@@ -17,6 +17,9 @@
 #include <type_traits>  // std::invoke_result_t
 #include <vector>       // std::vector
 
+// First: with clang and libstdc++ it turns on asio 1.22's coroutines (see the header).
+#include <redlock/asio.hpp>  // async_try_acquire_for, async_release
+
 #include <asio/awaitable.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
@@ -24,8 +27,6 @@
 #include <asio/this_coro.hpp>
 #include <asio/thread_pool.hpp>
 #include <asio/use_awaitable.hpp>
-
-#include <redlock/asio.hpp>  // async_try_acquire_for, async_release
 
 #include "common.hpp"        // mono_ns
 #include "worker_parts.hpp"  // Store, Counters, ModeLock, HoldTrack, plan_sleep
