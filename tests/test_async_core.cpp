@@ -17,6 +17,7 @@
 #include <redlock/detail/async.hpp>
 #include <redlock/redlock.hpp>
 
+#include "support/async_outcome.hpp"
 #include "support/eventually.hpp"
 #include "support/lock_fixture.hpp"
 #include "support/redis_server.hpp"
@@ -27,66 +28,36 @@ using redlock::test::fast;
 using redlock::test::RedisServer;
 using redlock::test::Setup;
 using Clock = std::chrono::steady_clock;
+using redlock::test::acquire;
+using redlock::test::Op;
 
 namespace {
 
-// Collects one operation's result; waitable from the test's thread.
-class Outcome final : public redlock::detail::AsyncCompletion {
- public:
-  struct State {
-    std::mutex mutex;
-    std::condition_variable cv;
-    bool done{false};
-    int calls{0};
-    std::thread::id thread;
-    redlock::detail::AsyncResult result;
-  };
-  explicit Outcome(std::shared_ptr<State> state) : state_(std::move(state)) {}
-  void complete(redlock::detail::AsyncResult&& result) noexcept override {
-    std::lock_guard<std::mutex> guard(state_->mutex);
-    ++state_->calls;
-    state_->thread = std::this_thread::get_id();
-    state_->result = std::move(result);
-    state_->done = true;
-    state_->cv.notify_all();
-  }
-  void destroy() noexcept override { delete this; }
-
- private:
-  std::shared_ptr<State> state_;
-};
-
-struct Op {
-  std::shared_ptr<Outcome::State> state = std::make_shared<Outcome::State>();
-  std::shared_ptr<redlock::detail::AsyncOperation> op;
-  redlock::detail::AsyncCompletionPtr completion() {
-    return redlock::detail::AsyncCompletionPtr(new Outcome(state));
-  }
-  bool done() {
-    std::lock_guard<std::mutex> guard(state->mutex);
-    return state->done;
-  }
-  redlock::detail::AsyncResult& wait(std::chrono::milliseconds limit = 10s) {
-    std::unique_lock<std::mutex> lock(state->mutex);
-    REQUIRE(state->cv.wait_for(lock, limit, [&] { return state->done; }));
-    return state->result;
-  }
-};
-
-Op acquire(redlock::LockBase& lock, std::optional<std::chrono::nanoseconds> timeout = {}) {
-  Op op;
-  op.op = redlock::detail::async_acquire(lock, timeout, op.completion());
-  return op;
-}
-
 long long keys(RedisServer& server) { return server.raw({"DBSIZE"}).integer(); }
+
+// Counts acquire events by outcome.
+class Counting final : public redlock::Observer {
+ public:
+  void on_acquire(const redlock::AcquireEvent& event) noexcept override {
+    if (event.outcome == redlock::AcquireOutcome::acquired) ++acquired;
+    if (event.outcome == redlock::AcquireOutcome::contended) ++contended;
+    fence = event.fence;
+  }
+  std::atomic<int> acquired{0};
+  std::atomic<int> contended{0};
+  std::atomic<std::uint64_t> fence{0};
+};
 
 }  // namespace
 
 TEST_CASE("async core: acquire, extend and release complete once, on the async thread",
           "[redis][async]") {
   Setup s("async-core-basic");
-  redlock::Lock lock(s.client, s.k, fast());
+  auto counting = std::make_shared<Counting>();
+  auto options = fast();
+  options.observer = counting;
+  options.fencing = true;
+  redlock::Lock lock(s.client, s.k, options);
   Op a = acquire(lock);
   auto& got = a.wait();
   REQUIRE_FALSE(got.error);
@@ -94,6 +65,9 @@ TEST_CASE("async core: acquire, extend and release complete once, on the async t
   REQUIRE(got.hold->holds());
   CHECK(a.state->thread != std::this_thread::get_id());
   redlock::Hold hold = std::move(*got.hold);
+  CHECK(counting->acquired == 1);  // the observer hears an async acquire as a blocking one
+  CHECK(counting->fence == hold.fence());
+  CHECK(hold.fence() > 0);
 
   Op e;
   e.op = redlock::detail::async_extend(hold, 2000ms, e.completion());
@@ -104,7 +78,7 @@ TEST_CASE("async core: acquire, extend and release complete once, on the async t
   r.op = redlock::detail::async_release(std::move(hold), r.completion());
   CHECK_FALSE(hold.holds());  // moved into the operation at once
   CHECK(r.wait().value);
-  CHECK(keys(s.server) == 0);
+  CHECK(s.server.raw({"EXISTS", s.k}).integer() == 0);  // the fence counter stays
   CHECK(a.state->calls == 1);
   CHECK(r.state->calls == 1);
 }
@@ -192,4 +166,35 @@ TEST_CASE("async core: 200 waiters on one key take turns, in order, on one threa
     CHECK(got.hold->release());
   }
   CHECK(keys(s.server) == 0);
+}
+
+TEST_CASE("async core: Semaphore permits, and a waiter for one woken by a release",
+          "[redis][async]") {
+  Setup s("async-core-semaphore");
+  auto options = fast();
+  options.ttl = 30s;
+  redlock::Semaphore a(s.client, s.k, 2, options);
+  redlock::Semaphore b(s.client, s.k, 2, options);
+  redlock::Semaphore c(s.client, s.k, 2, options);
+  const auto permit = [](redlock::Semaphore& sem, std::optional<std::chrono::nanoseconds> t) {
+    Op op;
+    op.op = redlock::detail::async_acquire(sem, t, op.completion());
+    return op;
+  };
+  Op first = permit(a, std::nullopt);
+  Op second = permit(b, std::nullopt);
+  auto& one = first.wait();
+  auto& two = second.wait();
+  REQUIRE(one.hold);
+  REQUIRE(two.hold);
+  Op none = permit(c, std::chrono::nanoseconds(200ms));  // both permits are taken
+  CHECK_FALSE(none.wait().hold);
+  Op third = permit(c, std::nullopt);
+  std::this_thread::sleep_for(200ms);
+  CHECK_FALSE(third.done());
+  CHECK(one.hold->release());
+  auto& got = third.wait();
+  REQUIRE(got.hold);
+  CHECK(got.hold->release());
+  CHECK(two.hold->release());
 }

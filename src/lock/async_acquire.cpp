@@ -5,6 +5,7 @@
 #include <redlock/detail/async.hpp>
 
 #include <atomic>
+#include <mutex>
 #include <optional>
 #include <utility>
 
@@ -12,30 +13,40 @@
 #include <redlock/lock.hpp>
 
 #include "api/access.hpp"
+#include "io/finisher.hpp"
 #include "lock/acquire_loop.hpp"
 #include "lock/async_acquire.hpp"
 #include "lock/async_driver.hpp"
 #include "lock/hold_owner.hpp"
 #include "lock/lock_core.hpp"
+#include "lock/observed.hpp"
+#include "util/observe.hpp"
 
 namespace redlock {
 namespace detail {
 namespace {
 
-// A task that completes exactly once.
+// A task that completes exactly once: by its own steps on the driver's thread, or (a cancelled
+// acquire) first, from whichever thread cancels, while its steps clean up behind it.
 class CompletingTask : public AsyncTask, public AsyncOperation {
  public:
   explicit CompletingTask(AsyncCompletionPtr completion) : completion_(std::move(completion)) {}
-  // A task lives until it completes, whoever else keeps a reference. Called once, at the start.
-  void keep_alive(std::shared_ptr<AsyncTask> self) noexcept { keep_ = std::move(self); }
 
  protected:
-  bool finished() const noexcept { return !completion_; }
+  // Completes the operation unless it completed already. Any thread.
+  void complete_once(AsyncResult&& result) noexcept {
+    AsyncCompletionPtr completion;
+    {
+      std::lock_guard<std::mutex> guard(mutex_);
+      completion = std::move(completion_);
+    }
+    if (completion) completion->complete(std::move(result));
+  }
+  // The driver's thread: completes (unless done already) and ends the task's adoption; the
+  // driver's own reference keeps it until run() returns.
   void finish(AsyncResult&& result) noexcept {
-    if (!completion_) return;
-    AsyncCompletionPtr completion = std::move(completion_);
-    completion->complete(std::move(result));
-    keep_.reset();  // the driver's reference keeps this task until run() returns
+    complete_once(std::move(result));
+    const std::shared_ptr<AsyncTask> adopted = AsyncDriver::instance().forget(this);
   }
   void fail() noexcept {
     AsyncResult result;
@@ -44,8 +55,8 @@ class CompletingTask : public AsyncTask, public AsyncOperation {
   }
 
  private:
-  AsyncCompletionPtr completion_;
-  std::shared_ptr<AsyncTask> keep_;  // this task, until it completes
+  std::mutex mutex_;
+  AsyncCompletionPtr completion_;  // guarded by mutex_; null once completed
 };
 
 // An acquire of a Lock's or a Semaphore's hold. Its states: entering the local gate (queued
@@ -62,8 +73,17 @@ class AcquireTask final : public CompletingTask, private LocalWaiter, private Ac
     if (phase_ == Phase::queued && !owner_->gate().leave_queue(*this)) owner_->gate().open_gate();
   }
 
+  // The operation completes as cancelled at once: here, through the finisher's job thread, if
+  // a step is running (a round trip may be in flight); else the next step does it first thing.
+  // The steps then give back what the task may have won (its queue place, a grant).
   void cancel() noexcept override {
-    stop_.store(true, std::memory_order_release);
+    if (stop_.exchange(true, std::memory_order_acq_rel)) return;
+    if (running_.load(std::memory_order_acquire)) {
+      std::weak_ptr<AsyncTask> weak = weak_from_this();
+      run_in_background([weak] {
+        if (auto task = weak.lock()) static_cast<AcquireTask&>(*task).complete_cancelled();
+      });
+    }
     wake_up();
   }
   void run() noexcept override;
@@ -77,6 +97,11 @@ class AcquireTask final : public CompletingTask, private LocalWaiter, private Ac
     return true;
   }
   bool stopped() const noexcept { return stop_.load(std::memory_order_acquire); }
+  void complete_cancelled() noexcept {
+    AsyncResult result;
+    result.cancelled = true;
+    complete_once(std::move(result));
+  }
   void step();
   void enter();
   void queued();
@@ -85,12 +110,13 @@ class AcquireTask final : public CompletingTask, private LocalWaiter, private Ac
   void resume_loop();
   void arm(SteadyClock::time_point at) { AsyncDriver::instance().wake_at(shared_from_this(), at); }
   void end(bool held);
-  void end_with(bool result);
+  void end_empty();
 
   const std::shared_ptr<HoldOwner> owner_;
   const Call call_;
   const SteadyClock::time_point deadline_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> running_{false};  // a step is running on the driver's thread
   Phase phase_{Phase::start};
   bool gate_{false};             // this task has the object's local gate
   bool waking_{false};           // the strategy's watch has this task as its waker
@@ -100,12 +126,17 @@ class AcquireTask final : public CompletingTask, private LocalWaiter, private Ac
   std::optional<AcquireLoop::Waiter> waiter_;
   std::unique_ptr<WaitStrategy> wait_;
   std::optional<AcquireLoop> loop_;
+  std::optional<ObservedCall> observed_;  // with an Observer: told how the loop ended
 };
 
 void AcquireTask::run() noexcept {
+  running_.store(true, std::memory_order_release);
+  if (stopped()) complete_cancelled();  // before any clean-up round trip
   try {
     step();
   } catch (...) {
+    if (observed_) observed_->failed();
+    observed_.reset();
     if (gate_ && !held_.hold) owner_->gate().open_gate();
     gate_ = false;
     phase_ = Phase::done;
@@ -115,6 +146,9 @@ void AcquireTask::run() noexcept {
     loop_.reset();  // a fair waiter's strategy leaves the queue here, on this thread
     wait_.reset();
   }
+  running_.store(false, std::memory_order_release);
+  // A cancel that saw running_ set completes through the finisher; one that did not has woken
+  // this task, which completes it on its next step.
 }
 
 void AcquireTask::step() {
@@ -123,11 +157,12 @@ void AcquireTask::step() {
       return enter();
     case Phase::queued:
       return queued();
-    case Phase::courtesy:
-      if (SteadyClock::now() < std::min(owner_->courtesy_until(), deadline_) && !stopped()) {
-        return arm(std::min(owner_->courtesy_until(), deadline_));
-      }
+    case Phase::courtesy: {  // as the blocking call's courtesy pause (LockCore::gated_acquire)
+      if (stopped()) return end_empty();  // nothing sent yet; the gate is passed on
+      const auto until = std::min(owner_->courtesy_until(), deadline_);
+      if (call_ != Call::try_lock && SteadyClock::now() < until) return arm(until);
       return begin_loop();
+    }
     case Phase::looping:
       return resume_loop();
     case Phase::done:
@@ -136,7 +171,7 @@ void AcquireTask::step() {
 }
 
 void AcquireTask::enter() {
-  if (stopped()) return end_with(false);  // before the send: nothing was sent
+  if (stopped()) return end_empty();  // before the send: nothing was sent
   const Ownership::Entry entry = owner_->gate().enter_async(call_, *this);
   if (entry == Ownership::Entry::queued) {
     phase_ = Phase::queued;
@@ -144,7 +179,8 @@ void AcquireTask::enter() {
   }
   if (entry != Ownership::Entry::entered) {
     const AcquireLoop::Waiter who = owner_->handle_waiter();
-    return end_with(entry_result(entry, call_, who.key, who.words));
+    (void)entry_result(entry, call_, who.key, who.words);  // throws what the blocking call throws
+    return end_empty();
   }
   gate_ = true;
   phase_ = Phase::courtesy;
@@ -160,9 +196,10 @@ void AcquireTask::queued() {
     if (!stopped() && !gate.cancelled() && !late) return arm(deadline_);
     if (gate.leave_queue(*this)) {
       phase_ = Phase::start;  // out of the queue: nothing to undo
-      if (stopped() || late) return end_with(false);
+      if (stopped() || late) return end_empty();
       const AcquireLoop::Waiter who = owner_->handle_waiter();
-      return end_with(cancelled_result(call_, who.key, who.words));
+      (void)cancelled_result(call_, who.key, who.words);  // CancelledError for acquire()
+      return end_empty();
     }
   }
   gate_ = true;  // handed over (perhaps just now): go on, or pass it on if stopped
@@ -175,7 +212,11 @@ void AcquireTask::begin_loop() {
   waiter_.emplace(owner_->handle_waiter());
   wait_ = owner_->new_wait();
   AcquireLoop::Taker& taker = *this;
-  loop_.emplace(*waiter_, taker, *wait_, call_, deadline_, nullptr, owner_->crowded());
+  if (Observer* const observer = observer_of(waiter_->options)) {
+    observed_.emplace(*observer, waiter_->key, owner_->observed_nodes());
+  }
+  loop_.emplace(*waiter_, taker, *wait_, call_, deadline_, observed_ ? observed_->event() : nullptr,
+                owner_->crowded());
   loop_->stop_on(&stop_);
   apply(loop_->begin());
 }
@@ -206,10 +247,18 @@ void AcquireTask::resume_loop() {
 // The loop ended: a hold to hand out (unless stopped meanwhile: then it is released in the
 // background, as a Hold dropped at once), or not held.
 void AcquireTask::end(bool held) {
+  if (observed_) {
+    if (held) {
+      observed_->held(held_.hold->fence());
+    } else {
+      observed_->contended();
+    }
+    observed_.reset();
+  }
   if (!held) {
     owner_->gate().open_gate();
     gate_ = false;
-    return end_with(false);
+    return end_empty();
   }
   Hold hold = Access::hold(owner_, std::move(held_.hold), held_.slot);
   gate_ = false;  // the Hold has it now
@@ -223,12 +272,12 @@ void AcquireTask::end(bool held) {
   finish(std::move(result));
 }
 
-void AcquireTask::end_with(bool result_held) {
+// Ends with nothing held: timed out, or stopped (a grant goes through end()).
+void AcquireTask::end_empty() {
   if (gate_) owner_->gate().open_gate();  // handed the gate, but stopped before the loop
   gate_ = false;
   phase_ = Phase::done;
   AsyncResult result;
-  (void)result_held;  // false here: a grant goes through end()
   result.cancelled = stopped();
   finish(std::move(result));
 }
@@ -285,8 +334,9 @@ class ExtendTask final : public CompletingTask {
 template <class Task, class... Args>
 std::shared_ptr<AsyncOperation> start(Args&&... args) {
   auto task = std::make_shared<Task>(std::forward<Args>(args)...);
-  task->keep_alive(task);
-  AsyncDriver::instance().schedule(task);
+  AsyncDriver& driver = AsyncDriver::instance();
+  driver.adopt(task);  // lives until it completes
+  driver.schedule(task);
   return task;
 }
 

@@ -13,17 +13,23 @@ void AsyncTask::wake_up() noexcept {
 }
 
 AsyncDriver& AsyncDriver::instance() {
-  static AsyncDriver driver;
-  return driver;
+  static AsyncDriver* const driver = new AsyncDriver();  // never destroyed (see the header)
+  return *driver;
 }
 
-AsyncDriver::~AsyncDriver() {
-  {
-    std::lock_guard<std::mutex> guard(mutex_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+void AsyncDriver::adopt(std::shared_ptr<AsyncTask> task) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  const AsyncTask* const key = task.get();
+  live_.emplace(key, std::move(task));
+}
+
+std::shared_ptr<AsyncTask> AsyncDriver::forget(AsyncTask* task) noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  const auto it = live_.find(task);
+  if (it == live_.end()) return nullptr;
+  std::shared_ptr<AsyncTask> kept = std::move(it->second);
+  live_.erase(it);
+  return kept;
 }
 
 void AsyncDriver::start() {

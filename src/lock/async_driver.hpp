@@ -14,6 +14,7 @@
 #include <mutex>
 #include <queue>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "core/backend.hpp"  // Waker, SteadyClock
@@ -42,13 +43,18 @@ class AsyncTask : public std::enable_shared_from_this<AsyncTask>, public Waker {
 
 class AsyncDriver {
  public:
-  // The process's driver; its thread starts with the first task. Throws std::system_error if
-  // the thread cannot start.
+  // The process's driver; its thread starts with the first task. Never destroyed: at exit its
+  // thread may be in a round trip, and the tasks still waiting stay reachable (not leaks).
   static AsyncDriver& instance();
   AsyncDriver() = default;
-  ~AsyncDriver();  // stops and joins the thread; tasks still waiting are dropped
   AsyncDriver(const AsyncDriver&) = delete;
   AsyncDriver& operator=(const AsyncDriver&) = delete;
+
+  // Keeps `task` alive until forget(), whoever else holds it: a waiting task is referred to
+  // only by raw wakers. Throws std::bad_alloc.
+  void adopt(std::shared_ptr<AsyncTask> task);
+  // Ends adopt(); returns the reference, for the caller to drop outside the driver's lock.
+  std::shared_ptr<AsyncTask> forget(AsyncTask* task) noexcept;
 
   // Runs `task` soon (once, however often it is scheduled before it runs). Never throws.
   void schedule(std::shared_ptr<AsyncTask> task) noexcept;
@@ -73,7 +79,8 @@ class AsyncDriver {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<AsyncTask>> ready_;
   std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;
-  bool stop_{false};
+  std::unordered_map<const AsyncTask*, std::shared_ptr<AsyncTask>> live_;  // adopted tasks
+  bool stop_{false};  // never set: the driver lives as long as the process
   std::thread thread_;
 };
 

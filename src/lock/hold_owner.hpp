@@ -6,6 +6,7 @@
 #define REDLOCK_SRC_LOCK_HOLD_OWNER_HPP
 
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <utility>
@@ -43,6 +44,8 @@ class HoldOwner {
                           SteadyClock::time_point start) = 0;
   virtual SteadyClock::time_point courtesy_until() const noexcept { return {}; }
   virtual bool crowded() const noexcept { return false; }
+  // How many nodes an acquire's observer event names (the lock's size; 1 for a Semaphore).
+  virtual std::size_t observed_nodes() const noexcept { return 1; }
 };
 
 // The Taker of a handle acquire: keeps what `core.start_hold()` made of the grant (a renewed

@@ -58,6 +58,7 @@ class LockCore : public std::enable_shared_from_this<LockCore>,
   std::unique_ptr<WaitStrategy> new_wait() override;
   SteadyClock::time_point courtesy_until() const noexcept override;
   bool crowded() const noexcept override { return crowded_.load(std::memory_order_relaxed); }
+  std::size_t observed_nodes() const noexcept override { return backend_->size(); }
   void destroy() noexcept;
   // The calling thread's hold, handed out of this object (an election's term is no thread's):
   // the thread's exit no longer releases it, nor does destroy(); the caller ends it

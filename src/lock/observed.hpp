@@ -4,6 +4,7 @@
 #define REDLOCK_SRC_LOCK_OBSERVED_HPP
 
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 
 #include <redlock/observer.hpp>
@@ -13,29 +14,55 @@
 namespace redlock {
 namespace detail {
 
+// One acquire call told to `observer`: its event counts the attempts and votes (AcquireLoop
+// fills it), and one of held(), contended() or failed() tells how it ended, with the latency
+// since the call began. Not thread-safe (one call's object).
+class ObservedCall {
+ public:
+  ObservedCall(Observer& observer, std::string_view key, std::size_t nodes) noexcept
+      : observer_(observer), start_(SteadyClock::now()) {
+    event_.key = key;
+    event_.nodes = nodes;
+  }
+  AcquireEvent* event() noexcept { return &event_; }
+  void held(std::uint64_t fence) {
+    event_.fence = fence;
+    end(AcquireOutcome::acquired);
+  }
+  void contended() { end(AcquireOutcome::contended); }
+  void failed() { end(AcquireOutcome::failed); }
+
+ private:
+  void end(AcquireOutcome outcome) {
+    event_.latency = SteadyClock::now() - start_;
+    event_.outcome = outcome;
+    observer_.on_acquire(event_);
+  }
+
+  Observer& observer_;
+  AcquireEvent event_;
+  const SteadyClock::time_point start_;
+};
+
 // Runs `acquire(&event)` (returns held; counts attempts and votes into the event) and tells
 // `observer` how it ended: acquired (with `fence_of_hold()`), contended, or failed (the
 // exception is rethrown). Returns what `acquire` returned.
 template <typename Acquire, typename FenceOfHold>
 bool observed_acquire(Observer& observer, std::string_view key, std::size_t nodes,
                       Acquire&& acquire, FenceOfHold&& fence_of_hold) {
-  AcquireEvent event;
-  event.key = key;
-  event.nodes = nodes;
-  const auto start = SteadyClock::now();
+  ObservedCall call(observer, key, nodes);
   bool held = false;
   try {
-    held = acquire(&event);
+    held = acquire(call.event());
   } catch (...) {
-    event.outcome = AcquireOutcome::failed;
-    event.latency = SteadyClock::now() - start;
-    observer.on_acquire(event);
+    call.failed();
     throw;
   }
-  event.latency = SteadyClock::now() - start;
-  event.outcome = held ? AcquireOutcome::acquired : AcquireOutcome::contended;
-  if (held) event.fence = fence_of_hold();
-  observer.on_acquire(event);
+  if (held) {
+    call.held(fence_of_hold());
+  } else {
+    call.contended();
+  }
   return held;
 }
 

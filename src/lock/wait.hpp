@@ -68,9 +68,7 @@ class WaitStrategy {
   // The async driver's side of wait_until (ReleaseWatch::set_waker, due, poll). start_watch()
   // first.
   bool set_waker(Waker* waker) noexcept { return watch_->set_waker(waker); }
-  SteadyClock::time_point due(SteadyClock::time_point until) noexcept {
-    return watch_->due(until);
-  }
+  SteadyClock::time_point due(SteadyClock::time_point until) noexcept { return watch_->due(until); }
   bool poll(SteadyClock::time_point until) { return watch_->poll(until); }
   // Fair mode: a notice that this waiter moved up in the server's queue (ReleaseWatch).
   bool take_notice(unsigned& position, std::chrono::milliseconds& pttl) noexcept {

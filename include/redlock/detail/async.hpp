@@ -2,10 +2,11 @@
 // <redlock/asio.hpp> (the redlock::asio target) builds its completion tokens on it; nothing
 // else should use it directly, and it may change between releases.
 //
-// An operation is started here and ends with exactly one call of its AsyncCompletion, on the
-// library's async thread (lock/async_driver), never inside the start call. No thread blocks for
-// an operation that waits: a waiting acquire is a state in that thread's loop, woken by the
-// release it hears or by its timer.
+// An operation is started here and ends with exactly one call of its AsyncCompletion, on a
+// library thread: the async thread (lock/async_driver), or for an acquire cancelled while its
+// step runs, the background finisher's job thread; never inside the start call or inside
+// cancel(). No thread blocks for an operation that waits: a waiting acquire is a state in the
+// async thread's loop, woken by the release it hears or by its timer.
 #ifndef REDLOCK_DETAIL_ASYNC_HPP
 #define REDLOCK_DETAIL_ASYNC_HPP
 
@@ -34,8 +35,8 @@ struct AsyncResult {
   bool cancelled{false};  // ended by AsyncOperation::cancel(); `hold` is empty then
 };
 
-// The receiver of one operation's result. complete() is called exactly once, on the library's
-// async thread; then destroy() (the operation's end), also from that thread or from whichever
+// The receiver of one operation's result. complete() is called exactly once, on a library
+// thread (see above); then destroy() (the operation's end), also from that thread or from whichever
 // thread drops the last reference. destroy() instead of a virtual destructor, so the asio layer
 // frees the object with its handler's allocator.
 class AsyncCompletion {
@@ -58,10 +59,11 @@ using AsyncCompletionPtr = std::unique_ptr<AsyncCompletion, AsyncCompletionDelet
 class AsyncOperation {
  public:
   virtual ~AsyncOperation() = default;
-  // Asks the operation to end now. An acquire not yet granted completes with
-  // AsyncResult::cancelled; what it may have won or queued for on the servers is given back by
-  // the background finisher (the same release as any rollback). An acquire already granted,
-  // a release or an extend completes as it would have: cancel() is then a no-op. Idempotent.
+  // Asks the operation to end now. An acquire not yet completed completes at once with
+  // AsyncResult::cancelled (not inside this call); what it may have won or queued for on the
+  // servers is given back afterwards by the async thread (the queue's leave, or the release of a
+  // grant that crossed the cancel, in the background). A completed acquire, a release or an
+  // extend is not affected: cancel() is then a no-op. Idempotent.
   virtual void cancel() noexcept = 0;
 };
 
