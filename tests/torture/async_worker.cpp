@@ -51,23 +51,16 @@ class WorkerCoroutine {
   WorkerCoroutine(const WorkerConfig& config, int index, const std::vector<Client>& clients,
                   PgDatabase* pg, ZooKeeperSession* zookeeper, HoldLogWriter& log,
                   Counters& counters, asio::thread_pool& pool)
-      : config_(config),
-        index_(index),
-        log_(log),
-        counters_(counters),
-        pool_(pool),
-        store_(config.store_port),
-        rng_(workload_seed(config, index)),
-        lock_(config, index, clients, pg, zookeeper) {}
+      : seat_(config, index, clients, pg, zookeeper), log_(log), counters_(counters), pool_(pool) {}
 
   awaitable<void> run() {
-    LockBase& lock = lock_.get();
-    while (mono_ns() < config_.until_ns) {
+    LockBase& lock = seat_.lock.get();
+    while (mono_ns() < seat_.config.until_ns) {
       counters_.attempts.fetch_add(1);
       std::optional<redlock::Hold> held;
       std::exception_ptr failed;
       try {
-        held = co_await async_try_acquire_for(lock, acquire_bound(config_), use_awaitable);
+        held = co_await async_try_acquire_for(lock, acquire_bound(seat_.config), use_awaitable);
       } catch (const Error&) {  // use_awaitable rethrows what the blocking call would throw
         failed = std::current_exception();
       }
@@ -79,7 +72,7 @@ class WorkerCoroutine {
       } else {
         counters_.acquire_failed(failed);
         // Every node failed: a short pause, as the threads make.
-        co_await sleep_for(milliseconds(std::uniform_int_distribution<int>(5, 25)(rng_)));
+        co_await sleep_for(milliseconds(std::uniform_int_distribution<int>(5, 25)(seat_.rng)));
       }
     }
   }
@@ -87,19 +80,21 @@ class WorkerCoroutine {
  private:
   awaitable<void> hold(redlock::Hold held) {
     HoldTrack track(
-        log_, config_.index, index_, ++seq_, [&held] { return held.validity(); }, held.fence());
+        log_, seat_.config.index, seat_.index, ++seat_.seq, [&held] { return held.validity(); },
+        held.fence());
 
     const std::int64_t t_read = mono_ns();
     const std::uint64_t fence = track.fence();
-    const std::optional<Store::Values> read = co_await off_loop([&] { return store_.read(fence); });
+    const std::optional<Store::Values> read =
+        co_await off_loop([&] { return seat_.store.read(fence); });
     if (!read) {
       track.read_failed(t_read);
     } else {
-      HoldSleep sleep = plan_sleep(rng_, config_, track.validity_ms());
+      HoldSleep sleep = plan_sleep(seat_.rng, seat_.config, track.validity_ms());
       while (const auto step = sleep.next(track)) co_await sleep_for(*step);  // timers
       const std::int64_t value = read->counter + 1;
       const WriteResult result =
-          co_await off_loop([&] { return store_.write(fence, value, read->shadow + 1); });
+          co_await off_loop([&] { return seat_.store.write(fence, value, read->shadow + 1); });
       track.written(result, t_read, value);
     }
 
@@ -122,15 +117,10 @@ class WorkerCoroutine {
         use_awaitable);
   }
 
-  const WorkerConfig& config_;
-  const int index_;
+  Seat seat_;  // its number, store connection, randomness and lock
   HoldLogWriter& log_;
   Counters& counters_;
   asio::thread_pool& pool_;
-  Store store_;
-  std::mt19937_64 rng_;  // workload randomness only (sleeps); the library draws its own tokens
-  ModeLock lock_;
-  std::int64_t seq_{0};
 };
 
 }  // namespace

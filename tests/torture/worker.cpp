@@ -55,18 +55,12 @@ class WorkerThread {
  public:
   WorkerThread(const WorkerConfig& config, int thread, const std::vector<Client>& clients,
                PgDatabase* pg, ZooKeeperSession* zookeeper, HoldLogWriter& log, Counters& counters)
-      : config_(config),
-        thread_(thread),
-        log_(log),
-        counters_(counters),
-        store_(config.store_port),
-        rng_(workload_seed(config, thread)),
-        lock_(config, thread, clients, pg, zookeeper) {}
+      : seat_(config, thread, clients, pg, zookeeper), log_(log), counters_(counters) {}
 
   void run() {
-    LockBase& lock = lock_.get();
-    while (mono_ns() < config_.until_ns) {
-      const nanoseconds bound = acquire_bound(config_);
+    LockBase& lock = seat_.lock.get();
+    while (mono_ns() < seat_.config.until_ns) {
+      const nanoseconds bound = acquire_bound(seat_.config);
       counters_.attempts.fetch_add(1);
       bool held = false;
       bool failed = true;
@@ -87,25 +81,27 @@ class WorkerThread {
       }
       // Every node failed: a short pause, so a dead single node does not turn this loop into a
       // busy spin.
-      std::this_thread::sleep_for(milliseconds(std::uniform_int_distribution<int>(5, 25)(rng_)));
+      std::this_thread::sleep_for(
+          milliseconds(std::uniform_int_distribution<int>(5, 25)(seat_.rng)));
     }
   }
 
  private:
   void hold(LockBase& lock) {
     HoldTrack track(
-        log_, config_.index, thread_, ++seq_, [&lock] { return lock.validity(); }, lock.fence());
+        log_, seat_.config.index, seat_.index, ++seat_.seq, [&lock] { return lock.validity(); },
+        lock.fence());
 
     // Read, sleep, write.
     const std::int64_t t_read = mono_ns();
-    const std::optional<Store::Values> read = store_.read(track.fence());
+    const std::optional<Store::Values> read = seat_.store.read(track.fence());
     if (!read) {
       track.read_failed(t_read);
     } else {
-      HoldSleep sleep = plan_sleep(rng_, config_, track.validity_ms());
+      HoldSleep sleep = plan_sleep(seat_.rng, seat_.config, track.validity_ms());
       while (const auto step = sleep.next(track)) std::this_thread::sleep_for(*step);
       const std::int64_t value = read->counter + 1;
-      track.written(store_.write(track.fence(), value, read->shadow + 1), t_read, value);
+      track.written(seat_.store.write(track.fence(), value, read->shadow + 1), t_read, value);
     }
 
     // Release, and say how it ended.
@@ -121,14 +117,9 @@ class WorkerThread {
     track.ended(kind, t_rel);
   }
 
-  const WorkerConfig& config_;
-  const int thread_;
+  Seat seat_;  // its number, store connection, randomness and lock
   HoldLogWriter& log_;
   Counters& counters_;
-  Store store_;
-  std::mt19937_64 rng_;  // workload randomness only (sleeps); the library draws its own tokens
-  ModeLock lock_;
-  std::int64_t seq_{0};
 };
 
 }  // namespace

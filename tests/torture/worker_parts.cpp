@@ -202,11 +202,14 @@ std::optional<nanoseconds> HoldSleep::next(HoldTrack& track) {
   return std::min(nanoseconds(left), nanoseconds(20'000'000));
 }
 
-std::uint64_t workload_seed(const WorkerConfig& config, int thread) {
-  return config.seed * 1'000'003ULL + static_cast<std::uint64_t>(config.index) * 1'009ULL +
-         static_cast<std::uint64_t>(thread);
-}
-
+Seat::Seat(const WorkerConfig& config, int index, const std::vector<Client>& clients,
+           PgDatabase* pg, ZooKeeperSession* zookeeper)
+    : config(config),
+      index(index),
+      store(config.store_port),
+      rng(config.seed * 1'000'003ULL + static_cast<std::uint64_t>(config.index) * 1'009ULL +
+          static_cast<std::uint64_t>(index)),
+      lock(config, index, clients, pg, zookeeper) {}
 nanoseconds acquire_bound(const WorkerConfig& config) {
   const std::int64_t left = config.until_ns - mono_ns();
   return nanoseconds(std::max<std::int64_t>(

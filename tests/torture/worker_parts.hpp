@@ -121,6 +121,20 @@ class ModeLock {
 // " key=value", the hold log's field.
 std::string field(const char* key, std::int64_t value);
 
+// What each thread (coroutine) of a worker owns: its number, its connection to the store, its
+// workload randomness (sleeps only; tokens are the library's), its lock and its hold count.
+struct Seat {
+  Seat(const WorkerConfig& config, int index, const std::vector<Client>& clients, PgDatabase* pg,
+       ZooKeeperSession* zookeeper);
+
+  const WorkerConfig& config;
+  const int index;
+  Store store;
+  std::mt19937_64 rng;
+  ModeLock lock;
+  std::int64_t seq{0};
+};
+
 // One hold's records in the hold log (hold_log.hpp) and the validity deadline its holder has
 // seen, the same for both loops. `validity` is the hold's validity(): the lock's for a thread
 // hold, the Hold's for a handle.
@@ -168,10 +182,6 @@ struct HoldSleep {
   std::optional<std::chrono::nanoseconds> next(HoldTrack& track);
 };
 HoldSleep plan_sleep(std::mt19937_64& rng, const WorkerConfig& config, std::int64_t validity_ms);
-
-// The workload randomness of thread (coroutine) `thread` (sleeps only; tokens are the
-// library's).
-std::uint64_t workload_seed(const WorkerConfig& config, int thread);
 
 // The acquire bound of the next attempt: --acquire-bound, cut at the run's end, at least 1 ms.
 std::chrono::nanoseconds acquire_bound(const WorkerConfig& config);
