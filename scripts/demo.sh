@@ -38,6 +38,8 @@ Options (passed to redlock-demo):
                         the master killed; cluster: a Lock on a Redis Cluster (3 masters,
                         3 replicas) whose slot migrates, then fails over
   --no-fencing          counter writes carry no fence token
+  --async               the workers acquire and release through <redlock/asio.hpp> on an
+                        io_context (installs libasio-dev), with the same verdict lines
   --metrics DIR         each worker writes its Prometheus metrics to DIR/worker-N.prom
   -h, --help            this text (without building anything)
 
@@ -62,9 +64,12 @@ done
 
 source "$REDLOCK_ROOT/scripts/deps.sh"
 # The build tools and redis-server (with redis-cli, for the cluster) are all any topology needs;
-# --tls adds openssl for the throwaway certificates.
+# --tls adds openssl for the throwaway certificates, --async asio's headers.
 extra=()
-for arg in "$@"; do [ "$arg" = "--tls" ] && extra+=("${REDLOCK_DEPS_TLS[@]}"); done
+for arg in "$@"; do
+  [ "$arg" = "--tls" ] && extra+=("${REDLOCK_DEPS_TLS[@]}")
+  [ "$arg" = "--async" ] && extra+=(libasio-dev)  # standalone asio, for redlock::asio
+done
 redlock_install_deps "${extra[@]}"
 
 # Builds only redlock-demo and what it links (the library, the examples' helpers), printing

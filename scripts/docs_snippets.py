@@ -20,7 +20,8 @@ file: the fragment's #include lines at the top, the prelude below (the library's
 std headers, std::chrono_literals and the placeholder functions the docs call: run_report(),
 write_report(fence), do_work(), transfer(fence, fence)), and the rest as the body of main().
 An unmarked block that is not a program fails like any other: nothing is skipped silently. A
-block that must not be compiled says why: `<!-- not-compiled: REASON -->` (none does today).
+block that must not be compiled says why: `<!-- not-compiled: REASON -->` (docs/async.md's
+two: C++20 and the asio component; examples/async_service.cpp is compiled instead).
 Each file is compiled with -Wall -Wextra -Werror against include/ and linked against the
 libraries in the build directory (default build/; the targets redlock, and redlock_zookeeper
 and redlock_postgres when configured, must be built).

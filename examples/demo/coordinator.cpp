@@ -674,6 +674,7 @@ int run_demo(const DemoConfig& config) {
     if (!plan.any()) faults_note = "none: the run is too short to fit them";
   }
   run.lock_kind = describe_lock(endpoints, probe.quorum(), sentinel, cluster);
+  if (config.async) run.lock_kind += ", acquired through asio (--async)";
   print_banner(config, endpoints, run, checker_uri, own_servers, plan, faults_note);
 
   // Workers: this binary again, in --worker mode.
@@ -697,6 +698,7 @@ int run_demo(const DemoConfig& config) {
                                      std::to_string(config.ttl.count())};
     for (const auto& uri : node_uris) args.insert(args.end(), {"--node", uri});
     if (!config.fencing) args.emplace_back("--no-fencing");
+    if (config.async) args.emplace_back("--async");
     if (!config.metrics.empty()) {
       args.insert(args.end(),
                   {"--metrics", config.metrics + "/worker-" + std::to_string(i + 1) + ".prom"});

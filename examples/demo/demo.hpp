@@ -82,6 +82,7 @@ struct WorkerConfig {
   std::chrono::milliseconds ttl{1000};
   bool fencing{true};
   std::string metrics;  // where to write this worker's Prometheus metrics at the end; empty: none
+  bool async{false};    // acquire and release through <redlock/asio.hpp> (worker_parts.hpp)
 };
 
 // The --worker mode. Returns the process exit status.
@@ -107,6 +108,9 @@ struct DemoConfig {
   std::string topology{"redlock"};
   // A directory: each worker writes worker-<id>.prom there (Prometheus text) as it ends.
   std::string metrics;
+  // The workers acquire and release through <redlock/asio.hpp>: tasks on an io_context instead
+  // of threads blocked in try_lock_for() (needs the asio component).
+  bool async{false};
 };
 
 // The coordinator. Returns the process exit status: 0 pass, 1 a lost update or an overlap, 69

@@ -1,7 +1,7 @@
 // examples/demo/main.cpp: redlock-demo's command line.
 //
 //   redlock-demo [--duration 10s] [--processes 3] [--threads 4] [--ttl 1s] [--node-timeout 200ms]
-//                [--no-faults] [--no-fencing] [--redis URI]... [--checker URI]
+//                [--no-faults] [--no-fencing] [--async] [--redis URI]... [--checker URI]
 //
 // With no --redis it starts its own throwaway servers and injects faults; with --redis it uses
 // the given servers and injects none. `redlock-demo --worker ...` is the worker mode the demo
@@ -99,6 +99,7 @@ int worker_main(int argc, char** argv) {
   app.add_option("--ttl-ms", ttl_ms);
   app.add_flag("--no-fencing", no_fencing);
   app.add_option("--metrics", config.metrics);
+  app.add_flag("--async", config.async);
   CLI11_PARSE(app, argc, argv);
   config.ttl = std::chrono::milliseconds(ttl_ms);
   config.fencing = !no_fencing;
@@ -167,6 +168,13 @@ int main(int argc, char** argv) {
                  "Each worker writes its lock metrics (Prometheus text) to DIR/worker-N.prom as "
                  "it ends")
       ->type_name("DIR");
+  app.add_flag("--async", config.async,
+               "The workers' tasks acquire and release through <redlock/asio.hpp> on an "
+               "io_context (asio's async operations) instead of threads blocked in try_lock_for()"
+#ifndef REDLOCK_DEMO_ASYNC
+               " (this build has no asio component: refused)"
+#endif
+  );
   try {
     app.parse(argc, argv);
     config.duration = parse_duration("--duration", duration);
@@ -182,6 +190,13 @@ int main(int argc, char** argv) {
                        " starts its own servers, without TLS (drop --tls and --redis; --redis "
                        "takes a redis-sentinel:// or redis-cluster:// URI too)");
     }
+#ifndef REDLOCK_DEMO_ASYNC
+    if (config.async) {
+      throw UsageError(
+          "--async needs the asio component (redlock::asio): install libasio-dev "
+          "and rebuild");
+    }
+#endif
     if (!config.checker.empty() && config.redis.empty()) {
       throw UsageError("--checker needs --redis (own servers have their own)");
     }

@@ -3,7 +3,7 @@
 # checks that its output describes the run it made (issue 31): a Sentinel or Cluster run names
 # the Lock it runs (no Redlock, no quorum, no "6th server", no "no node reachable"), a Cluster run
 # has no phase too short for a rate shown as one, and a --tls run says TLS, in the banner and in
-# the summary. KIND: plain, tls, sentinel or cluster.
+# the summary; an --async run says so in both. KIND: plain, tls, sentinel, cluster or async.
 kind=$1
 demo=$2
 shift 2
@@ -28,6 +28,7 @@ lacks "no node reachable"
 case $kind in
   plain) has "a Redlock over 5 nodes \(quorum 3\)" 2 ;;
   tls) has "a Redlock over 5 TLS nodes \(quorum 3\)" 2 ;;
+  async) has "a Redlock over 5 nodes \(quorum 3\), acquired through asio \(--async\)" 2 ;;
   sentinel)
     has "a Lock through Sentinel" 2
     lacks "Redlock|quorum|6th server" ;;

@@ -21,6 +21,7 @@
 #include <functional>   // std::cref
 #include <memory>       // std::shared_ptr, std::unique_ptr
 #include <mutex>        // std::mutex
+#include <stdexcept>    // std::runtime_error
 #include <string>       // std::string
 #include <string_view>  // std::string_view
 #include <thread>       // std::thread
@@ -30,6 +31,7 @@
 
 #include "demo.hpp"
 #include "metrics/prometheus_observer.hpp"  // PrometheusObserver (--metrics)
+#include "worker_parts.hpp"                 // Shared, increment(), hold_line(), run_async()
 
 namespace demo {
 
@@ -89,7 +91,12 @@ class Channel {
 
 Channel g_channel;
 
-// One line, without the newlines a message may contain.
+}  // namespace
+
+void send_line(std::string_view line) noexcept { g_channel.send(line); }
+
+bool stop_requested() noexcept { return g_stop.load(); }
+
 std::string one_line(std::string_view text) {
   std::string out(text);
   for (char& c : out) {
@@ -97,15 +104,6 @@ std::string one_line(std::string_view text) {
   }
   return out;
 }
-
-struct Shared {
-  const WorkerConfig& config;
-  redlock::LockBase& lock;
-  const redlock::Client& checker;
-  const CounterKeys keys;
-  const redlock::Script read{kFencedReadLua};
-  const redlock::Script write{kFencedWriteLua};
-};
 
 // The critical section: read the counter, "think" 1 ms, write it back plus one. Both steps carry
 // the fence token, so a holder whose lease ran out meanwhile is refused by the counter itself.
@@ -130,8 +128,17 @@ Outcome increment(const Shared& s, std::uint64_t fence, const redlock::LeaseToke
   }
 }
 
-void thread_main(const Shared& s, int thread) {
+std::string hold_line(const Shared& s, int thread, const Hold& h) {
   char line[160];
+  std::snprintf(line, sizeof line, "H %d %d %" PRId64 " %" PRId64 " %" PRIu64 " %c %d", s.config.id,
+                thread, h.start_ns, h.end_ns, h.fence, static_cast<char>(h.outcome),
+                h.valid_at_end ? 1 : 0);
+  return line;
+}
+
+namespace {
+
+void thread_main(const Shared& s, int thread) {
   while (!g_stop.load()) {
     bool held = false;
     try {
@@ -151,10 +158,7 @@ void thread_main(const Shared& s, int thread) {
     h.end_ns = monotonic_ns();
     h.valid_at_end = !lease.lost();  // checked after end_ns: valid then means valid at end_ns
     s.lock.unlock();
-    std::snprintf(line, sizeof line, "H %d %d %" PRId64 " %" PRId64 " %" PRIu64 " %c %d",
-                  s.config.id, thread, h.start_ns, h.end_ns, h.fence, static_cast<char>(h.outcome),
-                  h.valid_at_end ? 1 : 0);
-    g_channel.send(line);
+    g_channel.send(hold_line(s, thread, h));
   }
 }
 
@@ -172,7 +176,8 @@ bool wait_for_go() {
   return false;
 }
 
-// Returns once stdin reaches EOF (the coordinator says stop) or a signal asks to stop.
+}  // namespace
+
 void wait_for_stop() {
   while (!g_stop.load()) {
     pollfd fd{STDIN_FILENO, POLLIN, 0};
@@ -185,7 +190,11 @@ void wait_for_stop() {
   g_stop.store(true);
 }
 
-}  // namespace
+#ifndef REDLOCK_DEMO_ASYNC  // built without redlock::asio: main() refuses --async
+void run_async(const Shared&) {
+  throw std::runtime_error("built without the asio component (redlock::asio): no --async");
+}
+#endif
 
 int run_worker(const WorkerConfig& config) {
   // hiredis writes with write(), not send(MSG_NOSIGNAL), and redlock does not block SIGPIPE: a
@@ -243,13 +252,17 @@ int run_worker(const WorkerConfig& config) {
     if (!wait_for_go()) return 0;
 
     Shared shared{config, *lock, checker, CounterKeys(config.prefix)};
-    std::vector<std::thread> threads;
-    threads.reserve(static_cast<std::size_t>(config.threads));
-    for (int t = 0; t < config.threads; ++t) {
-      threads.emplace_back(thread_main, std::cref(shared), t);
+    if (config.async) {
+      run_async(shared);  // the same holds, acquired and released on an io_context
+    } else {
+      std::vector<std::thread> threads;
+      threads.reserve(static_cast<std::size_t>(config.threads));
+      for (int t = 0; t < config.threads; ++t) {
+        threads.emplace_back(thread_main, std::cref(shared), t);
+      }
+      wait_for_stop();
+      for (auto& t : threads) t.join();
     }
-    wait_for_stop();
-    for (auto& t : threads) t.join();
     if (metrics) metrics->write_file(config.metrics);
   } catch (const std::exception& e) {
     g_channel.send("E fatal: " + one_line(e.what()));

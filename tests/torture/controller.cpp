@@ -377,11 +377,12 @@ int run_controller(const Options& o) {
   const int long_holds =
       o.long_hold_percent >= 0 ? o.long_hold_percent : (o.unsafe == Unsafe::none ? 1 : 5);
   std::fprintf(stdout,
-               "redlock-torture: mode=%s unsafe=%s duration=%s processes=%d threads=%d seed=%llu "
+               "redlock-torture: mode=%s unsafe=%s duration=%s processes=%d %s=%d seed=%llu "
                "long holds %d%%, run dir %s, server data under %s\n",
                to_string(o.mode), to_string(o.unsafe), format_duration(o.duration).c_str(),
-               o.processes, o.threads, static_cast<unsigned long long>(seed), long_holds,
-               run_dir.c_str(), data_dir.empty() ? "$TMPDIR" : data_dir.c_str());
+               o.processes, o.async ? "coroutines" : "threads", o.threads,
+               static_cast<unsigned long long>(seed), long_holds, run_dir.c_str(),
+               data_dir.empty() ? "$TMPDIR" : data_dir.c_str());
   std::fflush(stdout);
 
   std::FILE* nemesis_log = std::fopen((run_dir + "/nemesis.log").c_str(), "w");
@@ -446,6 +447,7 @@ int run_controller(const Options& o) {
     base.retry_delay_ms = o.retry_delay_ms;
     base.wake_on_release = o.wake_on_release;
     base.fair = o.fair;
+    base.async = o.async;
     base.parent = ::getpid();
     if (sentinels) {
       base.sentinel_uri = sentinels->uri();

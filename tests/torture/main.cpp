@@ -65,6 +65,10 @@ options:
   --fair                  LockOptions::fair for every thread (--mode lock or postgres)
   --no-fair               LockOptions::fair = false (lock mode's default is fair)
   --auto-renew            hold with LockOptions::auto_renew (long holds then last up to 2 ttl)
+  --async                 the workers' T threads become T coroutines on one io_context
+                          thread, through <redlock/asio.hpp> (async_try_acquire_for,
+                          async_release); the same nemesis and checks (when built with the
+                          asio component)
   --kill-clients          kill -9 a worker process every 3-6 s and start a new one in its place
                           (its open hold ends at its death; it must not let anyone in early,
                           nor block the lock for good)
@@ -131,6 +135,11 @@ int main(int argc, char** argv) {
       o.fair = -1;
     } else if (a == "--kill-clients") {
       o.kill_clients = true;
+    } else if (a == "--async") {
+#ifndef REDLOCK_TORTURE_ASYNC
+      return usage_error("--async: built without the asio component or C++20 coroutines");
+#endif
+      o.async = true;
     } else if (a == "--wake") {
       if (!value(v) || (v != "all" && v != "none" && v != "half")) {
         return usage_error("--wake needs all, none or half");

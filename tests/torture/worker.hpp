@@ -16,6 +16,10 @@
 // off briefly and tries again. The checker store is reached with hiredis directly, never through
 // the library under test, so a library bug cannot hide in the checker's own I/O.
 //
+// --async: the same loop as T coroutines on one io_context thread instead of T threads, through
+// <redlock/asio.hpp> (async_try_acquire_for, async_release); the store's blocking calls run on a
+// small thread pool, so no coroutine's I/O stalls the others' (async_worker.cpp).
+//
 // Long holds: with probability --long-holds percent, a hold sleeps for a random part (up to 90%)
 // of its remaining validity instead of 0-5 ms (with --auto-renew, up to 2 ttl). They keep the
 // lock busy across faults, and they are what makes a broken clock or a lost key visible in the
@@ -49,6 +53,7 @@ struct WorkerConfig {
   int retry_delay_ms{20};       // LockOptions::retry_delay
   int wake_on_release{2};       // LockOptions::wake_on_release: 1 all, 0 none, 2 even threads
   int fair{0};                  // LockOptions::fair: 1 on, -1 off, 0 the lock's default
+  bool async{false};            // T coroutines on one io_context, through <redlock/asio.hpp>
   std::string sentinel_uri;     // sentinel (cluster) mode: the redis-sentinel:// (redis-cluster://)
                                 // URI (node_ports unused)
   int wait_replicas{0};         // sentinel mode: Endpoint::wait_replicas
