@@ -97,12 +97,14 @@ TEST_CASE("Async cancellation in flight: a SET that reached a stopped server is 
           "[async][redis][cancel]") {
   RedisServer server;
   redlock::Endpoint patient = server.endpoint();
-  patient.command_timeout = 60s;  // the reply is waited for, not timed out
+  patient.connect_timeout = 60s;  // the reply is waited for, not timed out
+  patient.command_timeout = 60s;
   redlock::Client client(patient);
-  client.ping();  // connected before the server stops
   const auto k = key("async-cancel-in-flight");
   IoThreads io;
   redlock::Lock lock(client, k, fast(30s));
+  redlock::Hold warm = io.await(redlock::async_acquire(lock, use_awaitable));  // connected
+  CHECK(warm.release());
   server.pause();
   Cancellable op(io.context, lock);
   std::this_thread::sleep_for(300ms);  // the SET is in the stopped server's socket
