@@ -50,6 +50,7 @@
 namespace redlock {
 
 namespace detail {
+struct Access;
 class LockCore;
 }  // namespace detail
 
@@ -198,6 +199,7 @@ class LockBase {
   bool try_lock_for_ns(std::chrono::nanoseconds timeout);
   std::optional<Hold> try_acquire_for_ns(std::chrono::nanoseconds timeout);
 
+  friend struct detail::Access;  // the async operations reach the core (src/api/access.hpp)
   std::shared_ptr<detail::LockCore> core_;
 };
 

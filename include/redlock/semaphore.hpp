@@ -62,6 +62,7 @@
 namespace redlock {
 
 namespace detail {
+struct Access;
 class SemaphoreCore;
 }  // namespace detail
 
@@ -194,6 +195,7 @@ class Semaphore {
   bool try_acquire_for_ns(std::chrono::nanoseconds timeout);
   std::optional<Hold> try_acquire_hold_for_ns(std::chrono::nanoseconds timeout);
 
+  friend struct detail::Access;  // the async operations reach the core (src/api/access.hpp)
   std::shared_ptr<detail::SemaphoreCore> core_;
 };
 

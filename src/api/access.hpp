@@ -29,6 +29,19 @@ struct Access {
   static const auto& impl(const Handle& handle) noexcept {
     return handle.impl_;
   }
+  // The shared state behind a LockBase or a Semaphore (their `core_`).
+  template <class Object>
+  static auto core(const Object& object) noexcept {
+    return object.core_;
+  }
+  // What a Hold holds: its owner, state (null: nothing) and permit slot.
+  static const std::shared_ptr<HoldOwner>& hold_owner(const Hold& hold) noexcept {
+    return hold.owner_;
+  }
+  static const std::shared_ptr<HoldState>& hold_state(const Hold& hold) noexcept {
+    return hold.state_;
+  }
+  static std::size_t hold_slot(const Hold& hold) noexcept { return hold.slot_; }
   // A token observing `hold` (null: a token of no hold).
   static LeaseToken lease(std::shared_ptr<HoldState> hold) noexcept {
     return LeaseToken(std::move(hold));

@@ -88,9 +88,36 @@ struct ReleaseResult {
 // "Wake me when it may be free": one waiter's subscription to a lock's releases (and, in fair
 // mode, to hand-overs naming its token). Registered before the attempt that follows it, so a
 // release between a refusal and the wait cannot be missed.
+// Told that a wait on a watch would end now (the async driver's side of ReleaseWatch::set_waker).
+// wake_up() is called from any thread, possibly under the watch's own lock: it only schedules,
+// never calls back into the watch, and never throws.
+class Waker {
+ public:
+  virtual void wake_up() noexcept = 0;
+
+ protected:
+  ~Waker() = default;
+};
+
 class ReleaseWatch {
  public:
   virtual ~ReleaseWatch() = default;
+  // The async form of wait_until (lock/async_driver): from now on `waker` (null: none) is told
+  // whenever a wait_until in progress would end, at once if one would end already. Returns false
+  // if this watch cannot tell (the async driver then looks again at its timer). Any thread.
+  virtual bool set_waker(Waker* waker) noexcept {
+    (void)waker;
+    return false;
+  }
+  // When a wait until `until` should look again at the latest (a relocation's pace may come
+  // first). Never throws.
+  virtual SteadyClock::time_point due(SteadyClock::time_point until) noexcept { return until; }
+  // wait_until without blocking: true if a wake-up was pending (and consumes it). `until` is the
+  // wait's own end (a relocation's subscriptions are confirmed within it). Throws as wait_until.
+  virtual bool poll(SteadyClock::time_point until) {
+    (void)until;
+    return wait_until(SteadyClock::now());
+  }
   // Blocks until a release is announced (or wake()) or `until`, whichever is first. Returns true
   // if it was woken before `until`.
   virtual bool wait_until(SteadyClock::time_point until) = 0;

@@ -37,65 +37,102 @@ AcquireLoop::AcquireLoop(const Waiter& waiter, Taker& taker, WaitStrategy& wait,
 // process is subscribed already) the watch comes first and the very first attempt counts.
 // Unavailability (the servers cannot be reached) ends try_lock() with the error; a wait rides it
 // out until its deadline, and throws it if the last attempt failed that way.
+//
+// The blocking driver: the caller's thread sleeps on the watch between steps. The async driver
+// (lock/async_driver) runs the same steps on its thread, woken by the watch's waker instead.
 bool AcquireLoop::run() {
+  Step step = begin();
+  while (step.kind != Step::Kind::done) {
+    bool woken = false;
+    if (step.kind == Step::Kind::wait) {
+      const BlockedWait blocked;
+      woken = wait_.wait_until(step.until);
+    } else {
+      std::this_thread::sleep_until(step.until);
+    }
+    step = resume(woken);
+  }
+  return step.held;
+}
+
+AcquireLoop::Step AcquireLoop::begin() {
   try {
     if (call_ != Call::try_lock && wait_.watch_is_free()) {
       wait_.start_watch(who_.ownership, deadline_);
       if (!wait_.queues() && wait_.hears_releases() && wait_.behind_others()) {
-        return queue_behind();
+        // Threads of this process that watched earlier wait for the lock (on other objects): a
+        // release wakes them in arrival order, so this call waits its turn instead of an
+        // attempt that would be refused. It trusts the releases it hears; a lease that ends
+        // unannounced (a crashed holder) is tried again after this lock's own ttl, which a
+        // holder with the same options cannot exceed.
+        holder_pttl_ = who_.options.ttl;
+        return next();
       }
     }
-    if (settle(wait_.attempt(wait_.watching() ? Attempt::contended : Attempt::first))) return true;
-    if (call_ == Call::try_lock) return false;
+    if (settle(wait_.attempt(wait_.watching() ? Attempt::contended : Attempt::first))) {
+      return done(true);
+    }
+    if (call_ == Call::try_lock) return done(false);
     if (!wait_.watching()) {
       if (deadline_ != kNoDeadline && SteadyClock::now() >= deadline_) {
-        return unavailable_.give_up();
+        return done(unavailable_.give_up());
       }
       wait_.start_watch(who_.ownership, deadline_);
-      if (!who_.ownership.cancelled() && settle(wait_.attempt(Attempt::contended))) return true;
+      if (!cancelled() && settle(wait_.attempt(Attempt::contended))) return done(true);
     }
-    return wait_loop();
+    return next();
   } catch (...) {
     wait_.leave();
     throw;
   }
 }
 
-// Threads of this process that watched earlier wait for the lock (on other objects): a release
-// wakes them in arrival order, so this call waits its turn instead of an attempt that would be
-// refused. It trusts the releases it hears; a lease that ends unannounced (a crashed holder) is
-// tried again after this lock's own ttl, which a holder with the same options cannot exceed.
-bool AcquireLoop::queue_behind() {
-  holder_pttl_ = who_.options.ttl;
-  return wait_loop();
+// Before each wait: cancellation, the deadline (a hand-over that came in time still counts),
+// then when to look again.
+AcquireLoop::Step AcquireLoop::next() {
+  if (cancelled()) {
+    wait_.leave();  // passes on a hand-over that came meanwhile
+    if (stopped()) return done(false);
+    return done(cancelled_result(call_, who_.key, who_.words));
+  }
+  const auto now = SteadyClock::now();
+  if (deadline_ != kNoDeadline && now >= deadline_) {
+    if (take_hand_over()) return done(true);  // it came in time
+    wait_.leave();
+    return done(unavailable_.give_up());
+  }
+  wake_at_ = next_wake(now);
+  return Step{Step::Kind::wait, false, wake_at_};
 }
 
-bool AcquireLoop::wait_loop() {
-  for (;;) {
-    if (who_.ownership.cancelled()) {
-      wait_.leave();  // passes on a hand-over that came meanwhile
-      return cancelled_result(call_, who_.key, who_.words);
+AcquireLoop::Step AcquireLoop::resume(bool woken) {
+  try {
+    if (paused_) {  // the elder-first pause follows a wake-up only
+      paused_ = false;
+      return attempt_after(true);
     }
-    const auto now = SteadyClock::now();
-    if (deadline_ != kNoDeadline && now >= deadline_) {
-      if (take_hand_over()) return true;  // it came in time
-      wait_.leave();
-      return unavailable_.give_up();
+    if (cancelled()) return next();
+    if (take_hand_over()) return done(true);
+    // Moved up in the queue: sleep on, until the new place's wake time.
+    if (!woken && took_notice() && SteadyClock::now() < wake_at_) return next();
+    if (!woken) return attempt_after(false);
+    if (event_) observe_wake(WakeKind::released);
+    if (const auto until = elders_pause()) {
+      paused_ = true;
+      return Step{Step::Kind::pause, false, *until};
     }
-    const auto wake_at = next_wake(now);
-    const bool woken = [&] {
-      const BlockedWait blocked;
-      return wait_.wait_until(wake_at);
-    }();
-    if (who_.ownership.cancelled()) continue;
-    if (take_hand_over()) return true;
-    if (!woken && took_notice() && SteadyClock::now() < wake_at) continue;  // moved up: sleep on
-    if (woken && event_) observe_wake(WakeKind::released);
-    if (woken) yield_to_elders();
-    const unsigned refused = refused_;
-    if (settle(wait_.attempt(Attempt::contended))) return true;
-    if (woken && refused_ > refused) crowded_ = true;  // another waiter won this release
+    return attempt_after(true);
+  } catch (...) {
+    wait_.leave();
+    throw;
   }
+}
+
+AcquireLoop::Step AcquireLoop::attempt_after(bool woken) {
+  const unsigned refused = refused_;
+  if (settle(wait_.attempt(Attempt::contended))) return done(true);
+  if (woken && refused_ > refused) crowded_ = true;  // another waiter won this release
+  return next();
 }
 
 // Jittered retry_delay, never past the holder's lease end (it may end by expiry, unannounced)
@@ -176,12 +213,13 @@ void AcquireLoop::observe_wake(WakeKind kind) const noexcept {
 // holds back its attempt by (8 - refused) / 8 of answer_time: a process refused more often has
 // waited through more releases and answers first; one that just arrived waits the longest. A lone
 // waiter (the ping-pong hand-off) is never crowded and pays nothing; fair mode has its queue.
-void AcquireLoop::yield_to_elders() const {
+// Returns when the pause ends, or nothing for no pause.
+std::optional<SteadyClock::time_point> AcquireLoop::elders_pause() const {
   constexpr unsigned kLevels = 8;  // refused 8 times or more: no pause
-  if (!crowded_ || refused_ >= kLevels || who_.order != Order::elder_first) return;
+  if (!crowded_ || refused_ >= kLevels || who_.order != Order::elder_first) return std::nullopt;
   auto until = SteadyClock::now() + answer_time(round_trip_) * (kLevels - refused_) / kLevels;
   if (deadline_ != kNoDeadline) until = std::min(until, deadline_);
-  std::this_thread::sleep_until(until);
+  return until;
 }
 
 }  // namespace detail

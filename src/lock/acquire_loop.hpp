@@ -10,7 +10,9 @@
 #ifndef REDLOCK_SRC_LOCK_ACQUIRE_LOOP_HPP
 #define REDLOCK_SRC_LOCK_ACQUIRE_LOOP_HPP
 
+#include <atomic>
 #include <chrono>
+#include <optional>
 #include <string>
 
 #include <redlock/observer.hpp>
@@ -40,7 +42,7 @@ class AcquireLoop {
 
   // How waiters of several processes share a release among them.
   enum class Order {
-    // The elder-first pause (yield_to_elders): a lock with wake-on-release whose releaser also
+    // The elder-first pause (elders_pause): a lock with wake-on-release whose releaser also
     // holds back its next acquire (LockCore::hold_back_after).
     elder_first,
     // Nothing: the server's queue orders them (fair mode), or nothing holds the releaser back
@@ -60,26 +62,46 @@ class AcquireLoop {
   };
 
   // `deadline` max(): no deadline. `crowded`: other processes are known to wait for the same
-  // lock (the elder-first order, yield_to_elders). `event` counts attempts for an observer, or
+  // lock (the elder-first order, elders_pause). `event` counts attempts for an observer, or
   // nullptr.
   AcquireLoop(const Waiter& waiter, Taker& taker, WaitStrategy& wait, Call call,
               SteadyClock::time_point deadline, AcquireEvent* event, bool crowded);
 
-  // Runs the call: true if held; false for contention (try_lock, a deadline) or a cancelled
-  // try_lock_for; throws CancelledError for a cancelled lock(), the attempt's failure once the
-  // unavailability rule gives up (try_lock: at once), and ServerError at once.
+  // Runs the call on the calling thread: true if held; false for contention (try_lock, a
+  // deadline), a cancelled try_lock_for or a stop (stop_on); throws CancelledError for a
+  // cancelled lock(), the attempt's failure once the unavailability rule gives up (try_lock: at
+  // once), and ServerError at once.
   bool run();
 
+  // The same call as steps, for a driver that does not block (lock/async_driver): begin(), then
+  // resume(woken) after each wait until a step is done. A `wait` step ends early when the
+  // strategy's watch is woken (WaitStrategy::wait_until, or its waker and poll); a `pause` step
+  // is a plain timer. Each step throws as run() does (the queue left first).
+  struct Step {
+    enum class Kind : unsigned char { done, wait, pause };
+    Kind kind{Kind::done};
+    bool held{false};                 // done: held (see run())
+    SteadyClock::time_point until{};  // wait, pause: until when
+  };
+  Step begin();
+  Step resume(bool woken);
+  // This call alone ends (not held, the queue left) once `*flag` is true; the driver wakes the
+  // watch after setting it. `flag` outlives the loop.
+  void stop_on(const std::atomic<bool>* flag) noexcept { stop_ = flag; }
+
  private:
-  bool wait_loop();
-  bool queue_behind();
+  static Step done(bool held) noexcept { return Step{Step::Kind::done, held, {}}; }
+  Step next();
+  Step attempt_after(bool woken);
+  bool stopped() const noexcept { return stop_ && stop_->load(std::memory_order_acquire); }
+  bool cancelled() const noexcept { return stopped() || who_.ownership.cancelled(); }
   bool settle(Try attempt);
   bool take_hand_over();
   void observe_wake(WakeKind kind) const noexcept;
   SteadyClock::time_point next_wake(SteadyClock::time_point now) const;
   SteadyClock::time_point turn_wake(SteadyClock::time_point now) const;
   bool took_notice();
-  void yield_to_elders() const;
+  std::optional<SteadyClock::time_point> elders_pause() const;
 
   const Waiter& who_;
   Taker& taker_;
@@ -90,11 +112,14 @@ class AcquireLoop {
   std::chrono::milliseconds holder_pttl_{-1};  // from the last attempt (-1: unknown)
   unsigned char watcher_{0};  // fair mode: the place in the server's queue (AcquireResult)
   AcquireEvent* const event_;
-  // Elder-first wake order (yield_to_elders): attempts the servers refused in this call, and
+  // Elder-first wake order (elders_pause): attempts the servers refused in this call, and
   // whether other processes are known to wait for the lock too.
   unsigned refused_{0};
   bool crowded_;
   SteadyClock::duration round_trip_{};  // of the last attempt
+  SteadyClock::time_point wake_at_{};   // of the current wait
+  bool paused_{false};                  // in the elder-first pause (a pause step)
+  const std::atomic<bool>* stop_{nullptr};
 };
 
 }  // namespace detail

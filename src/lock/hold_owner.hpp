@@ -6,6 +6,7 @@
 #define REDLOCK_SRC_LOCK_HOLD_OWNER_HPP
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -29,6 +30,19 @@ class HoldOwner {
   virtual std::chrono::milliseconds ttl() const noexcept = 0;
   // How messages name what a hold of this object holds ("k", "a permit of k").
   virtual std::string describe() const = 0;
+
+  // What a handle acquire that does not block (lock/async_acquire) asks of the object: its local
+  // gate; the loop's waiter (a handle's words); a wait strategy of the kind the blocking call
+  // uses (the one choice of it); what a grant becomes (a renewed HoldState nobody owns yet);
+  // until when a new acquire holds back after this object's release (epoch: not at all); and
+  // whether other processes are known to wait too (AcquireLoop's `crowded`).
+  virtual Ownership& gate() noexcept = 0;
+  virtual AcquireLoop::Waiter handle_waiter() noexcept = 0;
+  virtual std::unique_ptr<WaitStrategy> new_wait() = 0;
+  virtual Held start_hold(const AcquireResult& result, std::string token,
+                          SteadyClock::time_point start) = 0;
+  virtual SteadyClock::time_point courtesy_until() const noexcept { return {}; }
+  virtual bool crowded() const noexcept { return false; }
 };
 
 // The Taker of a handle acquire: keeps what `core.start_hold()` made of the grant (a renewed

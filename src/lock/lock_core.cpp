@@ -114,8 +114,7 @@ bool LockCore::gated_acquire(Call call, SteadyClock::time_point deadline, Acquir
                              AcquireLoop::Taker& taker) {
   // This object just released a lock others were waiting for: give the woken waiter the few
   // round trips it needs before competing again (no barging; see release()).
-  const SteadyClock::time_point courtesy{
-      SteadyClock::duration(courtesy_until_.load(std::memory_order_acquire))};
+  const SteadyClock::time_point courtesy = courtesy_until();
   if (call != Call::try_lock && SteadyClock::now() < courtesy) {
     std::this_thread::sleep_until(std::min(courtesy, deadline));
   }
@@ -130,30 +129,39 @@ bool LockCore::gated_acquire(Call call, SteadyClock::time_point deadline, Acquir
   return held;
 }
 
-// The wait strategy is chosen once per call and lives on this stack frame; the loop is the one
-// every waiting primitive shares (lock/acquire_loop).
+SteadyClock::time_point LockCore::courtesy_until() const noexcept {
+  return SteadyClock::time_point{
+      SteadyClock::duration(courtesy_until_.load(std::memory_order_acquire))};
+}
+
+AcquireLoop::Order LockCore::order() const noexcept {
+  return !backend_->fair() && options_.wake_on_release ? AcquireLoop::Order::elder_first
+                                                       : AcquireLoop::Order::none;
+}
+
+AcquireLoop::Waiter LockCore::handle_waiter() noexcept {
+  return AcquireLoop::Waiter{ownership_, options_, backend_->key(), kHandleWords, order()};
+}
+
+// The wait strategy of one call (the same choice for the blocking and the async driver); the
+// loop is the one every waiting primitive shares (lock/acquire_loop).
+std::unique_ptr<WaitStrategy> LockCore::new_wait() {
+  if (backend_->fair()) {
+    return std::make_unique<FairWait>(
+        *backend_, options_.wake_on_release ? FairWake::releases : FairWake::timer);
+  }
+  if (options_.wake_on_release) return std::make_unique<WakeOnReleaseWait>(*backend_);
+  return std::make_unique<PollingWait>(*backend_);
+}
+
 bool LockCore::attempts(Call call, SteadyClock::time_point deadline, AcquireEvent* event,
                         AcquireLoop::Taker& taker) {
-  const auto order = !backend_->fair() && options_.wake_on_release ? AcquireLoop::Order::elder_first
-                                                                   : AcquireLoop::Order::none;
   // A thread's call takes through this object; a handle's through its HandleTaker.
   const bool thread = &taker == static_cast<AcquireLoop::Taker*>(this);
   const AcquireLoop::Waiter waiter{ownership_, options_, backend_->key(),
-                                   thread ? kWords : kHandleWords, order};
-  const bool crowded = crowded_.load(std::memory_order_relaxed);
-  const auto run = [&](WaitStrategy& wait) {
-    return AcquireLoop(waiter, taker, wait, call, deadline, event, crowded).run();
-  };
-  if (backend_->fair()) {
-    FairWait wait(*backend_, options_.wake_on_release ? FairWake::releases : FairWake::timer);
-    return run(wait);
-  }
-  if (options_.wake_on_release) {
-    WakeOnReleaseWait wait(*backend_);
-    return run(wait);
-  }
-  PollingWait wait(*backend_);
-  return run(wait);
+                                   thread ? kWords : kHandleWords, order()};
+  const std::unique_ptr<WaitStrategy> wait = new_wait();
+  return AcquireLoop(waiter, taker, *wait, call, deadline, event, crowded()).run();
 }
 
 Held LockCore::start_hold(const AcquireResult& result, std::string token,

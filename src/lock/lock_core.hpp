@@ -44,7 +44,8 @@ class LockCore : public std::enable_shared_from_this<LockCore>,
   Held acquire_handle(Call call, SteadyClock::time_point deadline);
   // A granted attempt made a hold, renewed with auto_renew; nobody owns it yet. Throws if
   // renewal could not start (the grant is then released).
-  Held start_hold(const AcquireResult& result, std::string token, SteadyClock::time_point start);
+  Held start_hold(const AcquireResult& result, std::string token,
+                  SteadyClock::time_point start) override;
   bool release();
   bool extend(std::chrono::milliseconds ttl);
   // HoldOwner (lock/hold_owner.hpp): a Hold's release and extend.
@@ -52,6 +53,11 @@ class LockCore : public std::enable_shared_from_this<LockCore>,
   bool extend_handle(const Held& held, std::chrono::milliseconds ttl) override;
   std::chrono::milliseconds ttl() const noexcept override { return options_.ttl; }
   std::string describe() const override { return backend_->key(); }
+  Ownership& gate() noexcept override { return ownership_; }
+  AcquireLoop::Waiter handle_waiter() noexcept override;
+  std::unique_ptr<WaitStrategy> new_wait() override;
+  SteadyClock::time_point courtesy_until() const noexcept override;
+  bool crowded() const noexcept override { return crowded_.load(std::memory_order_relaxed); }
   void destroy() noexcept;
   // The calling thread's hold, handed out of this object (an election's term is no thread's):
   // the thread's exit no longer releases it, nor does destroy(); the caller ends it
@@ -76,6 +82,7 @@ class LockCore : public std::enable_shared_from_this<LockCore>,
                      AcquireLoop::Taker& taker);
   bool attempts(Call call, SteadyClock::time_point deadline, AcquireEvent* event,
                 AcquireLoop::Taker& taker);
+  AcquireLoop::Order order() const noexcept;
   // A granted attempt becomes the calling thread's hold (and is renewed with auto_renew).
   bool take(const AcquireResult& result, std::string token, SteadyClock::time_point start) override;
   // Ends the last level of a hold of either kind and opens the gate; returns as release().
@@ -89,7 +96,7 @@ class LockCore : public std::enable_shared_from_this<LockCore>,
   // No acquire attempt before this (anti-barging), steady_clock ticks since its epoch.
   std::atomic<SteadyClock::rep> courtesy_until_{0};
   // This object's last release was announced to more than one waiting process: its next wait
-  // starts crowded (AcquireLoop::yield_to_elders).
+  // starts crowded (AcquireLoop::elders_pause).
   std::atomic<bool> crowded_{false};
 };
 

@@ -66,8 +66,50 @@ void Ownership::open_gate() noexcept {
   }
   Queued* next = queue_.front();
   queue_.pop_front();
-  next->granted = true;  // busy_ stays true: the gate goes straight to the next thread
-  next->cv.notify_one();
+  next->granted = true;  // busy_ stays true: the gate goes straight to the next waiter
+  if (next->async) {
+    next->async->gate_opened();
+  } else {
+    next->cv.notify_one();
+  }
+}
+
+Ownership::Entry Ownership::enter_async(Call call, LocalWaiter& waiter) {
+  std::lock_guard<std::mutex> guard(mutex_);
+  if (call != Call::try_lock && cancelled()) return Entry::cancelled;
+  if (!busy_ && queue_.empty()) {
+    busy_ = true;
+    return Entry::entered;
+  }
+  if (call == Call::try_lock) return Entry::busy;
+  async_.emplace_back();
+  async_.back().async = &waiter;
+  queue_.push_back(&async_.back());
+  return Entry::queued;
+}
+
+// The Queued of `waiter` in async_ (mutex_ held); end() if none.
+std::list<Ownership::Queued>::iterator Ownership::async_entry(LocalWaiter& waiter) noexcept {
+  return std::find_if(async_.begin(), async_.end(),
+                      [&](const Queued& q) { return q.async == &waiter; });
+}
+
+bool Ownership::granted(LocalWaiter& waiter) noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  const auto it = async_entry(waiter);
+  if (it == async_.end() || !it->granted) return false;
+  async_.erase(it);
+  return true;
+}
+
+bool Ownership::leave_queue(LocalWaiter& waiter) noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  const auto it = async_entry(waiter);
+  if (it == async_.end()) return true;
+  const bool had_gate = it->granted;
+  if (!had_gate) queue_.erase(std::find(queue_.begin(), queue_.end(), &*it));
+  async_.erase(it);
+  return !had_gate;
 }
 
 void Ownership::own(Held held) noexcept {
@@ -130,7 +172,13 @@ void Ownership::cancel() noexcept {
   cancelled_.store(true, std::memory_order_release);
   std::lock_guard<std::mutex> guard(mutex_);
   for (ReleaseWatch* watch : waiting_) watch->wake();
-  for (Queued* queued : queue_) queued->cv.notify_one();
+  for (Queued* queued : queue_) {
+    if (queued->async) {
+      queued->async->gate_opened();
+    } else {
+      queued->cv.notify_one();
+    }
+  }
 }
 
 Ownership::Watching::Watching(Ownership& ownership, ReleaseWatch& watch)
@@ -163,6 +211,7 @@ bool entry_result(Ownership::Entry entry, Call call, const std::string& key,
     case Ownership::Entry::entered:
     case Ownership::Entry::busy:
     case Ownership::Entry::timed_out:
+    case Ownership::Entry::queued:
       break;
   }
   return false;

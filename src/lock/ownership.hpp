@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -52,6 +53,18 @@ struct Held {
   std::size_t slot{0};
 };
 
+// A handle acquire that does not block (lock/async_driver) waiting in the local queue: told when
+// the gate is handed to it, or when the object's waits are cancelled; it then calls
+// Ownership::leave_queue or goes on. gate_opened() is called under the ownership's lock: it only
+// schedules. Never throws.
+class LocalWaiter {
+ public:
+  virtual void gate_opened() noexcept = 0;
+
+ protected:
+  ~LocalWaiter() = default;
+};
+
 class Ownership {
  public:
   // What enter() decided.
@@ -64,6 +77,7 @@ class Ownership {
     cancelled,  // cancel_waits() (not for try_lock(), which never waits)
     self,       // a handle acquire by the thread that owns the thread hold: it would wait for
                 // itself
+    queued,     // enter_async(): in the local queue; LocalWaiter::gate_opened() tells when
   };
   // What exit() did.
   enum class Exit { not_owner, nested_valid, nested_lost, last };
@@ -72,6 +86,15 @@ class Ownership {
   // deadline (max(): none) or cancel_waits(). After `entered`, call own() (Claim::thread) or
   // open_gate(); a handle hold keeps the gate until it ends, then opens it. Thread-safe.
   Entry enter(Call call, SteadyClock::time_point deadline, Claim claim = Claim::thread);
+  // enter() for a handle acquire that must not block: `entered`, `busy` (try_lock), `cancelled`,
+  // or `queued` (then `waiter` is told by gate_opened(), and calls granted() to learn whether it
+  // has the gate, or leave_queue() to give up). Thread-safe.
+  Entry enter_async(Call call, LocalWaiter& waiter);
+  // True if the gate was handed to `waiter` (it is out of the queue then). Thread-safe.
+  bool granted(LocalWaiter& waiter) noexcept;
+  // `waiter` gives up its place: true if it left the queue, false if the gate was handed to it
+  // meanwhile (the caller has the gate and must pass it on with open_gate()). Thread-safe.
+  bool leave_queue(LocalWaiter& waiter) noexcept;
   // The gate's holder gives the gate to the next queued waiter (or frees it). Any thread: a
   // handle hold may end on another thread than the one that acquired it. Thread-safe.
   void open_gate() noexcept;
@@ -112,9 +135,11 @@ class Ownership {
   struct Queued {
     std::condition_variable cv;
     bool granted{false};
+    LocalWaiter* async{nullptr};  // a handle acquire that does not block (cv unused)
   };
   Entry reenter() noexcept;  // mutex_ held, caller is the owner
   Entry queue(std::unique_lock<std::mutex>& lock, SteadyClock::time_point deadline);
+  std::list<Queued>::iterator async_entry(LocalWaiter& waiter) noexcept;
 
   mutable std::mutex mutex_;
   bool busy_{false};           // a thread of this process has the gate (acquiring or holding)
@@ -124,6 +149,8 @@ class Ownership {
   Held held_;
   std::atomic<bool> cancelled_{false};
   std::vector<ReleaseWatch*> waiting_;  // watches of the waits in progress
+  // Non-blocking waiters: queued (their Queued in queue_) or handed the gate, not yet told.
+  std::list<Queued> async_;  // a list: the Queued addresses in queue_ stay valid
 };
 
 // How an object's messages name a call: "redlock: " + call + key + lost.

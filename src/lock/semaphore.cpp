@@ -20,6 +20,7 @@
 #include "core/hold.hpp"
 #include "core/permits.hpp"
 #include "lock/acquire_loop.hpp"
+#include "lock/async_acquire.hpp"
 #include "lock/hold_end.hpp"
 #include "lock/hold_owner.hpp"
 #include "lock/observed.hpp"
@@ -143,8 +144,17 @@ class SemaphoreCore final : public HoldOwner, private AcquireLoop::Taker {
   Held acquire_handle(Call call, SteadyClock::time_point deadline);
   // A granted permit made a hold, renewed with auto_renew; nobody owns it yet. Throws if renewal
   // could not start (the permit is then given back).
-  Held start_hold(const AcquireResult& result, std::string token, SteadyClock::time_point start);
+  Held start_hold(const AcquireResult& result, std::string token,
+                  SteadyClock::time_point start) override;
   bool release();
+  // HoldOwner: a handle acquire that does not block (lock/async_acquire).
+  Ownership& gate() noexcept override { return ownership_; }
+  AcquireLoop::Waiter handle_waiter() noexcept override {
+    return AcquireLoop::Waiter{ownership_, options_, key_, kHandleWords, AcquireLoop::Order::none};
+  }
+  std::unique_ptr<WaitStrategy> new_wait() override {
+    return std::make_unique<PermitWait>(*permits_, options_.wake_on_release);
+  }
   // HoldOwner (lock/hold_owner.hpp): a Hold's release and extend.
   bool release_handle(const Held& held) override { return release_last(held); }
   bool extend_handle(const Held& held, std::chrono::milliseconds ttl) override {
@@ -228,12 +238,12 @@ bool SemaphoreCore::gated_acquire(Call call, SteadyClock::time_point deadline, A
                                   AcquireLoop::Taker& taker) {
   bool held = false;
   try {
-    PermitWait wait(*permits_, options_.wake_on_release);
+    const std::unique_ptr<WaitStrategy> wait = new_wait();
     // A thread's call takes through this object; a handle's through its HandleTaker.
     const bool thread = &taker == static_cast<AcquireLoop::Taker*>(this);
     const AcquireLoop::Waiter waiter{ownership_, options_, key_, thread ? kWords : kHandleWords,
                                      AcquireLoop::Order::none};
-    held = AcquireLoop(waiter, taker, wait, call, deadline, event, false).run();
+    held = AcquireLoop(waiter, taker, *wait, call, deadline, event, false).run();
   } catch (...) {
     ownership_.open_gate();
     throw;
@@ -395,4 +405,13 @@ std::size_t Semaphore::limit() const noexcept { return core_->limit(); }
 
 const LockOptions& Semaphore::options() const noexcept { return core_->options(); }
 
+namespace detail {
+
+std::shared_ptr<AsyncOperation> async_acquire(Semaphore& semaphore,
+                                              std::optional<std::chrono::nanoseconds> timeout,
+                                              AsyncCompletionPtr completion) {
+  return start_async_acquire(Access::core(semaphore), timeout, std::move(completion));
+}
+
+}  // namespace detail
 }  // namespace redlock

@@ -65,6 +65,13 @@ class WaitStrategy {
   // Sleeps until a release is announced, cancel_waits(), a notice, or `until`. start_watch()
   // first. Returns true if woken before `until` (a notice alone does not count: take_notice).
   bool wait_until(SteadyClock::time_point until) { return watch_->wait_until(until); }
+  // The async driver's side of wait_until (ReleaseWatch::set_waker, due, poll). start_watch()
+  // first.
+  bool set_waker(Waker* waker) noexcept { return watch_->set_waker(waker); }
+  SteadyClock::time_point due(SteadyClock::time_point until) noexcept {
+    return watch_->due(until);
+  }
+  bool poll(SteadyClock::time_point until) { return watch_->poll(until); }
   // Fair mode: a notice that this waiter moved up in the server's queue (ReleaseWatch).
   bool take_notice(unsigned& position, std::chrono::milliseconds& pttl) noexcept {
     return watch_ && watch_->take_notice(position, pttl);

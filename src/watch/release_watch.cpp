@@ -31,6 +31,11 @@ class SlotWatch : public ReleaseWatch {
   void queued_behind_watchers() noexcept override { slot_.deafen(); }
   void wake() noexcept override { slot_.notify(); }
   void retoken(std::string token_sha1) noexcept override { slot_.retoken(std::move(token_sha1)); }
+  bool set_waker(Waker* waker) noexcept override {
+    slot_.set_waker(waker);
+    return true;
+  }
+  bool poll(SteadyClock::time_point /*until*/) override { return slot_.take(); }
 
  protected:
   WakeSlot slot_;
@@ -63,16 +68,9 @@ class SubscriptionWatch final : public SlotWatch {
   SubscriptionWatch& operator=(const SubscriptionWatch&) = delete;
 
   bool wait_until(SteadyClock::time_point until) override {
-    if (slot_.must_relocate() || retry_) {
-      const auto now = SteadyClock::now();
-      if (now >= next_relocation_) {
-        next_relocation_ = now + kRelocatePace;
-        slot_.relocated();
-        relocate(until);
-        return true;  // releases while it moved were missed: the caller tries again now
-      }
-      until = std::min(until, next_relocation_);  // back to relocate once the pace allows
-    } else if (watched_.size() == 1) {
+    if (relocated_now(until)) return true;
+    until = due(until);
+    if (!slot_.must_relocate() && !retry_ && watched_.size() == 1) {
       // Alone in this process, the waiter reads the subscription itself (no thread hop).
       const std::size_t more = channels_.more_releases ? channels_.more_releases->size() : 0;
       const std::size_t registrations = (channels_.grant.empty() ? 1 : 2) + more;
@@ -80,6 +78,11 @@ class SubscriptionWatch final : public SlotWatch {
     }
     return slot_.wait_until(until);
   }
+  SteadyClock::time_point due(SteadyClock::time_point until) noexcept override {
+    if (!retry_ && !slot_.must_relocate()) return until;
+    return std::min(until, next_relocation_);  // back to relocate once the pace allows
+  }
+  bool poll(SteadyClock::time_point until) override { return relocated_now(until) || slot_.take(); }
   bool take_grant(std::uint64_t& seq, std::uint64_t& fence) noexcept override {
     if (slot_.take_grant(seq, fence)) return true;
     if (channels_.grant.empty() || watched_.size() != 1) return false;
@@ -98,6 +101,18 @@ class SubscriptionWatch final : public SlotWatch {
  private:
   static constexpr std::chrono::milliseconds kRelocatePace{250};
   static constexpr int kStaleRounds = 12;  // 3 s of kRelocatePace
+
+  // A lost subscription is made again if the pace allows: true then (releases while it moved
+  // were missed, so the caller tries again now).
+  bool relocated_now(SteadyClock::time_point until) {
+    if (!slot_.must_relocate() && !retry_) return false;
+    const auto now = SteadyClock::now();
+    if (now < next_relocation_) return false;
+    next_relocation_ = now + kRelocatePace;
+    slot_.relocated();
+    relocate(until);
+    return true;
+  }
 
   // Subscribes again where the refreshed maps say, avoiding the subscribers that dropped the
   // slot (see the class comment).

@@ -54,6 +54,7 @@ namespace redlock {
 namespace detail {
 
 struct Connection;
+class Waker;
 
 // Where one waiter is told "a release happened". Shared by the subscribers of every node the
 // waiter watches (Redlock: any node's notification wakes it).
@@ -115,6 +116,9 @@ class WakeSlot {
   void interrupt_with(int event_fd) noexcept;
   // Consumes a hand-over, if one arrived: the attempt number it named and the fence it carried.
   bool take_grant(std::uint64_t& seq, std::uint64_t& fence) noexcept;
+  // The async driver's waker (null: none): told, under this slot's lock, whenever wait_until
+  // would end; at once if a wake-up or a notice is pending. Any thread.
+  void set_waker(Waker* waker) noexcept;
 
  private:
   std::string token_sha1_;  // guarded by mutex_
@@ -130,7 +134,8 @@ class WakeSlot {
   std::uint64_t notice_pttl_{0};
   std::uint64_t grant_seq_{0};
   std::uint64_t grant_fence_{0};
-  int interrupt_fd_{-1};  // guarded by mutex_; written (under it) when notified
+  int interrupt_fd_{-1};   // guarded by mutex_; written (under it) when notified
+  Waker* waker_{nullptr};  // guarded by mutex_; woken (under it) when notified
 
   void interrupt() noexcept;  // mutex_ held
 };

@@ -5,12 +5,14 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/backend.hpp"
 #include "watch/subscriber.hpp"
 
 namespace redlock {
 namespace detail {
 
 void WakeSlot::interrupt() noexcept {
+  if (waker_) waker_->wake_up();
   // Under mutex_, so the fd cannot be given back (and closed) between the read and the write.
   if (interrupt_fd_ < 0) return;
   const std::uint64_t one = 1;
@@ -20,6 +22,12 @@ void WakeSlot::interrupt() noexcept {
 void WakeSlot::interrupt_with(int event_fd) noexcept {
   std::lock_guard<std::mutex> guard(mutex_);
   interrupt_fd_ = event_fd;
+}
+
+void WakeSlot::set_waker(Waker* waker) noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  waker_ = waker;
+  if (waker_ && (notified_ || noticed_)) waker_->wake_up();
 }
 
 void WakeSlot::notify() noexcept {

@@ -78,8 +78,9 @@ std::shared_ptr<AsyncOperation> async_acquire(Semaphore& semaphore,
 // Releases what `hold` held (Hold::release(): `value` as its result); `hold` is moved into the
 // operation, so the caller's Hold holds nothing from the start. Never blocks.
 std::shared_ptr<AsyncOperation> async_release(Hold&& hold, AsyncCompletionPtr completion);
-// Extends `hold` by `ttl` (Hold::extend(ttl); a ttl of 0: Hold::extend(), the lock's own ttl: `value` as its result). The operation shares the
-// hold's state: if the Hold ends meanwhile, the extend reports false. Never blocks.
+// Extends `hold` by `ttl` (Hold::extend(ttl); a ttl of 0: Hold::extend(), the lock's own ttl:
+// `value` as its result). The operation shares the hold's state: if the Hold ends meanwhile, the
+// extend reports false. Never blocks.
 std::shared_ptr<AsyncOperation> async_extend(const Hold& hold, std::chrono::milliseconds ttl,
                                              AsyncCompletionPtr completion);
 

@@ -102,7 +102,15 @@ bool PgWatch::wait_until(SteadyClock::time_point until) {
 void PgWatch::wake() noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
   woken_ = true;
+  if (waker_) waker_->wake_up();
   cv_.notify_all();
+}
+
+bool PgWatch::set_waker(Waker* waker) noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  waker_ = waker;
+  if (waker_ && woken_) waker_->wake_up();
+  return true;
 }
 
 PgListener::PgListener(std::string uri, std::chrono::milliseconds timeout)

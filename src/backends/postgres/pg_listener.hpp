@@ -59,8 +59,10 @@ class PgWatch final : public ReleaseWatch {
   bool take_grant(std::uint64_t&, std::uint64_t&) noexcept override { return false; }
   void retoken(std::string token_sha1) noexcept override;
   void wake() noexcept override;
+  bool set_waker(Waker* waker) noexcept override;
 
  private:
+  Waker* waker_{nullptr};  // guarded by mutex_
   std::shared_ptr<PgListener> listener_;
   std::string channel_;  // or the tag, with a prefix
   std::string prefix_;

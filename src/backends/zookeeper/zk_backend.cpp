@@ -34,8 +34,26 @@ class ZkWatch final : public ReleaseWatch {
   bool take_grant(std::uint64_t&, std::uint64_t&) noexcept override { return false; }
   void retoken(std::string) noexcept override {}
   void wake() noexcept override { session_->wake(&woken_); }
+  ~ZkWatch() override {
+    if (waker_) session_->remove_waker(waker_);
+  }
+  ZkWatch(const ZkWatch&) = delete;
+  ZkWatch& operator=(const ZkWatch&) = delete;
+  bool set_waker(Waker* waker) noexcept override {
+    if (waker_) session_->remove_waker(waker_);
+    waker_ = nullptr;
+    if (!waker) return true;
+    try {
+      session_->add_waker(waker, seen_);  // seen_ is only the waiter's, and it is here
+    } catch (...) {
+      return false;  // out of memory: the driver looks again at its timer
+    }
+    waker_ = waker;
+    return true;
+  }
 
  private:
+  Waker* waker_{nullptr};
   std::shared_ptr<ZkSession> session_;
   std::uint64_t seen_;  // guarded by the session's events mutex while waiting
   bool woken_{false};   // guarded by the session's events mutex

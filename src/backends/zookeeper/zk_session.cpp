@@ -1,6 +1,8 @@
 // src/backends/zookeeper/zk_session.cpp: the session, its handle and the plain zoo_* calls.
 #include "backends/zookeeper/zk_session.hpp"
 
+#include "core/backend.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -194,6 +196,7 @@ void ZkSession::wake(bool* woken) noexcept {
   {
     std::lock_guard<std::mutex> guard(events_mutex_);
     *woken = true;
+    for (Waker* waker : wakers_) waker->wake_up();
   }
   events_cv_.notify_all();
 }
@@ -202,8 +205,20 @@ void ZkSession::note_event() noexcept {
   {
     std::lock_guard<std::mutex> guard(events_mutex_);
     ++events_;
+    for (Waker* waker : wakers_) waker->wake_up();
   }
   events_cv_.notify_all();
+}
+
+void ZkSession::add_waker(Waker* waker, std::uint64_t seen) {
+  std::lock_guard<std::mutex> guard(events_mutex_);
+  wakers_.push_back(waker);
+  if (events_ != seen) waker->wake_up();
+}
+
+void ZkSession::remove_waker(Waker* waker) noexcept {
+  std::lock_guard<std::mutex> guard(events_mutex_);
+  wakers_.erase(std::remove(wakers_.begin(), wakers_.end(), waker), wakers_.end());
 }
 
 void ZkSession::add_orphan(std::string parent, std::string token) {

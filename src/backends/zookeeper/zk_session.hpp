@@ -28,6 +28,8 @@
 namespace redlock {
 namespace detail {
 
+class Waker;
+
 // What a zookeeper:// URI says.
 struct ZkUri {
   std::string hosts;   // "host:port,host:port" as the C client takes it
@@ -114,6 +116,11 @@ class ZkSession {
   bool wait_events(std::uint64_t* seen, bool* woken, SteadyClock::time_point until);
   // Sets `*woken` under the events mutex and wakes every waiter.
   void wake(bool* woken) noexcept;
+  // An async waiter's waker (lock/async_driver): told of every event and wake() from now on,
+  // until remove_waker(); at once if events() already differs from `seen`. Never throws except
+  // std::bad_alloc (add).
+  void add_waker(Waker* waker, std::uint64_t seen);
+  void remove_waker(Waker* waker) noexcept;
   // The watcher's side: one event.
   void note_event() noexcept;
 
@@ -135,6 +142,7 @@ class ZkSession {
   mutable std::mutex events_mutex_;  // declared before conn_: outlives every handle
   std::condition_variable events_cv_;
   std::uint64_t events_{0};
+  std::vector<Waker*> wakers_;  // guarded by events_mutex_
 
   mutable std::mutex mutex_;  // guards conn_ and orphans_
   std::shared_ptr<ZkConn> conn_;
