@@ -192,18 +192,26 @@ inline long long leftovers(const RedisServer& server, const std::string& k) {
          server.raw({"HLEN", redlock::detail::helper_key(k, ":waiters:info")}).integer();
 }
 
-// Keys of this test run on `server` other than fence counters (the run's prefix, and helper
-// keys that wrap it in braces): what a case that used many keys leaves behind.
-inline long long run_keys(const RedisServer& server) {
-  long long n = 0;
+// Keys of this test run on `server` (the run's prefix, and helper keys that wrap it in braces)
+// other than the ones that stay by design (a fence counter, a Semaphore's limit): what a case
+// that used many keys leaves behind, by name.
+inline std::vector<std::string> run_key_names(const RedisServer& server) {
+  const auto ends_with = [](const std::string& name, const std::string& suffix) {
+    return name.size() >= suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  std::vector<std::string> names;
   for (const char* pattern : {"", "{"}) {
     const auto r = server.raw({"KEYS", std::string(pattern) + run_prefix() + "*"});
     for (const auto& e : r.elements()) {
-      const std::string name = e.str();
-      if (name.size() < 6 || name.compare(name.size() - 6, 6, ":fence") != 0) ++n;
+      if (!ends_with(e.str(), ":fence") && !ends_with(e.str(), ":permit:limit"))
+        names.push_back(e.str());
     }
   }
-  return n;
+  return names;
+}
+inline long long run_keys(const RedisServer& server) {
+  return static_cast<long long>(run_key_names(server).size());
 }
 
 }  // namespace redlock::test

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include <asio.hpp>
+#include <asio/experimental/deferred.hpp>
 #include <atomic>
 #include <chrono>
 #include <future>
@@ -350,4 +351,58 @@ TEST_CASE("Async: an io_context run by four threads, coroutines on shared and di
   CHECK(tally.failures.load() == 0);
   CHECK(tally.acquisitions.load() == workers * rounds * 2);
   CHECK(eventually([&] { return redlock::test::run_keys(server) == 0; }));
+}
+
+TEST_CASE("Async failures carry the blocking call's exception types, with every token",
+          "[async][redis][fault]") {
+  RedisServer server;
+  const redlock::Endpoint endpoint = server.endpoint();
+  server.kill9();  // nothing answers there now
+  redlock::Client client(endpoint);
+  redlock::LockOptions options = fast();
+  options.max_unavailable = 300ms;  // a wait rides the outage out this long, then throws
+  redlock::Lock lock(client, key("async-down"), options);
+  IoThreads io;
+  CHECK_THROWS_AS(io.await(redlock::async_acquire(lock, use_awaitable)), redlock::ConnectionError);
+  CHECK_THROWS_AS(io.await(redlock::async_try_acquire_for(lock, 1h, use_awaitable)),
+                  redlock::ConnectionError);
+  // use_future rethrows it too; a callback gets it as the exception_ptr, with an empty Hold.
+  auto future = redlock::async_acquire(lock, asio::use_future);
+  REQUIRE(future.wait_for(30s) == std::future_status::ready);
+  CHECK_THROWS_AS(future.get(), redlock::ConnectionError);
+  std::promise<std::pair<std::exception_ptr, bool>> got;
+  redlock::async_acquire(lock, [&](std::exception_ptr e, redlock::Hold hold) {
+    got.set_value({e, hold.holds()});
+  });
+  auto called = got.get_future();
+  REQUIRE(called.wait_for(30s) == std::future_status::ready);
+  const auto [error, held] = called.get();
+  CHECK_FALSE(held);
+  REQUIRE(error);
+  CHECK_THROWS_AS(std::rethrow_exception(error), redlock::ConnectionError);
+}
+
+TEST_CASE("Async with use_future and deferred tokens", "[async][redis]") {
+  Setup s("async-tokens");
+  IoThreads io;
+  redlock::Lock lock(s.client, s.k, fast());
+  std::future<redlock::Hold> future = redlock::async_acquire(lock, asio::use_future);
+  REQUIRE(future.wait_for(30s) == std::future_status::ready);
+  redlock::Hold hold = future.get();
+  CHECK(hold.holds());
+  auto extended = redlock::async_extend(hold, 20s, asio::use_future);
+  REQUIRE(extended.wait_for(30s) == std::future_status::ready);
+  CHECK(extended.get());
+  // deferred: the Hold is taken by the call (as for every token), the release is sent only when
+  // the deferred operation is launched.
+  auto later = redlock::async_release(hold, asio::experimental::deferred);
+  CHECK_FALSE(hold.holds());
+  std::this_thread::sleep_for(100ms);
+  CHECK(s.server.raw({"EXISTS", s.k}).integer() == 1);  // not launched yet
+  std::promise<bool> released;
+  std::move(later)([&](std::exception_ptr e, bool ok) { released.set_value(!e && ok); });
+  auto done = released.get_future();
+  REQUIRE(done.wait_for(30s) == std::future_status::ready);
+  CHECK(done.get());
+  CHECK(leftovers(s.server, s.k) == 0);
 }
