@@ -2,8 +2,11 @@
 // threads cancelled by timers of random length (so at every stage, racing each other's grants
 // and releases) with mutual exclusion counted; an acquire cancelled while it waits in its
 // object's local queue; a Semaphore's permit waiter and a Redlock's waiter cancelled. Afterwards
-// the servers hold nothing of them.
+// the servers hold nothing of them. And many waiting operations: no thread added, the io thread
+// never blocked.
 #include <catch2/catch.hpp>
+
+#include <dirent.h>
 
 #include <asio.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
@@ -178,4 +181,63 @@ TEST_CASE("Async: a cancelled Redlock waiter leaves nothing on any node",
   CHECK(eventually([&] {
     return leftovers(group[0], k) + leftovers(group[1], k) + leftovers(group[2], k) == 0;
   }));
+}
+
+namespace {
+
+// Threads of this process now (entries of /proc/self/task).
+int thread_count() {
+  int n = 0;
+  if (DIR* dir = ::opendir("/proc/self/task")) {
+    while (const dirent* e = ::readdir(dir)) n += e->d_name[0] != '.' ? 1 : 0;
+    ::closedir(dir);
+  }
+  return n;
+}
+
+asio::awaitable<void> acquire_release(redlock::LockBase& lock) {
+  redlock::Hold hold = co_await redlock::async_acquire(lock, use_awaitable);
+  co_await redlock::async_release(hold, use_awaitable);
+}
+
+// Ticks `n` times every 10 ms on the io thread: it ends only if that thread is never blocked.
+asio::awaitable<int> ticker(int n) {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  int ticks = 0;
+  for (; ticks < n; ++ticks) {
+    timer.expires_after(10ms);
+    co_await timer.async_wait(use_awaitable);
+  }
+  co_return ticks;
+}
+
+}  // namespace
+
+TEST_CASE("Async: many waiting operations add no thread and never block the io thread",
+          "[async][redis][wake]") {
+  for (const bool fair : {false, true}) {
+    INFO("fair " << fair);
+    Setup s(fair ? "async-no-threads-fair" : "async-no-threads");
+    IoThreads io(1);
+    redlock::Lock holder(redlock::Client(s.server.endpoint()), s.k, redlock::test::parked(fair));
+    REQUIRE(holder.try_lock());
+    const int n = redlock::test::rounds(200);
+    std::vector<std::unique_ptr<redlock::Lock>> locks;
+    std::vector<std::future<void>> done;
+    const auto start_one = [&] {
+      locks.push_back(std::make_unique<redlock::Lock>(s.client, s.k, redlock::test::parked(fair)));
+      done.push_back(io.spawn(acquire_release(*locks.back())));
+    };
+    start_one();  // the library's threads for waiting (its loop, the subscriber) exist now
+    REQUIRE(redlock::test::await_parked(s.server, s.k, fair));
+    const int before = thread_count();
+    for (int i = 1; i < n; ++i) start_one();
+    CHECK(io.await(ticker(50)) == 50);  // the io thread runs timers meanwhile
+    if (fair) CHECK(redlock::test::wait_for_queue(s.server, s.k, n, 60s));
+    CHECK(thread_count() == before);
+    holder.unlock();
+    for (auto& f : done) IoThreads::await(std::move(f), std::chrono::seconds(120));
+    CHECK(thread_count() == before);
+    CHECK(eventually([&] { return leftovers(s.server, s.k) == 0; }));
+  }
 }
