@@ -33,8 +33,8 @@ using redlock::test::value_of;
 namespace {
 
 // Takes `from`'s hold into the coroutine, extends it on the coroutine's io thread and hands it
-// back. (References, not Holds by value: GCC 12 miscompiles a coroutine that takes a move-only
-// parameter by value; it crashed with SIGILL here.)
+// back. (References, not Holds by value: this coroutine taking a Hold by value crashed with
+// SIGILL on resumption with GCC 12.2; not investigated further.)
 asio::awaitable<redlock::Hold> extend_and_return(redlock::Hold& from) {
   redlock::Hold hold = std::move(from);
   if (!co_await redlock::async_extend(hold, 20s, use_awaitable))
