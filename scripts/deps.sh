@@ -7,7 +7,7 @@
 #   REDLOCK_DEPS_REDIS   run redis-server (standalone, Sentinel, Cluster: redis-cli --cluster)
 #   REDLOCK_DEPS_TLS     make throwaway certificates (the demo's --tls, the TLS tests)
 #   REDLOCK_DEPS_TEST    what the test suite adds: the above, faketime, PostgreSQL 15, ZooKeeper
-#                        and its JRE
+#                        and its JRE, standalone asio (redlock::asio and its [async] suite)
 # redlock_install_deps installs BUILD and REDIS, plus the packages named as its arguments
 # (test.sh passes "${REDLOCK_DEPS_TEST[@]}" and its stage tools; the demo passes openssl for
 # --tls and nothing else: no Java, no ZooKeeper, no PostgreSQL for any of its topologies).
@@ -16,7 +16,7 @@ REDLOCK_DEPS_BUILD=(g++ cmake make pkg-config libhiredis-dev libssl-dev catch2 l
 REDLOCK_DEPS_REDIS=(redis-server redis-tools)
 REDLOCK_DEPS_TLS=(openssl)
 REDLOCK_DEPS_TEST=("${REDLOCK_DEPS_TLS[@]}" faketime postgresql-15 libpq-dev libzookeeper-mt-dev
-                   zookeeper default-jre-headless)
+                   zookeeper default-jre-headless libasio-dev)
 
 # Prints the packages among "$@" that are not installed, one per line.
 redlock_missing_packages() {

@@ -50,11 +50,16 @@ stage() {  # stage NAME COMMAND...: runs one stage, records the outcome, never s
   fi
 }
 
+# redlock_async_tests (the [async] suite) exists when asio was found: its name, or nothing.
+async_target() {
+  cmake --build "$1" --target help 2>/dev/null | grep -o 'redlock_async_tests' | head -1
+}
 plain() {
   local dir="$REDLOCK_ROOT/build"
   if [ $quick -eq 1 ]; then  # only what the quick tier runs: no bench, torture, examples, demo
     cmake -S "$REDLOCK_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
-      cmake --build "$dir" -j"$(nproc)" --target redlock_tests redlock_tests_cxx20 redlock-run &&
+      cmake --build "$dir" -j"$(nproc)" --target redlock_tests redlock_tests_cxx20 redlock-run \
+        $(async_target "$dir") &&
       (cd "$dir" && ctest --output-on-failure -j2 --timeout 600 -LE "$quick_excluded")
   else
     redlock_build "$dir" && (cd "$dir" && ctest --output-on-failure -j2 --timeout 600)
@@ -65,6 +70,8 @@ plain() {
 # suites' 200 ms connect timeout for the handshake too, which a sanitized build's handshake CPU
 # can exceed; the TLS cases of test_tls.cpp, with 1 s timeouts, run) and as the minimal ACL user
 # (label acl: the same code paths as the plain run, only the login differs), and the docs checks.
+# The async suite (redlock_async_tests, label async) runs in both, whole: under a sanitizer its
+# loops run a quarter of their rounds (tests/async_fixture.hpp, rounds()), the same cases.
 sanitized() {  # sanitized DIR SANITIZERS
   local dir="$REDLOCK_ROOT/$1"
   redlock_build "$dir" -DCMAKE_CXX_COMPILER=clang++ -DREDLOCK_SANITIZE="$2" \
