@@ -5,6 +5,8 @@
 
 #include <functional>
 
+#include "util/sha1.hpp"
+
 namespace redlock {
 namespace detail {
 
@@ -32,21 +34,26 @@ std::shared_ptr<AsyncTask> AsyncDriver::forget(AsyncTask* task) noexcept {
   return kept;
 }
 
+// The thread ends once nothing is ready and no timer is set for kLinger (a waiting task that
+// has no timer is woken by its watch, which starts it again): so no thread of the library runs
+// when no operation needs one, and a thread's OpenSSL state ends with it. mutex_ held.
 void AsyncDriver::start() {
-  if (thread_.joinable()) return;
-  thread_ = std::thread([this] { loop(); });
-  pthread_setname_np(thread_.native_handle(), "redlock-async");
+  if (running_) return;
+  std::thread thread([this] { loop(); });
+  pthread_setname_np(thread.native_handle(), "redlock-async");
+  thread.detach();
+  running_ = true;
 }
 
 std::size_t AsyncDriver::threads() const noexcept {
   std::lock_guard<std::mutex> guard(mutex_);
-  return thread_.joinable() ? 1 : 0;
+  return running_ ? 1 : 0;
 }
 
 void AsyncDriver::schedule(std::shared_ptr<AsyncTask> task) noexcept {
   {
     std::lock_guard<std::mutex> guard(mutex_);
-    if (task->queued_ || stop_) return;
+    if (task->queued_) return;
     try {
       start();
       ready_.push_back(std::move(task));
@@ -61,23 +68,30 @@ void AsyncDriver::schedule(std::shared_ptr<AsyncTask> task) noexcept {
 void AsyncDriver::wake_at(const std::shared_ptr<AsyncTask>& task, SteadyClock::time_point at) {
   std::lock_guard<std::mutex> guard(mutex_);
   const std::uint64_t gen = ++task->timer_gen_;  // an earlier timer of the task is stale now
-  if (at == SteadyClock::time_point::max() || stop_) return;
+  if (at == SteadyClock::time_point::max()) return;
   start();
   const bool earliest = timers_.empty() || at < timers_.top().at;
   timers_.push(Timer{at, gen, task});
   if (earliest) cv_.notify_one();
 }
 
-// The next task to run: a ready one, else the first timer that falls due; null when stopping.
+// The next task to run: a ready one, else the first timer that falls due; null when the thread
+// should end (idle for kLinger). Tasks whose timers went stale are dropped after the lock: a
+// task's end may reach other locks (its watch's subscriber), which call schedule() under theirs.
 std::shared_ptr<AsyncTask> AsyncDriver::next_task() {
+  constexpr auto kLinger = std::chrono::milliseconds(200);
+  std::vector<std::shared_ptr<AsyncTask>> stale;  // destroyed after `lock` is released
+  bool drained = false;
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    if (stop_) return nullptr;
     const auto now = SteadyClock::now();
     while (!timers_.empty() && timers_.top().at <= now) {
       Timer due = timers_.top();
       timers_.pop();
-      if (due.gen != due.task->timer_gen_ || due.task->queued_) continue;
+      if (due.gen != due.task->timer_gen_ || due.task->queued_) {
+        stale.push_back(std::move(due.task));
+        continue;
+      }
       due.task->queued_ = true;
       ready_.push_back(std::move(due.task));
     }
@@ -87,8 +101,25 @@ std::shared_ptr<AsyncTask> AsyncDriver::next_task() {
       task->queued_ = false;
       return task;
     }
+    if (!stale.empty()) {
+      lock.unlock();
+      stale.clear();
+      lock.lock();
+      continue;
+    }
+    if (!drained) {  // about to sleep: its libcrypto state goes first (util/sha1.hpp)
+      lock.unlock();
+      release_thread_crypto_state();
+      drained = true;
+      lock.lock();
+      continue;
+    }
     if (timers_.empty()) {
-      cv_.wait(lock);
+      if (cv_.wait_for(lock, kLinger) == std::cv_status::timeout && ready_.empty() &&
+          timers_.empty()) {
+        running_ = false;  // a schedule() or wake_at() from now on starts a new thread
+        return nullptr;
+      }
     } else {
       cv_.wait_until(lock, timers_.top().at);
     }

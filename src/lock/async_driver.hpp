@@ -43,8 +43,9 @@ class AsyncTask : public std::enable_shared_from_this<AsyncTask>, public Waker {
 
 class AsyncDriver {
  public:
-  // The process's driver; its thread starts with the first task. Never destroyed: at exit its
-  // thread may be in a round trip, and the tasks still waiting stay reachable (not leaks).
+  // The process's driver; its thread starts with a task to run and ends when idle. Never
+  // destroyed: at exit a thread may be in a round trip, and the tasks still waiting stay
+  // reachable (not leaks).
   static AsyncDriver& instance();
   AsyncDriver() = default;
   AsyncDriver(const AsyncDriver&) = delete;
@@ -61,7 +62,7 @@ class AsyncDriver {
   // Runs `task` at `at` unless it runs sooner; replaces its earlier timer. max(): no timer.
   // Throws std::bad_alloc.
   void wake_at(const std::shared_ptr<AsyncTask>& task, SteadyClock::time_point at);
-  // Threads this driver runs (0 before the first task, then 1): for tests and the bench.
+  // Threads this driver runs: 1 while operations need it, else 0 (for tests and the bench).
   std::size_t threads() const noexcept;
 
  private:
@@ -80,8 +81,7 @@ class AsyncDriver {
   std::deque<std::shared_ptr<AsyncTask>> ready_;
   std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;
   std::unordered_map<const AsyncTask*, std::shared_ptr<AsyncTask>> live_;  // adopted tasks
-  bool stop_{false};  // never set: the driver lives as long as the process
-  std::thread thread_;
+  bool running_{false};  // a thread runs loop() (detached; it ends when idle)
 };
 
 }  // namespace detail

@@ -1,6 +1,7 @@
 // src/util/sha1.cpp: SHA-1 digests through OpenSSL's libcrypto (EVP), printed as lowercase hex.
 #include "util/sha1.hpp"
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 
 #include <new>
@@ -23,6 +24,8 @@ std::string sha1_hex(std::string_view data) {
   }
   return out;
 }
+
+void release_thread_crypto_state() noexcept { OPENSSL_thread_stop(); }
 
 }  // namespace detail
 }  // namespace redlock

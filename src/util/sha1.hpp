@@ -13,6 +13,12 @@ namespace detail {
 // Lowercase hex digest (40 characters) of `data`.
 std::string sha1_hex(std::string_view data);
 
+// Frees the calling thread's libcrypto state (its error queue), which libcrypto otherwise frees
+// when the thread ends: for a long-lived library thread about to sleep (lock/async_driver), so
+// that what it holds is not counted as leaked while it sleeps through the process's exit. The
+// next libcrypto call on the thread sets it up again. Never throws.
+void release_thread_crypto_state() noexcept;
+
 }  // namespace detail
 }  // namespace redlock
 
