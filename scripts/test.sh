@@ -15,14 +15,15 @@
 #      headless Chromium screenshots of two pages in build-docs/screenshots/)
 # and ends with one line "stages: N passed, M failed". `--quick` runs stage 1 only, without the
 # ctest labels in quick_excluded below (torture runs, the TLS and ACL re-runs, [slow] cases,
-# the Sentinel, Cluster and PostgreSQL cases, the bench smoke run, the examples and demo runs):
+# the Sentinel, Cluster and PostgreSQL cases, the bench smoke run, the examples and demo runs,
+# the asio token programs, which the quick build leaves out):
 # unit and real-server cases, about 1.5 minutes on 2 cores once built.
 set -uo pipefail
 REDLOCK_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$REDLOCK_ROOT/scripts/deps.sh"
 quick=0
 [ "${1:-}" = "--quick" ] && quick=1
-quick_excluded='torture|tls|acl|slow|sentinel|cluster|postgres|bench|example'
+quick_excluded='torture|tls|acl|slow|sentinel|cluster|postgres|bench|example|asio'
 if [ $quick -eq 1 ]; then
   redlock_install_deps "${REDLOCK_DEPS_TEST[@]}" || exit 1
 else
