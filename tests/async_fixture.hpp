@@ -68,7 +68,10 @@ class IoThreads {
   // Starts `a` on the context and returns its future.
   template <class T>
   std::future<T> spawn(asio::awaitable<T> a) {
-    return asio::co_spawn(context, std::move(a), asio::use_future);
+    // Each coroutine on a strand of its own: with several threads running the context, its
+    // completions and the cancellations its `||` emits must not run at once (asio's rule for a
+    // cancellation slot).
+    return asio::co_spawn(asio::make_strand(context), std::move(a), asio::use_future);
   }
   // Starts `a` and waits for its result (at most `limit`: a hang fails the case, it does not
   // block the suite). Rethrows what the coroutine threw.
