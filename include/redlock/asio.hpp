@@ -20,7 +20,7 @@
 // call:
 // - with the handler's signature `void(std::exception_ptr, T)`: the exception_ptr is null on
 //   success, or holds the exception the blocking call would have thrown (redlock::Error and its
-//   subclasses, std::invalid_argument, std::logic_error), or std::system_error (asio::system_error)
+//   subclasses, std::invalid_argument), or std::system_error (asio::system_error)
 //   with asio::error::operation_aborted after cancellation; T is then value-initialized (an empty
 //   Hold, std::nullopt, false). use_future and use_awaitable rethrow that exception.
 // - on the handler's associated executor (asio::dispatch; the default, asio::system_executor,
@@ -461,11 +461,12 @@ struct AsioStartExtend {
 // lock) is held by a Hold, as LockBase::acquire(). Completes with void(std::exception_ptr, Hold):
 // the Hold, or the exception acquire() would throw (ConnectionError, TimeoutError or
 // QuorumUnavailableError once max_unavailable has passed, ServerError at once, CancelledError
-// after cancel_waits(), std::logic_error if the initiating thread owns `lock`'s thread hold), or
+// after cancel_waits()), or
 // operation_aborted when cancelled (nothing is left held or queued on the servers). Handle and
-// thread acquires of one object queue together, first come, first served. `lock` must stay alive
-// until the operation is initiated (for asio::deferred: until it is launched), not until it ends.
-// Thread-safe, as acquire().
+// thread acquires of one object queue together, first come, first served (one started by the
+// thread that owns the object's thread hold waits for its unlock(): it blocks nothing). `lock` must
+// stay alive until the operation is initiated (for asio::deferred: until it is launched), not until
+// it ends. Thread-safe, as acquire().
 template <ASIO_COMPLETION_TOKEN_FOR(void(std::exception_ptr, Hold)) CompletionToken>
 auto async_acquire(LockBase& lock, CompletionToken&& token) {
   return detail::asio_initiate<detail::AsioHoldResult>(
