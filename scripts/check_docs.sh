@@ -1,20 +1,30 @@
 #!/usr/bin/env bash
 # The documentation stage of CI (scripts/test.sh runs it after the API reference):
 #   1. mkdocs build --strict: docs/ -> build-docs/site/ (a missing page or a bad link fails);
-#      the API reference (build-docs/html/, from doxygen docs/Doxyfile) is copied to site/api/
+#      its hook (scripts/mkdocs_hooks.py) leaves out the files that are not pages and puts the
+#      API reference (doxygen docs/Doxyfile, build-docs/html/) in site/api/
 #   2. every relative link and #anchor of README.md, CHANGELOG.md and docs/ resolves
-#   3. every ```cpp block compiles and links against build/ (fragments are wrapped in a main)
-#   4. every redlock-run line runs against a throwaway redis-server
-#   5. headless Chromium renders two pages of the site: the screenshots
-#      (build-docs/screenshots/*.png) must not be blank, and each page's DOM must hold the
-#      navigation (<nav class="md-nav ...">)
-# Needs mkdocs, mkdocs-material and chromium (test.sh installs them) and build/ configured.
+#   3. every version the docs name is CMakeLists.txt's (scripts/docs_site.py versions)
+#   4. the built site: landing page, navigation, tables, page contents, plots
+#      (scripts/docs_site.py site)
+#   5. the benchmark plots are up to date: scripts/bench_plots.py draws them again from
+#      bench/published/*.json into build-docs/plots/, and they must equal docs/img/bench/
+#   6. every ```cpp block compiles and links against build/ (fragments are wrapped in a main)
+#   7. every ```cmake block is built as a consumer project against build/'s install
+#      (scripts/docs_site.py cmake)
+#   8. every redlock-run line runs against a throwaway redis-server
+#   9. headless Chromium renders the home, getting started and API guide pages at 1280 px: the
+#      screenshots (build-docs/screenshots/*.png) must not be blank, and each page's DOM must
+#      hold the navigation (<nav class="md-nav ...">)
+# Needs mkdocs, mkdocs-material, doxygen, python3-matplotlib and chromium (test.sh installs
+# them) and build/ configured.
 set -uo pipefail
 REDLOCK_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$REDLOCK_ROOT/build}"
 site="$REDLOCK_ROOT/build-docs/site"
 shots="$REDLOCK_ROOT/build-docs/screenshots"
 snippets="$REDLOCK_ROOT/scripts/docs_snippets.py"
+checks="$REDLOCK_ROOT/scripts/docs_site.py"
 failed=0
 step() {  # step NAME COMMAND...: runs one step, reports it, and goes on
   local name="$1" start=$SECONDS
@@ -27,10 +37,15 @@ step() {  # step NAME COMMAND...: runs one step, reports it, and goes on
 }
 
 site_build() {
-  (cd "$REDLOCK_ROOT" && mkdocs build --strict --quiet --site-dir "$site") || return 1
-  if [ -s "$REDLOCK_ROOT/build-docs/html/index.html" ]; then
-    rm -rf "$site/api" && cp -r "$REDLOCK_ROOT/build-docs/html" "$site/api"
-  fi
+  (cd "$REDLOCK_ROOT" && mkdocs build --strict --quiet --site-dir "$site")
+}
+
+# The plots drawn again from the checked-in JSON must be the ones the docs show.
+plots_current() {
+  local fresh="$REDLOCK_ROOT/build-docs/plots"
+  rm -rf "$fresh" && /usr/bin/python3 "$REDLOCK_ROOT/scripts/bench_plots.py" --out "$fresh" &&
+    diff -r "$REDLOCK_ROOT/docs/img/bench" "$fresh" >/dev/null && echo "plots up to date" ||
+    { echo "FAILED docs/img/bench/ differs from scripts/bench_plots.py's output: run it"; return 1; }
 }
 
 # The library, its components and redlock-run, in build/ (already built in a full CI run).
@@ -61,9 +76,15 @@ screenshot() {
 mkdir -p "$shots"
 step "mkdocs build --strict" site_build
 step "links and anchors" python3 "$snippets" links --site "$site"
+step "versions" python3 "$checks" versions
+step "the built site" python3 "$checks" site --site "$site"
+step "plots up to date" plots_current
 step "build the library and redlock-run" targets
 step "C++ blocks compile" python3 "$snippets" compile --build "$build"
+step "CMake blocks build" python3 "$checks" cmake --build "$build"
 step "redlock-run lines run" python3 "$snippets" run --build "$build"
 step "screenshot: home" screenshot index.html home
-step "screenshot: locks and waiting" screenshot locks-and-waiting/index.html locks-and-waiting
+step "screenshot: getting started" screenshot getting-started/index.html getting-started
+step "screenshot: API guide" screenshot api-guide/index.html api-guide
+echo "--- documentation checks: $SECONDS s"
 [ $failed -eq 0 ]

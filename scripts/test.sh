@@ -12,7 +12,8 @@
 #   7. the API reference: doxygen docs/Doxyfile, warnings as errors (build-docs/)
 #   8. the documentation: scripts/check_docs.sh (mkdocs build --strict into build-docs/site/,
 #      links, every C++ block of README.md and docs/ compiled, every redlock-run line run,
-#      headless Chromium screenshots of two pages in build-docs/screenshots/)
+#      the versions, the built site, the benchmark plots, the CMake blocks, headless Chromium
+#      screenshots of three pages in build-docs/screenshots/)
 # and ends with one line "stages: N passed, M failed". `--quick` runs stage 1 only, without the
 # ctest labels in quick_excluded below (torture runs, the TLS and ACL re-runs, [slow] cases,
 # the Sentinel, Cluster and PostgreSQL cases, the bench smoke run, the examples and demo runs,
@@ -113,7 +114,7 @@ api_reference() {
     test -s build-docs/html/index.html)
 }
 documentation() {
-  redlock_install_deps mkdocs mkdocs-material chromium || return 1
+  redlock_install_deps mkdocs mkdocs-material doxygen python3-matplotlib chromium || return 1
   bash "$REDLOCK_ROOT/scripts/check_docs.sh" "$REDLOCK_ROOT/build"
 }
 
