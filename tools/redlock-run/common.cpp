@@ -1,10 +1,12 @@
 // tools/redlock-run/common.cpp: messages and durations (see common.hpp).
 #include "common.hpp"
 
-#include <cstdint>  // std::int64_t
-#include <cstdio>   // std::fputs
-#include <cstring>  // sigabbrev_np
-#include <utility>  // std::pair
+#include <algorithm>  // std::none_of
+#include <cctype>     // std::isspace, std::iscntrl
+#include <cstdint>    // std::int64_t
+#include <cstdio>     // std::fputs
+#include <cstring>    // sigabbrev_np
+#include <utility>    // std::pair
 
 #include "duration.hpp"  // redlock_examples::parse_duration: the syntax shared with the demo
 
@@ -48,6 +50,37 @@ std::string in_our_words(std::string text) {
     }
   }
   return scrub_credentials(std::move(text));
+}
+
+std::string json_string(std::string_view text) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string json = "\"";
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      json += '\\';
+      json += c;
+    } else if (c == '\n') {
+      json += "\\n";
+    } else if (c == '\t') {
+      json += "\\t";
+    } else if (byte < 0x20 || byte == 0x7f) {
+      json += "\\u00";
+      json += kHex[byte >> 4];
+      json += kHex[byte & 0xf];
+    } else {
+      json += c;  // UTF-8 passes through
+    }
+  }
+  return json + "\"";
+}
+
+std::string quoted_word(std::string_view text) {
+  const bool plain = !text.empty() && std::none_of(text.begin(), text.end(), [](char c) {
+    const auto byte = static_cast<unsigned char>(c);
+    return std::isspace(byte) != 0 || std::iscntrl(byte) != 0 || c == '"' || c == '\\' || c == '\'';
+  });
+  return plain ? std::string(text) : json_string(text);
 }
 
 std::string limit_mismatch(const std::string& key, std::size_t ours, std::size_t theirs) {

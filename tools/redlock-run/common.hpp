@@ -43,6 +43,14 @@ std::string scrub_credentials(std::string text);
 // A library message in the words of this tool's command line: no C++ names, no credentials.
 std::string in_our_words(std::string text);
 
+// `text` as a JSON string, quotes included ("a\"b"), control characters escaped (\n, \u0001).
+std::string json_string(std::string_view text);
+
+// `text` as one word of a line: unchanged if it is non-empty and has no white space, control
+// character, quote or backslash; else as json_string() ("pod 7", "a\nb", "\u0001"). The same
+// text always gives the same word.
+std::string quoted_word(std::string_view text);
+
 // --limit `ours` on `key` where the held permits use `theirs`: what to do about it.
 std::string limit_mismatch(const std::string& key, std::size_t ours, std::size_t theirs);
 

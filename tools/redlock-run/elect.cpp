@@ -149,13 +149,7 @@ Outcome lead(const Config& config, Runtime& rt, Candidate& candidate, redlock::S
 
 int run_leader(const Config& config, const std::vector<redlock::Client>& clients) {
   const Candidacy observer = make_candidacy(config, clients, kObserverId);
-  const std::optional<redlock::Leader> leader = observer.election->leader();
-  if (!leader) {
-    if (!config.quiet) say("nobody leads " + config.key);
-    return 1;
-  }
-  std::printf("%s %llu\n", leader->id.c_str(), static_cast<unsigned long long>(leader->term));
-  return 0;
+  return print_leader(config, observer.election->leader());
 }
 
 int run_elect(const Config& config, const std::vector<redlock::Client>& clients, Runtime& rt) {

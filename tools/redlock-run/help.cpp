@@ -68,32 +68,44 @@ Lock:
   --limit N             A semaphore: at most N commands hold KEY at once, each with its own
                         lease, fence and renewal (one server only; not with --fair). Every
                         user of KEY must give the same N: it is stored with the permits, and
-                        another N is refused (64) while a permit is held. Uses
+                        another N is refused (64) while a permit is held, and so is a run
+                        on KEY without --limit (it would hold KEY beside them). Uses
                         {KEY}:permit:1..N, {KEY}:permit:fence, {KEY}:permit:released,
                         {KEY}:permit:limit and (its waiters' queue) {KEY}:permit:waiters.
   --shared              The read side of KEY: several --shared runs hold it at once, a plain
                         run (the write side) excludes them all (a waiting plain run does not
                         hold new ones back). Redis (one server or several) or --zookeeper;
                         not with --limit, --fair or --postgres.
+  --exclusive           The write side of KEY with writer preference: while it waits, no new
+                        --shared run enters, so a steady stream of readers cannot starve it
+                        (a plain run can be). Use it for the writer of keys that --shared
+                        runs read. Redis or --zookeeper; not with --limit, --fair,
+                        --postgres. With several servers, neither side takes --fencing.
 Command:
   --grace DURATION      After a lost lease or a forwarded stop signal, how long the command
                         and every process it started have between SIGTERM (or the signal)
                         and SIGKILL (default 10s).
   --hold                No command: print "held KEY fence N" on stdout once the lock is
                         held, and hold it until stdin closes (exit 0) or a signal.
-  --status              Show whether KEY is held, its remaining ttl and its holder; for a
-                        semaphore (--limit N, or the limit stored with its permits), how
-                        many permits are held and each one's ttl. Exit 0 if held (a
-                        permit), 1 if not.
+  --status              Show whether KEY is held, its remaining ttl and its holder (or the
+                        number of --shared readers holding it); for a semaphore (--limit N,
+                        or the limit stored with its permits), how many permits are held and
+                        each one's ttl; for an election, its leader and term. Exit 0 if held
+                        (a permit, a leader), 1 if not.
   --leader              Print "ID TERM" of the leader of the election KEY (a
                         redlock::Election, on any store), exit 0; exit 1 if none leads
-                        (none claimed, or its lease expired).
+                        (none claimed, or its lease expired). An ID with white space, a
+                        quote, a backslash or a control character is printed as a JSON
+                        string ("pod 7").
+  --format text|json    How --status and --leader print: lines (text, the default) or one
+                        JSON object on one line, for scripts.
   --elect ID            A hot standby for the election KEY, as candidate ID: campaign, run
                         the command while leading (with REDLOCK_TERM and REDLOCK_FENCE, the
                         term), stop it like a lost lease when leadership is lost, and
                         campaign again. Exits when the command exits by itself (its status;
-                        the next candidate takes over at once) or on a stop signal. Not with
-                        --limit, --wait or --no-wait.
+                        the next candidate takes over at once) or on a stop signal. ID has
+                        no white space or control characters. One --key; not with --shared,
+                        --exclusive, --limit, --fair, --wait, --no-wait or -E.
 Output:
   -v, --verbose         Say on stderr when waiting, acquired (the kind of lock: Lock,
                         Redlock and its quorum, Semaphore and its limit; the fence or "no
@@ -106,6 +118,9 @@ Output:
   -h, --help            This text.   --version   The version and the key layout.
 
 Our options end at the first word that is not one of them, or at --.
+One mode at a time (a command, --hold, --status, --leader, --elect), and one kind of lock
+(--shared, --exclusive, --limit, --fair, a repeated --key): other combinations exit 64.
+--status and --leader take no --wait, --no-wait, -E, --fair or --fencing.
 )";
 
 const char kFooter[] = R"(
@@ -114,8 +129,9 @@ Exit status:
   128+N    the command was killed by signal N (or redlock-run got signal N while waiting)
   0        --hold: stdin closed; --status: the key is held; --leader: there is a leader
   1        --status: the key is not held; --leader: nobody leads
-  64       usage error: bad option, duration, URI or key, or a --limit other than
-           the one the holders of a semaphore's permits use
+  64       usage error: bad option, duration, URI or key, options that cannot be
+           combined, a --limit other than the one the holders of a semaphore's
+           permits use, or no --limit on a semaphore's key while its permits are held
   69       unavailable: a server could not be reached or answered with an error (e.g. a
            wrong password), or a Redlock could not reach a quorum of servers
   70       the lease was lost while the command ran

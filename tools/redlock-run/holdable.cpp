@@ -33,6 +33,10 @@ std::unique_ptr<Holdable> choose(const Config& config, const std::vector<redlock
       return std::make_unique<HoldableOf<ReadSide<redlock::zookeeper::ReadWriteLock>>>(
           "ZooKeeper read lock", session, 1, *session, config.key, options);
     }
+    if (config.exclusive) {
+      return std::make_unique<HoldableOf<WriteSide<redlock::zookeeper::ReadWriteLock>>>(
+          "ZooKeeper write lock", session, 1, *session, config.key, options);
+    }
     return std::make_unique<HoldableOf<redlock::zookeeper::Lock>>("ZooKeeper lock", session,
                                                                   *session, config.key, options);
 #endif
@@ -42,13 +46,19 @@ std::unique_ptr<Holdable> choose(const Config& config, const std::vector<redlock
     return std::make_unique<HoldableOf<redlock::MultiLock>>(
         "MultiLock of " + std::to_string(keys.size()) + " keys", nullptr, clients.front(),
         std::move(keys), options);
-  } else if (config.shared) {
+  } else if (config.shared || config.exclusive) {
     const std::size_t quorum = clients.size() / 2 + 1;
+    const std::string kind =
+        std::string("ReadWriteLock, ") + (config.shared ? "read side" : "write side") +
+        (clients.size() == 1
+             ? std::string()
+             : ", quorum " + std::to_string(quorum) + " of " + std::to_string(clients.size()));
+    if (config.exclusive) {
+      return std::make_unique<HoldableOf<WriteSide<redlock::ReadWriteLock>>>(
+          kind, nullptr, quorum, clients, config.key, options);
+    }
     return std::make_unique<HoldableOf<ReadSide<redlock::ReadWriteLock>>>(
-        clients.size() == 1 ? "ReadWriteLock, read side"
-                            : "ReadWriteLock, read side, quorum " + std::to_string(quorum) +
-                                  " of " + std::to_string(clients.size()),
-        nullptr, quorum, clients, config.key, options);
+        kind, nullptr, quorum, clients, config.key, options);
   } else if (config.limit > 0) {
     return std::make_unique<HoldableOf<redlock::Semaphore>>(
         "Semaphore, limit " + std::to_string(config.limit), nullptr, clients.front(), config.key,

@@ -99,6 +99,29 @@ class ReadSide {
   RW rw_;
 };
 
+// The write side of a ReadWriteLock (`RW`: Redis's or ZooKeeper's) with the members HoldableOf<>
+// calls, for --exclusive: a wait (try_lock_until) holds new readers back, unlike a plain Lock on
+// the key (writer preference).
+template <class RW>
+class WriteSide {
+ public:
+  template <class... Args>
+  explicit WriteSide(std::size_t quorum, Args&&... args)
+      : quorum_(quorum), rw_(std::forward<Args>(args)...) {}
+  bool try_lock() { return rw_.try_lock(); }
+  bool try_lock_until(Clock::time_point deadline) { return rw_.try_lock_until(deadline); }
+  void cancel_waits() noexcept { rw_.cancel_waits(); }
+  bool release() { return rw_.release(); }
+  std::uint64_t fence() const noexcept { return rw_.fence(); }
+  milliseconds validity() const noexcept { return rw_.validity(); }
+  redlock::LeaseToken lease() const noexcept { return rw_.lease(); }
+  std::size_t quorum() const noexcept { return quorum_; }
+
+ private:
+  std::size_t quorum_;
+  RW rw_;
+};
+
 // The lock `config` asks for, on `clients` (the Redis servers; unused with --postgres and
 // --zookeeper). Throws UsageError for a key, ttl or server list the library refuses.
 std::unique_ptr<Holdable> make_holdable(const Config& config,

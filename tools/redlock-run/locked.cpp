@@ -16,6 +16,7 @@
 #include "child.hpp"     // launch
 #include "holdable.hpp"  // Holdable, make_holdable
 #include "holder.hpp"    // HolderRecord
+#include "keys.hpp"      // stored_limit, permit_ttls: a semaphore's key
 #include "modes.hpp"
 #include "signals.hpp"     // SignalState
 #include "supervisor.hpp"  // Supervisor
@@ -86,6 +87,27 @@ Acquire acquire(Holdable& lock, const Config& config, const Runtime& rt, int& si
   return got ? Acquire::held : Acquire::busy;
 }
 
+// The keys of a repeated --key that are held now (all of them if none is: released meanwhile),
+// for the message after a refused MultiLock. Never throws.
+std::string held_keys(const redlock::Client& client, const Config& config) {
+  std::vector<std::string> keys{config.key};
+  keys.insert(keys.end(), config.more_keys.begin(), config.more_keys.end());
+  std::vector<std::string> held;
+  try {
+    std::vector<std::vector<std::string_view>> commands;
+    for (const auto& k : keys) commands.push_back({"EXISTS", k});
+    const auto replies = client.pipeline(commands);
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (!replies.at(i).is_error() && replies.at(i).integer() == 1) held.push_back(keys[i]);
+    }
+  } catch (const redlock::Error&) {
+  }
+  if (held.empty()) held = keys;
+  std::string text;
+  for (const auto& k : held) text += (text.empty() ? "" : ", ") + k;
+  return text + (held.size() == 1 ? " is" : " are");
+}
+
 // After a failed attempt: exit status and message for contention or, if a Redlock could not
 // reach a quorum because servers do not answer, unavailability.
 int report_not_acquired(const std::vector<redlock::Client>& clients, const Config& config,
@@ -102,7 +124,9 @@ int report_not_acquired(const std::vector<redlock::Client>& clients, const Confi
   if (!config.quiet) {
     const std::string when = config.no_wait ? std::string("--no-wait")
                                             : "gave up after " + format_duration(*config.wait);
-    say(config.key + " is held elsewhere (" + when + ")");
+    const std::string blamed =
+        config.more_keys.empty() ? config.key + " is" : held_keys(clients.front(), config);
+    say(blamed + " held elsewhere (" + when + ")");
   }
   return config.conflict_exit;
 }
@@ -225,9 +249,34 @@ int after_acquire(const std::vector<redlock::Client>& clients, const Config& con
   return -1;
 }
 
+// A run without --limit on the key of a semaphore whose permits are held would hold the key as
+// a plain lock beside them: refused (64), naming the limit stored with the permits. A server
+// that does not answer skips the check (the wait rides it out). Throws UsageError.
+void refuse_semaphore_key(const Config& config, const std::vector<redlock::Client>& clients) {
+  if (config.limit > 0 || config.shared || config.exclusive || clients.size() != 1) return;
+  std::vector<std::string> keys{config.key};
+  keys.insert(keys.end(), config.more_keys.begin(), config.more_keys.end());
+  for (const auto& k : keys) {
+    std::size_t limit = 0;
+    std::size_t held = 0;
+    try {
+      limit = stored_limit(clients.front(), k);
+      if (limit > 0) held = count_held(permit_ttls(clients.front(), k, limit));
+    } catch (const redlock::Error&) {
+      return;
+    }
+    if (held > 0) {
+      throw UsageError(k + " is a semaphore: " + std::to_string(held) + " of its " +
+                       std::to_string(limit) + " permits are held; without --limit this run " +
+                       "would hold it beside them: give --limit " + std::to_string(limit));
+    }
+  }
+}
+
 }  // namespace
 
 int run_locked(const Config& config, const std::vector<redlock::Client>& clients, Runtime& rt) {
+  refuse_semaphore_key(config, clients);
   const std::unique_ptr<Holdable> lock = make_holdable(config, clients, lock_options(config, rt));
   const int status = after_acquire(clients, config, rt, *lock);
   if (status >= 0) return status;

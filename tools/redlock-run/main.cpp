@@ -47,15 +47,19 @@
 //
 //
 // The parts: options.cpp and help.cpp (the command line), modes.hpp (what a run does: status.cpp,
-// locked.cpp), holdable.cpp (what is locked), child.cpp (fork and exec), supervisor.cpp (the
-// command's process group while it runs), signals.cpp, holder.hpp (<key>:holder), common.cpp.
+// locked.cpp), holdable.cpp (what is locked), keys.cpp (the library's helper keys that --status
+// and the checks read), child.cpp (fork and exec), supervisor.cpp (the command's process group
+// while it runs), signals.cpp, holder.hpp (<key>:holder), common.cpp.
 #include <sys/prctl.h>  // prctl(PR_SET_CHILD_SUBREAPER)
 
 #include <cerrno>     // errno
 #include <cstdio>     // std::fputs
 #include <cstring>    // std::strerror
 #include <exception>  // std::exception
+#include <iterator>   // std::next
+#include <map>        // std::map: RecentLines
 #include <memory>     // std::make_shared
+#include <mutex>      // std::mutex: RecentLines
 #include <stdexcept>  // std::runtime_error
 #include <string>     // std::string
 #include <vector>     // std::vector
@@ -64,6 +68,7 @@
 
 #include "child.hpp"                        // open_descriptors
 #include "common.hpp"                       // say, UsageError, exit statuses
+#include "keys.hpp"                         // helper_key: an election's lock
 #include "metrics/prometheus_observer.hpp"  // PrometheusObserver (examples/metrics/)
 #include "modes.hpp"                        // run_status, run_locked
 #include "options.hpp"                      // Config, parse_command_line
@@ -103,15 +108,45 @@ int run_mode(const Config& config, Runtime& rt) {
   return run_locked(config, clients, rt);
 }
 
-// Library messages on stderr, in our words (warnings; with -v also info). None with -q.
+// The library's lines said in the last minute: one that comes again within it (the same server
+// found unreachable by the lock's connections and by its release watch) is not repeated.
+class RecentLines {
+ public:
+  // True if `line` was not said in the last minute (and records it). Thread-safe.
+  bool first(const std::string& line) {
+    const auto now = Clock::now();
+    std::lock_guard<std::mutex> guard(mutex_);
+    for (auto it = said_.begin(); it != said_.end();) {
+      it = now - it->second >= kWindow ? said_.erase(it) : std::next(it);
+    }
+    return said_.emplace(line, now).second;
+  }
+
+ private:
+  static constexpr std::chrono::seconds kWindow{60};
+  std::mutex mutex_;
+  std::map<std::string, Clock::time_point> said_;
+};
+
+// Library messages on stderr, in our words (warnings; with -v also info), each at most once a
+// minute. None with -q.
 void route_library_messages(const Config& config) {
   if (config.quiet) return;
   const auto shown = config.verbose ? redlock::LogLevel::info : redlock::LogLevel::warn;
+  // An election's lock is the helper key {KEY}:leader: the user named KEY.
+  const std::string leader_key = helper_key(config.key, ":leader");
+  auto recent = std::make_shared<RecentLines>();
   redlock::set_log_handler(
-      [](redlock::LogLevel, std::string_view message) {
+      [leader_key, key = config.key, recent](redlock::LogLevel, std::string_view message) {
         // A lost lease is reported by the Supervisor, with what it does about it.
         const bool ours = message.find(" lost (") != std::string_view::npos;
-        if (!ours) say(in_our_words(std::string(message)));
+        if (ours) return;
+        std::string text = in_our_words(std::string(message));
+        for (auto at = text.find(leader_key); at != std::string::npos;
+             at = text.find(leader_key, at + key.size())) {
+          text.replace(at, leader_key.size(), key);
+        }
+        if (recent->first(text)) say(text);
       },
       shown);
 }

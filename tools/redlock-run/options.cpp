@@ -48,7 +48,19 @@ void check_zookeeper_uri(const std::string& uri) {
 #endif
 }
 
-// Splits REDLOCK_REDIS ("uri uri" or "uri,uri") into URIs.
+// --elect ID: printable, without white space, so that --leader's "ID TERM" line splits at its
+// one space (a script reads it with `read -r id term`).
+void check_candidate_id(const std::string& id) {
+  for (const char c : id) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (std::isspace(byte) != 0 || std::iscntrl(byte) != 0) {
+      throw UsageError("--elect '" + id +
+                       "': a candidate's id has no spaces, tabs, newlines or control characters "
+                       "(--leader prints it as the first word of its line)");
+    }
+  }
+}
+
 // Whether `text` starts with "scheme://" (letters, digits, '+', '-', '.').
 bool starts_uri(std::string_view text) {
   const std::size_t sep = text.find("://");
@@ -116,7 +128,21 @@ struct Raw {
   std::string wait_flag;
   std::optional<std::string> conflict_exit;
   bool key_given{false};
+  // Every option given, as (canonical name, spelling typed), in order: for the checks of options
+  // that cannot be combined, whose messages name the flags as the user typed them.
+  std::vector<std::pair<std::string_view, std::string>> given;
 };
+
+// A pseudo option: --key given more than once (a MultiLock).
+constexpr std::string_view kRepeatedKey = "--key --key";
+
+// The spelling the user typed for the option `name` (canonical), or nullptr if not given.
+const std::string* typed(const Raw& raw, std::string_view name) {
+  for (const auto& [canonical, spelling] : raw.given) {
+    if (canonical == name) return &spelling;
+  }
+  return nullptr;
+}
 
 // Options that take a value, each spelling mapped to one canonical name.
 const std::pair<std::string_view, std::string_view> kValueOptions[] = {
@@ -133,6 +159,7 @@ const std::pair<std::string_view, std::string_view> kValueOptions[] = {
     {"--grace", "--grace"},
     {"--unavailable-timeout", "--unavailable-timeout"},
     {"--limit", "--limit"},
+    {"--format", "--format"},
     {"--metrics", "--metrics"},
     {"--conflict-exit-code", "-E"},
     {"-E", "-E"}};
@@ -144,8 +171,25 @@ std::optional<std::string_view> value_option(std::string_view flag) {
   return std::nullopt;
 }
 
+// --key KEY: the first is the lock; a repeated --key adds one to a MultiLock (all or none).
+void take_key(const std::string& value, Raw& raw, Config& config) {
+  if (value.empty()) throw UsageError("--key needs the name of the lock, got ''");
+  if (value == config.key || std::find(config.more_keys.begin(), config.more_keys.end(), value) !=
+                                 config.more_keys.end()) {
+    throw UsageError("--key '" + value + "' is given twice; give each key once");
+  }
+  if (raw.key_given) {
+    config.more_keys.push_back(value);
+    raw.given.emplace_back(kRepeatedKey, "a repeated --key");
+  } else {
+    config.key = value;
+  }
+  raw.key_given = true;
+}
+
 void take_value(std::string_view name, const std::string& flag, const std::string& value, Raw& raw,
                 Config& config) {
+  raw.given.emplace_back(name, flag);
   if (name == "--redis") {
     check_uri(value, "--redis");
     if (redlock::Endpoint::parse(value).password.size() > 0) config.password_inline = true;
@@ -167,16 +211,13 @@ void take_value(std::string_view name, const std::string& flag, const std::strin
     check_zookeeper_uri(value);
     raw.zookeeper = value;
   } else if (name == "--key") {
-    if (raw.key_given) {
-      config.more_keys.push_back(value);  // a repeated --key: all of them, all or none
-    } else {
-      config.key = value;
-    }
-    raw.key_given = true;
+    take_key(value, raw, config);
   } else if (name == "--ttl") {
     raw.ttl = value;
   } else if (name == "--elect") {
     if (value.empty()) throw UsageError("--elect needs this candidate's id, got ''");
+    if (config.mode == Mode::elect) throw UsageError("--elect is given twice; give one id");
+    check_candidate_id(value);
     config.mode = Mode::elect;
     config.elect_id = value;
   } else if (name == "--wait") {
@@ -188,6 +229,11 @@ void take_value(std::string_view name, const std::string& flag, const std::strin
     raw.unavailable = value;
   } else if (name == "--limit") {
     raw.limit = value;
+  } else if (name == "--format") {
+    if (value != "text" && value != "json") {
+      throw UsageError("--format '" + value + "' is not a format: give text or json");
+    }
+    config.format = value == "json" ? Format::json : Format::text;
   } else if (name == "--metrics") {
     config.metrics = value;
   } else {
@@ -196,25 +242,33 @@ void take_value(std::string_view name, const std::string& flag, const std::strin
 }
 
 // Flags without a value. Returns false if `flag` is not one.
-bool take_flag(std::string_view flag, Config& config) {
+bool take_flag(const std::string& flag, Raw& raw, Config& config) {
   if (flag == "-n" || flag == "--no-wait") {
+    raw.given.emplace_back("--no-wait", flag);
     config.no_wait = true;
   } else if (flag == "--fencing") {
+    raw.given.emplace_back("--fencing", flag);
     config.fencing = true;
   } else if (flag == "--fair") {
+    raw.given.emplace_back("--fair", flag);
     config.fair = true;
   } else if (flag == "--shared") {
+    raw.given.emplace_back("--shared", flag);
     config.shared = true;
+  } else if (flag == "--exclusive") {
+    raw.given.emplace_back("--exclusive", flag);
+    config.exclusive = true;
   } else if (flag == "-q" || flag == "--quiet") {
     config.quiet = true;
   } else if (flag == "-v" || flag == "--verbose") {
     config.verbose = true;
-  } else if (flag == "--hold") {
-    config.mode = Mode::hold;
-  } else if (flag == "--status") {
-    config.mode = Mode::status;
-  } else if (flag == "--leader") {
-    config.mode = Mode::leader;
+  } else if (flag == "--hold" || flag == "--status" || flag == "--leader") {
+    raw.given.emplace_back(flag == "--hold"     ? "--hold"
+                           : flag == "--status" ? "--status"
+                                                : "--leader",
+                           flag);
+    // The mode is set here for the last of them; check_combinations() refuses several.
+    config.mode = flag == "--hold" ? Mode::hold : flag == "--status" ? Mode::status : Mode::leader;
   } else {
     return false;
   }
@@ -222,14 +276,13 @@ bool take_flag(std::string_view flag, Config& config) {
 }
 
 // --limit N: 1 to 10,000 holders at once, one server, no --fair.
-std::size_t parse_limit(const std::string& text, const Config& config) {
+std::size_t parse_limit(const std::string& text) {
   const bool digits = !text.empty() && text.size() <= 5 &&
                       text.find_first_not_of("0123456789") == std::string::npos;
   if (!digits || std::stoul(text) < 1 || std::stoul(text) > redlock::Semaphore::kMaxLimit) {
     throw UsageError("--limit '" + text + "' is not a number of holders (1 to " +
                      std::to_string(redlock::Semaphore::kMaxLimit) + ")");
   }
-  if (config.fair) throw UsageError("--limit and --fair cannot be combined; drop one");
   return std::stoul(text);
 }
 
@@ -294,19 +347,54 @@ void finish_zookeeper(const Raw& raw, Config& config) {
   config.fencing = true;
 }
 
-// --elect: a standby that campaigns until a signal: no --limit, no giving up (--wait,
-// --no-wait). The command always gets the term as REDLOCK_FENCE (and REDLOCK_TERM).
-void finish_elect(Config& config) {
-  if (config.limit > 0) throw UsageError("--elect and --limit cannot be combined; give one");
-  if (config.wait || config.no_wait) {
-    throw UsageError("--elect campaigns until a signal: drop --wait/--no-wait");
+// Options that cannot be given together (canonical names), the one list of them: the modes
+// exclude each other; an election (--elect, --leader) and --status are of one key and hold no
+// lock of a kind (--shared, --exclusive, --limit, --fair) nor wait for one (--wait, --no-wait,
+// -E); the kinds of lock exclude each other. A combination not refused here is documented.
+constexpr std::pair<std::string_view, std::string_view> kConflicts[] = {
+    {"--elect", "--hold"},       {"--elect", "--status"},
+    {"--elect", "--leader"},     {"--hold", "--status"},
+    {"--hold", "--leader"},      {"--status", "--leader"},
+    {"--elect", "--shared"},     {"--elect", "--exclusive"},
+    {"--elect", "--limit"},      {"--elect", "--fair"},
+    {"--elect", "--wait"},       {"--elect", "--no-wait"},
+    {"--elect", "-E"},           {"--elect", kRepeatedKey},
+    {"--leader", "--shared"},    {"--leader", "--exclusive"},
+    {"--leader", "--limit"},     {"--leader", "--fair"},
+    {"--leader", "--wait"},      {"--leader", "--no-wait"},
+    {"--leader", "-E"},          {"--leader", "--fencing"},
+    {"--leader", kRepeatedKey},  {"--status", "--shared"},
+    {"--status", "--exclusive"}, {"--status", "--fair"},
+    {"--status", "--wait"},      {"--status", "--no-wait"},
+    {"--status", "-E"},          {"--status", "--fencing"},
+    {"--status", kRepeatedKey},  {"--shared", "--exclusive"},
+    {"--shared", "--limit"},     {"--shared", "--fair"},
+    {"--shared", kRepeatedKey},  {"--exclusive", "--limit"},
+    {"--exclusive", "--fair"},   {"--exclusive", kRepeatedKey},
+    {"--limit", "--fair"},       {"--limit", kRepeatedKey},
+    {"--fair", kRepeatedKey},    {"--wait", "--no-wait"},
+};
+
+// Refuses two options of kConflicts, and --format outside --status and --leader, naming both
+// flags as typed. Throws UsageError.
+void check_combinations(const Raw& raw, const Config& config) {
+  for (const auto& [a, b] : kConflicts) {
+    const std::string* first = typed(raw, a);
+    const std::string* second = typed(raw, b);
+    if (first != nullptr && second != nullptr) {
+      throw UsageError(*first + " and " + *second + " cannot be combined; drop one of them");
+    }
   }
-  config.fencing = true;
+  if (const std::string* format = typed(raw, "--format");
+      format != nullptr && config.mode != Mode::status && config.mode != Mode::leader) {
+    throw UsageError(*format + " works with --status and --leader only; drop it");
+  }
 }
 
 // Checks what needs several options together, and converts the values.
 void finish_config(const Raw& raw, Config& config) {
-  if (!raw.key_given || config.key.empty()) throw UsageError("--key KEY is required");
+  if (!raw.key_given) throw UsageError("--key KEY is required");
+  check_combinations(raw, config);
   if (raw.postgres && raw.zookeeper) {
     throw UsageError("--postgres and --zookeeper name two stores; give one");
   }
@@ -324,36 +412,33 @@ void finish_config(const Raw& raw, Config& config) {
   }
   config.grace = parse_duration("--grace", raw.grace);
   config.unavailable = parse_duration("--unavailable-timeout", raw.unavailable);
-  if (raw.limit) config.limit = parse_limit(*raw.limit, config);
+  if (raw.limit) config.limit = parse_limit(*raw.limit);
   if (raw.wait) config.wait = parse_duration(raw.wait_flag, *raw.wait);
-  if (raw.wait && config.no_wait) {
-    throw UsageError(raw.wait_flag + " and -n/--no-wait contradict each other; give one");
-  }
   if (raw.conflict_exit) config.conflict_exit = parse_exit_code(*raw.conflict_exit);
   if (config.fair && config.uris.size() > 1) {
     throw UsageError(
         "--fair works with one server only (a queue on several could not agree on "
         "an order); drop --fair or give one --redis");
   }
-  if (config.shared && (config.limit > 0 || config.fair || !config.postgres.empty())) {
-    throw UsageError(std::string("--shared and ") +
-                     (config.limit > 0 ? "--limit"
-                      : config.fair    ? "--fair"
-                                       : "--postgres") +
-                     " cannot be combined; drop one");
+  const char* side = config.shared ? "--shared" : config.exclusive ? "--exclusive" : nullptr;
+  if (side != nullptr && !config.postgres.empty()) {
+    throw UsageError(std::string(side) + " and --postgres cannot be combined; drop one");
   }
-  if (!config.more_keys.empty() && (config.shared || config.limit > 0 || config.fair ||
-                                    config.uris.size() != 1 || config.mode == Mode::status)) {
+  if (side != nullptr && config.fencing && config.uris.size() > 1) {
+    throw UsageError(std::string(side) +
+                     " and --fencing work together with one server only (no fence is agreed "
+                     "across servers); drop --fencing or give one --redis");
+  }
+  if (!config.more_keys.empty() && config.uris.size() != 1) {
     throw UsageError(
-        "a repeated --key (a MultiLock: every key or none) works with one --redis server only, "
-        "and not with --shared, --limit, --fair or --status");
+        "a repeated --key (a MultiLock: every key or none) works with one --redis server only");
   }
   if (config.limit > 0 && config.uris.size() > 1) {
     throw UsageError(
         "--limit works with one server only (a semaphore is not a Redlock); drop "
         "--limit or give one --redis");
   }
-  if (config.mode == Mode::elect) finish_elect(config);
+  if (config.mode == Mode::elect) config.fencing = true;  // the term is REDLOCK_FENCE
   const bool has_command = !config.command.empty();
   if ((config.mode == Mode::run || config.mode == Mode::elect) && !has_command) {
     throw UsageError(
@@ -398,7 +483,7 @@ std::optional<int> parse_command_line(int argc, char** argv, Config& config) {
     if (const auto name = value_option(arg)) {
       if (!inline_value && i + 1 >= argc) throw UsageError(arg + " needs a value");
       take_value(*name, arg, inline_value ? *inline_value : argv[++i], raw, config);
-    } else if (inline_value || !take_flag(arg, config)) {
+    } else if (inline_value || !take_flag(arg, raw, config)) {
       throw UsageError("unknown option " + scrub_credentials(arg) +
                        " (to run a command that starts with '-', put -- before it)");
     }

@@ -23,6 +23,9 @@ namespace redlock_run {
 // whenever elected (see modes.hpp).
 enum class Mode { run, hold, status, leader, elect };
 
+// How --status and --leader print: lines for people, or one JSON object for scripts.
+enum class Format { text, json };
+
 struct Config {
   std::vector<std::string> uris;
   std::string postgres;         // --postgres URI: the lock is a row in that database instead
@@ -41,10 +44,12 @@ struct Config {
   bool quiet{false};
   bool verbose{false};
   Mode mode{Mode::run};
-  std::string elect_id;  // --elect ID: this candidate's id
-  std::size_t limit{0};  // --limit N: a semaphore of N permits; 0: a plain lock
-  bool shared{false};    // --shared: the read side of a ReadWriteLock on KEY
-  std::string metrics;   // --metrics PATH: Prometheus text, written at start and at exit
+  std::string elect_id;   // --elect ID: this candidate's id
+  std::size_t limit{0};   // --limit N: a semaphore of N permits; 0: a plain lock
+  bool shared{false};     // --shared: the read side of a ReadWriteLock on KEY
+  bool exclusive{false};  // --exclusive: its write side (a waiting writer holds new readers back)
+  Format format{Format::text};  // --format: of --status and --leader
+  std::string metrics;          // --metrics PATH: Prometheus text, written at start and at exit
   std::vector<std::string> command;
 };
 
