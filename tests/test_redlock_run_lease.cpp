@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -23,6 +24,9 @@
 #include "redlock_run_tool.hpp"  // Tool, TempDir, run, uri, command_started ...
 #include "support/eventually.hpp"
 #include "support/redis_server.hpp"
+#ifdef REDLOCK_RUN_TESTS_WITH_ZOOKEEPER
+#include "support/zookeeper_server.hpp"
+#endif
 #include "util/key_slot.hpp"  // helper_key: the leader's lock key
 
 using namespace std::chrono_literals;
@@ -248,3 +252,31 @@ TEST_CASE("redlock-run --elect -v says who leads while a standby waits", "[redis
   ::kill(a.pid(), SIGTERM);
   a.wait();
 }
+
+#ifdef REDLOCK_RUN_TESTS_WITH_ZOOKEEPER
+TEST_CASE(
+    "redlock-run --zookeeper: the lease guard lets a healthy session's command run past "
+    "its timeout; --elect exports the validity left",
+    "[zookeeper][cli][election][slow]") {
+  if (!redlock::test::ZooKeeperServer::available()) {
+    if (std::getenv("CI")) FAIL("ZooKeeper is missing in CI");
+    WARN("skipped: no java or ZooKeeper jar");
+    return;
+  }
+  redlock::test::ZooKeeperServer server;
+  const std::string uri = server.uri("/cli?session_timeout=2000");
+  TempDir dir;
+  const auto k = key("run-guard-zk");
+  // 3 s: longer than the session timeout, which the session's background confirmations extend.
+  Tool plain({"--zookeeper", uri, "--key", k, "--", "sleep", "3"});
+  Tool elect({"--zookeeper", uri, "--key", k + "-e", "--elect", "a", "--", "sh", "-c",
+              "echo $REDLOCK_VALIDITY_MS > " + dir / "validity" + "; sleep 3"});
+  CHECK(plain.wait(30s) == 0);
+  CHECK(elect.wait(30s) == 0);
+  INFO(plain.err() << elect.err());
+  CHECK_THAT(plain.err() + elect.err(), !Catch::Contains("lease guard"));
+  const long validity = std::stol("0" + slurp(dir / "validity"));
+  CHECK(validity > 0);
+  CHECK(validity <= 2000);  // the session's, not the unused default --ttl (30000)
+}
+#endif
