@@ -1,10 +1,13 @@
 // tools/redlock-run/elect.cpp: the election modes (see modes.hpp). --leader asks who leads the
 // election KEY, as a redlock::Election that never campaigns sees it. --elect ID is a hot
-// standby: Election::run() campaigns, runs the command in its own process group while leading
-// (with REDLOCK_TERM and REDLOCK_FENCE), stops the group when leadership is lost (SIGTERM, then
-// SIGKILL after --grace) and campaigns again. It exits when the command exits by itself (with
-// its status, after resigning: the next candidate takes over at once), or on a stop signal
-// (forwarded to the command if it runs; 128+N), as `etcdctl elect` and `consul lock` do.
+// standby: it campaigns (Election::campaign(): an error reply ends the run with 69 at once,
+// servers that do not answer after --unavailable-timeout), runs the command in its own process
+// group while leading (Election::run(), with REDLOCK_TERM, REDLOCK_FENCE and the validity left),
+// stops the group when leadership is lost (SIGTERM, then SIGKILL after --grace; the lease guard
+// does it even if redlock-run cannot), says why, and campaigns again on a fresh Election. It
+// exits when the command exits by itself (with its status, after resigning: the next candidate
+// takes over at once), or on a stop signal (forwarded to the command if it runs; 128+N), as
+// `etcdctl elect` and `consul lock` do.
 #include <poll.h>     // poll: drain
 #include <termios.h>  // tcsetpgrp
 #include <unistd.h>   // write, read, getpgrp
