@@ -121,7 +121,7 @@ std::vector<std::string> options(const RedisServer& server, const std::string& k
 }  // namespace
 
 TEST_CASE("redlock-run: a paused supervisor's command ends before the next holder's starts",
-          "[redis][cli][fault]") {
+          "[redis][cli][fault][slow]") {
   RedisServer server;
   const auto k = key("run-guard-lock");
   CHECK(check_no_overlap(options(server, k, {"--grace", "1s"}),
@@ -129,7 +129,7 @@ TEST_CASE("redlock-run: a paused supervisor's command ends before the next holde
 }
 
 TEST_CASE("redlock-run --limit: a paused supervisor's command ends before its permit is reused",
-          "[redis][cli][fault][semaphore]") {
+          "[redis][cli][fault][semaphore][slow]") {
   RedisServer server;
   const auto k = key("run-guard-limit");
   CHECK(check_no_overlap(options(server, k, {"--limit", "1", "--grace", "1s"}),
@@ -138,7 +138,7 @@ TEST_CASE("redlock-run --limit: a paused supervisor's command ends before its pe
 }
 
 TEST_CASE("redlock-run --elect: a paused leader's command ends before the next term's starts",
-          "[redis][cli][fault][election]") {
+          "[redis][cli][fault][election][slow]") {
   RedisServer server;
   const auto k = key("run-guard-elect");
   check_no_overlap(options(server, k, {"--grace", "1s", "--elect", "a"}),
