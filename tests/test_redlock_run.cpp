@@ -30,6 +30,7 @@
 #include <redlock/semaphore.hpp>
 #include <redlock/version.hpp>  // REDLOCK_VERSION_STRING, REDLOCK_KEY_LAYOUT
 
+#include "redlock_run_tool.hpp"  // Tool, TempDir and the shared helpers
 #include "support/eventually.hpp"
 #include "support/redis_cluster.hpp"
 #include "support/redis_server.hpp"
@@ -39,7 +40,6 @@
 
 #include "support/postgres_server.hpp"
 #endif
-#include "redlock_run_tool.hpp"  // Tool, TempDir, run, uri, held, ...
 #include "util/key_slot.hpp"     // helper_key: the names of a lock's helper keys
 
 using namespace std::chrono_literals;

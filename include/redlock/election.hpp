@@ -39,6 +39,7 @@
 #include <redlock/detail/chrono.hpp>      // saturating_ns
 #include <redlock/detail/visibility.hpp>  // REDLOCK_LOCAL
 #include <redlock/errors.hpp>             // what the members throw
+#include <redlock/lease.hpp>              // LeaseToken
 #include <redlock/watchdog.hpp>           // Watchdog
 
 namespace redlock {
@@ -147,6 +148,16 @@ class Election {
 
   // The term while is_leader(), else 0. Never throws. Thread-safe.
   std::uint64_t term() const noexcept;
+
+  // How long this candidate's leadership is still valid (the lease's validity on the steady
+  // clock, reduced by the drift allowance, in milliseconds) while is_leader(), else zero. A
+  // renewal pushes it forward. Never throws. Thread-safe.
+  std::chrono::milliseconds validity() const noexcept;
+
+  // The LeaseToken of the current term (raised when its lease is lost; reason() says why), or
+  // an empty token (lost(), reason expired) when this candidate has not led since its last
+  // resign. Never throws. Thread-safe.
+  LeaseToken lease() const noexcept;
 
   // The current leader as the servers see it, or nothing (no leader, the leader's lease expired,
   // or a new leader's grant not yet claimed). Needs no campaign: any process may ask. One round

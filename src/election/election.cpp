@@ -96,6 +96,8 @@ std::optional<std::uint64_t> Election::try_campaign_for_ns(std::chrono::nanoseco
 bool Election::resign() noexcept { return core_->resign(); }
 bool Election::is_leader() const noexcept { return core_->is_leader(); }
 std::uint64_t Election::term() const noexcept { return core_->term(); }
+std::chrono::milliseconds Election::validity() const noexcept { return core_->validity(); }
+LeaseToken Election::lease() const noexcept { return core_->lease(); }
 std::optional<Leader> Election::leader() const { return core_->leader(); }
 
 void Election::observe(std::function<void(const std::optional<Leader>&)> callback) {

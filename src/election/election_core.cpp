@@ -172,6 +172,17 @@ std::uint64_t ElectionCore::term() const noexcept {
   return fence != 0 && !board_->suspended() ? fence : 0;  // the board's mutex taken alone
 }
 
+std::chrono::milliseconds ElectionCore::validity() const noexcept {
+  if (term() == 0) return std::chrono::milliseconds::zero();
+  std::lock_guard<std::mutex> guard(mutex_);
+  return validity_of(term_.hold.get());
+}
+
+LeaseToken ElectionCore::lease() const noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return term_.lease;
+}
+
 void ElectionCore::stop() noexcept {
   std::shared_ptr<LockCore> campaigning;
   std::shared_ptr<StopState> worker;

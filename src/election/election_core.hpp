@@ -89,6 +89,8 @@ class ElectionCore {
   bool resign() noexcept;
   bool is_leader() const noexcept;
   std::uint64_t term() const noexcept;
+  std::chrono::milliseconds validity() const noexcept;
+  LeaseToken lease() const noexcept;
   std::optional<Leader> leader() const { return board_->read(Look::once).leader; }
   void observe(std::function<void(const std::optional<Leader>&)> callback);
   void run(const std::function<void(StopToken, std::uint64_t)>& worker);

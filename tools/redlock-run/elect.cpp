@@ -1,10 +1,13 @@
 // tools/redlock-run/elect.cpp: the election modes (see modes.hpp). --leader asks who leads the
 // election KEY, as a redlock::Election that never campaigns sees it. --elect ID is a hot
-// standby: Election::run() campaigns, runs the command in its own process group while leading
-// (with REDLOCK_TERM and REDLOCK_FENCE), stops the group when leadership is lost (SIGTERM, then
-// SIGKILL after --grace) and campaigns again. It exits when the command exits by itself (with
-// its status, after resigning: the next candidate takes over at once), or on a stop signal
-// (forwarded to the command if it runs; 128+N), as `etcdctl elect` and `consul lock` do.
+// standby: it campaigns (Election::campaign(): an error reply ends the run with 69 at once,
+// servers that do not answer after --unavailable-timeout), runs the command in its own process
+// group while leading (Election::run(), with REDLOCK_TERM, REDLOCK_FENCE and the validity left),
+// stops the group when leadership is lost (SIGTERM, then SIGKILL after --grace; the lease guard
+// does it even if redlock-run cannot), says why, and campaigns again on a fresh Election. It
+// exits when the command exits by itself (with its status, after resigning: the next candidate
+// takes over at once), or on a stop signal (forwarded to the command if it runs; 128+N), as
+// `etcdctl elect` and `consul lock` do.
 #include <poll.h>     // poll: drain
 #include <termios.h>  // tcsetpgrp
 #include <unistd.h>   // write, read, getpgrp
@@ -82,8 +85,7 @@ Candidacy make_candidacy(const Config& config, const std::vector<redlock::Client
 // signal ends the campaign (Election::stop()).
 class Candidate final : public Holdable {
  public:
-  Candidate(redlock::Election& election, const Config& config)
-      : Holdable("Election"), election_(election), ttl_(config.ttl) {}
+  explicit Candidate(redlock::Election& election) : Holdable("Election"), election_(election) {}
   bool try_lock() override { return election_.try_campaign_for(milliseconds(0)).has_value(); }
   bool try_lock_until(Clock::time_point deadline) override {
     return election_.try_campaign_for(deadline - Clock::now()).has_value();
@@ -94,15 +96,14 @@ class Candidate final : public Holdable {
   }
   bool release() override { return election_.resign(); }
   std::uint64_t fence() const noexcept override { return election_.term(); }
-  milliseconds validity() const noexcept override { return ttl_; }  // at most
-  redlock::LeaseToken lease() const noexcept override { return {}; }
+  milliseconds validity() const noexcept override { return election_.validity(); }
+  redlock::LeaseToken lease() const noexcept override { return election_.lease(); }
   std::size_t quorum() const noexcept override { return 1; }
   // A stop signal came (not a loss of leadership).
   bool stopping() const noexcept { return stopping_; }
 
  private:
   redlock::Election& election_;
-  milliseconds ttl_;
   std::atomic<bool> stopping_{false};
 };
 
@@ -124,11 +125,13 @@ Outcome lead(const Config& config, Runtime& rt, Candidate& candidate, redlock::S
   drain(rt.lost_read);  // a loss noticed after the last term's command had ended
   const int lost_write = rt.lost_write;
   const auto over = std::make_shared<std::atomic<bool>>(false);
-  stop.on_stop([&candidate, lost_write, over] {
+  const redlock::LeaseToken lease = candidate.lease();
+  stop.on_stop([&candidate, lost_write, over, lease] {
     // A stop signal is forwarded by the Supervisor; the end of a term after its command is not
-    // a loss.
+    // a loss. A term that ends with its lease not lost was stepped down from: the store cannot
+    // confirm it (a suspended ZooKeeper session).
     if (candidate.stopping() || *over) return;
-    const auto byte = static_cast<unsigned char>(redlock::LostReason::refused);
+    const auto byte = lease.lost() ? static_cast<unsigned char>(lease.reason()) : kLostUnconfirmed;
     while (::write(lost_write, &byte, 1) < 0 && errno == EINTR) {
     }
   });
@@ -138,11 +141,78 @@ Outcome lead(const Config& config, Runtime& rt, Candidate& candidate, redlock::S
     *over = true;
     return Outcome{-child, false};
   }
-  Outcome outcome = Supervisor(config, rt, nullptr).run(child);
+  Outcome outcome = Supervisor(config, rt, nullptr, &candidate).run(child);
   *over = true;
   if (rt.tty_handed) ::tcsetpgrp(STDIN_FILENO, ::getpgrp());
   if (outcome.lost) say("leadership of " + config.key + " lost; campaigning again");
   return outcome;
+}
+
+// -v: who leads while this candidate waits (once per campaign).
+void report_waiting(redlock::Election& election, const Config& config) {
+  std::string who = "nobody leads yet";
+  try {
+    if (const auto leader = election.leader()) {
+      who = "led by " + leader->id + ", term " + std::to_string(leader->term);
+    }
+  } catch (const redlock::Error& e) {
+    who = in_our_words(e.what());
+  }
+  say("waiting for leadership of " + config.key + " as " + config.elect_id + " (" + who + ")");
+}
+
+// Campaigns until this candidate leads. Returns 0 then; else the exit status: 69 at once for an
+// error reply (a wrong password, an ACL refusal, a key of the wrong type), 69 after
+// --unavailable-timeout of servers that do not answer, 128+N after a stop signal.
+int campaign(redlock::Election& election, const Config& config, const Runtime& rt) {
+  try {
+    if (config.verbose) {
+      try {
+        if (election.try_campaign_for(milliseconds(0))) return 0;
+      } catch (const redlock::CancelledError&) {
+        throw;
+      } catch (const redlock::Error&) {  // campaign() rides it out, or ends with it
+      }
+      report_waiting(election, config);
+    }
+    election.campaign();
+    return 0;
+  } catch (const redlock::CancelledError&) {
+    std::lock_guard<std::mutex> guard(rt.signals->mutex);
+    return 128 + rt.signals->first_stop;
+  } catch (const redlock::Error& e) {
+    say("cannot campaign for " + config.key + ": " + in_our_words(e.what()));
+    return kExitUnavailable;
+  }
+}
+
+// One candidacy: a campaign, then the terms Election::run() serves until the command exits by
+// itself (its status), a stop signal (128+N) or a loss (-1: campaign again, anew).
+int candidacy(const Config& config, const std::vector<redlock::Client>& clients, Runtime& rt) {
+  const Candidacy made = make_candidacy(config, clients, config.elect_id);
+  redlock::Election& election = *made.election;
+  Candidate candidate(election);
+  {
+    std::lock_guard<std::mutex> guard(rt.signals->mutex);
+    if (rt.signals->first_stop != 0) return 128 + rt.signals->first_stop;
+    rt.signals->waiting = &candidate;  // a stop signal from now on ends the candidacy
+  }
+  int status = campaign(election, config, rt);
+  if (status == 0) {
+    std::optional<int> exited;  // the command's status, once it exited by itself
+    election.run([&](redlock::StopToken stop, std::uint64_t term) {
+      const Outcome outcome = lead(config, rt, candidate, std::move(stop), term);
+      if (!outcome.lost) exited = outcome.status;
+      // Either way run() resigns and returns: after a loss the next campaign is ours (its
+      // errors end the run), on a fresh Election.
+      candidate.cancel_waits();
+    });
+    std::lock_guard<std::mutex> guard(rt.signals->mutex);
+    status = exited ? *exited : rt.signals->first_stop != 0 ? 128 + rt.signals->first_stop : -1;
+  }
+  std::lock_guard<std::mutex> guard(rt.signals->mutex);
+  rt.signals->waiting = nullptr;
+  return status;
 }
 
 }  // namespace
@@ -153,25 +223,10 @@ int run_leader(const Config& config, const std::vector<redlock::Client>& clients
 }
 
 int run_elect(const Config& config, const std::vector<redlock::Client>& clients, Runtime& rt) {
-  const Candidacy candidacy = make_candidacy(config, clients, config.elect_id);
-  redlock::Election& election = *candidacy.election;
-  Candidate candidate(election, config);
-  {
-    std::lock_guard<std::mutex> guard(rt.signals->mutex);
-    if (rt.signals->first_stop != 0) return 128 + rt.signals->first_stop;
-    rt.signals->waiting = &candidate;  // a stop signal from now on ends the candidacy
+  for (;;) {
+    const int status = candidacy(config, clients, rt);
+    if (status >= 0) return status;
   }
-  std::optional<int> status;  // the command's, once it exited by itself
-  election.run([&](redlock::StopToken stop, std::uint64_t term) {
-    const Outcome outcome = lead(config, rt, candidate, std::move(stop), term);
-    if (outcome.lost) return;
-    status = outcome.status;
-    candidate.cancel_waits();  // exits by itself: resign (run() does) and stop
-  });
-  std::lock_guard<std::mutex> guard(rt.signals->mutex);
-  rt.signals->waiting = nullptr;
-  if (status) return *status;
-  return rt.signals->first_stop != 0 ? 128 + rt.signals->first_stop : kExitUnavailable;
 }
 
 }  // namespace redlock_run

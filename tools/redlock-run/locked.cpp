@@ -185,13 +185,13 @@ int hold(const std::vector<redlock::Client>& clients, const Config& config, Runt
       return -child;
     }
   }
-  Outcome outcome = Supervisor(config, rt, holder ? &*holder : nullptr).run(child);
+  Outcome outcome = Supervisor(config, rt, holder ? &*holder : nullptr, &lock).run(child);
   if (rt.tty_handed) ::tcsetpgrp(STDIN_FILENO, ::getpgrp());  // back to us; SIGTTOU is blocked
-  if (!outcome.lost && lease.lost()) {
-    // Lost just as the command ended, before on_lost was reported.
+  if (!outcome.lost && config.mode == Mode::hold && lease.lost()) {
+    // Lost just as the hold ended, before on_lost was reported.
     outcome.lost = true;
     say("lease on " + config.key + " lost (" + redlock::to_string(lease.reason()) +
-        ") before the command finished");
+        ") before the hold ended");
   }
   if (holder) holder->erase();
   if (!release(lock, config, /*report_failure=*/!outcome.lost) && !outcome.lost) {

@@ -3,7 +3,10 @@
 // SIGKILL after --grace), refreshing the holder record, and reaping. redlock-run is a child
 // subreaper, so it sees the whole group end.
 //
-//   const Outcome outcome = Supervisor(config, rt, &holder).run(child);
+// A lease guard (guard.hpp) bounds the command's life by the lease's validity even while
+// redlock-run itself cannot run (paused, killed): the supervisor pushes the validity's end to it.
+//
+//   const Outcome outcome = Supervisor(config, rt, &holder, &lock).run(child);
 //   // outcome.status: the command's (shell convention); outcome.lost: the lease was lost.
 #ifndef REDLOCK_RUN_SUPERVISOR_HPP
 #define REDLOCK_RUN_SUPERVISOR_HPP
@@ -11,13 +14,20 @@
 #include <sys/types.h>  // pid_t
 
 #include <string>  // std::string
+#include <vector>  // std::vector
 
-#include "common.hpp"   // Clock
-#include "holder.hpp"   // HolderRecord
-#include "options.hpp"  // Config
-#include "runtime.hpp"  // Runtime
+#include "common.hpp"    // Clock
+#include "guard.hpp"     // Guard
+#include "holdable.hpp"  // Holdable
+#include "holder.hpp"    // HolderRecord
+#include "options.hpp"   // Config
+#include "runtime.hpp"   // Runtime
 
 namespace redlock_run {
+
+// The byte on the lost pipe (otherwise a redlock::LostReason) for a term stepped down from with
+// its lease not lost: the store cannot confirm it (a suspended ZooKeeper session).
+constexpr unsigned char kLostUnconfirmed = 0xFF;
 
 struct Outcome {
   int status{0};
@@ -26,9 +36,11 @@ struct Outcome {
 
 class Supervisor {
  public:
-  // `holder`: the --status record to refresh with the lease, or null (--limit).
-  Supervisor(const Config& config, const Runtime& rt, const HolderRecord* holder)
-      : config_(config), rt_(rt), holder_(holder) {}
+  // `holder`: the --status record to refresh with the lease, or null (--limit). `lock`: the
+  // lease whose validity bounds the command's life (the guard's deadline), or null (--hold).
+  Supervisor(const Config& config, const Runtime& rt, const HolderRecord* holder,
+             const Holdable* lock)
+      : config_(config), rt_(rt), holder_(holder), lock_(lock) {}
 
   // Runs until the command `child` and every process below redlock-run are gone (child <= 0:
   // --hold, until stdin closes or a stop signal). Never throws.
@@ -43,6 +55,15 @@ class Supervisor {
   bool finished();
 
   void signal_command(int signo);
+
+  // Starts the lease guard of the command's group; if it cannot, stops the command.
+  void start_guard();
+
+  // Pushes the guard's deadline to the end of the lease's current validity.
+  void push_deadline();
+
+  // The live processes below redlock-run, but the guard.
+  std::vector<pid_t> others() const;
 
   std::size_t signal_all(int signo);
 
@@ -62,6 +83,9 @@ class Supervisor {
   const Config& config_;
   const Runtime& rt_;
   const HolderRecord* holder_;
+  const Holdable* lock_;
+  Guard guard_;
+  bool guard_done_{false};
   pid_t child_{-1};
   Outcome out_;
   bool child_done_{false};
@@ -70,6 +94,7 @@ class Supervisor {
   std::string last_signal_;
   Clock::time_point kill_at_{kNever};
   Clock::time_point next_refresh_{kNever};
+  Clock::time_point next_push_{kNever};
 };
 
 }  // namespace redlock_run
