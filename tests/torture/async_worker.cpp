@@ -54,7 +54,7 @@ class WorkerCoroutine {
       : seat_(config, index, clients, pg, zookeeper), log_(log), counters_(counters), pool_(pool) {}
 
   awaitable<void> run() {
-    LockBase& lock = seat_.lock.get();
+    LockBase& lock = seat_.lock->get();
     while (mono_ns() < seat_.config.until_ns) {
       counters_.attempts.fetch_add(1);
       std::optional<redlock::Hold> held;

@@ -39,28 +39,69 @@ std::string json_string(const std::string& s) {
   return out + "\"";
 }
 
-// (1): sweep the windows in start order, remembering the one that reaches furthest. Every hold
-// that starts inside it is a violation; the holds it overran form one incident.
-void check_overlaps(const std::vector<const Hold*>& windows, Report& r) {
-  const Hold* reach = nullptr;
+// Two holds exclude each other: any two of one lock or election; a writer and anyone (rwlock);
+// two that share a key (multilock).
+bool conflict(const Hold& a, const Hold& b, Primitive primitive) {
+  if (primitive == Primitive::rwlock) return !(a.shared && b.shared);
+  if (primitive == Primitive::multilock) return (a.keys & b.keys) != 0;
+  return true;
+}
+
+// (1): sweep the windows in start order, keeping those still open. A hold that starts inside an
+// open window it conflicts with is a violation; the earliest such window names the incident.
+void check_overlaps(const std::vector<const Hold*>& windows, Primitive primitive, Report& r) {
+  std::vector<const Hold*> open;
   const Hold* last_incident = nullptr;
   for (const Hold* h : windows) {
-    if (reach != nullptr && h->window_start() < reach->window_end()) {
-      ++r.violations;
-      if (reach->write == WriteResult::rejected || h->write == WriteResult::rejected) {
-        ++r.overlaps_caught;
-      }
-      if (reach != last_incident) {
-        last_incident = reach;
-        ++r.overlap_incidents;
-        if (r.violation_examples.size() < kMaxExamples) {
-          const std::int64_t overlap =
-              std::min(reach->window_end(), h->window_end()) - h->window_start();
-          r.violation_examples.push_back(HoldPair{*reach, *h, overlap});
-        }
-      }
+    open.erase(std::remove_if(open.begin(), open.end(),
+                              [h](const Hold* w) { return w->window_end() <= h->window_start(); }),
+               open.end());
+    const Hold* first = nullptr;
+    for (const Hold* w : open) {
+      if (conflict(*w, *h, primitive) && (first == nullptr || w->t_acq < first->t_acq)) first = w;
     }
-    if (reach == nullptr || h->window_end() > reach->window_end()) reach = h;
+    open.push_back(h);
+    if (first == nullptr) continue;
+    ++r.violations;
+    if (first->write == WriteResult::rejected || h->write == WriteResult::rejected) {
+      ++r.overlaps_caught;
+    }
+    if (first == last_incident) continue;
+    last_incident = first;
+    ++r.overlap_incidents;
+    if (r.violation_examples.size() < kMaxExamples) {
+      const std::int64_t overlap =
+          std::min(first->window_end(), h->window_end()) - h->window_start();
+      r.violation_examples.push_back(HoldPair{*first, *h, overlap});
+    }
+  }
+}
+
+// (5): a reader that asked well after a writer started waiting, and entered before it.
+void check_writer_preference(const std::vector<const Hold*>& windows, Report& r) {
+  for (const Hold* w : windows) {
+    if (w->shared) continue;
+    for (const Hold* reader : windows) {
+      if (!reader->shared || reader->t_req <= w->t_req + kPreferenceSlackNs ||
+          reader->t_acq >= w->t_acq) {
+        continue;
+      }
+      ++r.writer_passes;
+      if (r.pass_examples.size() < kMaxExamples)
+        r.pass_examples.push_back(HoldPair{*w, *reader, 0});
+    }
+  }
+}
+
+// (7): how long after is_leader() turned false the library stopped the worker.
+void check_stops(const std::vector<Hold>& holds, Report& r) {
+  for (const Hold& h : holds) {
+    if (h.t_stop == 0) continue;
+    ++r.stops;
+    if (h.t_unled == 0) continue;
+    const std::int64_t late = h.t_stop - h.t_unled;
+    r.max_stop_late_ns = std::max(r.max_stop_late_ns, late);
+    if (late > kStopSlackNs) ++r.late_stops;
   }
 }
 
@@ -179,7 +220,7 @@ Report check(const LogContents& given, const StoreState& store, const RunInfo& i
       continue;
     }
     ++r.holds;
-    if (h.fence == 0) ++r.zero_fences;
+    if (h.fence == 0 && !h.shared) ++r.zero_fences;  // a reader before any writer reads 0
     switch (h.end) {
       case EndKind::released:
         ++r.released;
@@ -233,8 +274,18 @@ Report check(const LogContents& given, const StoreState& store, const RunInfo& i
   }
   std::sort(windows.begin(), windows.end(),
             [](const Hold* a, const Hold* b) { return a->window_start() < b->window_start(); });
-  check_overlaps(windows, r);
-  check_fence_order_of_holds(windows, r);
+  check_overlaps(windows, info.primitive, r);
+  if (info.primitive == Primitive::rwlock) {
+    check_writer_preference(windows, r);
+    // Fences grow from writer to writer; a reader's is the generation it reads.
+    windows.erase(
+        std::remove_if(windows.begin(), windows.end(), [](const Hold* h) { return h->shared; }),
+        windows.end());
+  }
+  if (info.fenced) check_fence_order_of_holds(windows, r);
+  check_stops(logs.holds, r);
+  r.observer_reads = logs.observer_reads;
+  r.partial_sets = logs.partial_sets;
 
   if (r.applied + r.rejected != r.reached_write) {
     ++r.accounting_errors;
@@ -286,7 +337,18 @@ Report check(const LogContents& given, const StoreState& store, const RunInfo& i
     require(r.violations == 0, "mutual exclusion violations: " + std::to_string(r.violations));
     require(r.fence_inversions == 0, "fence inversions (fence not growing in hold order): " +
                                          std::to_string(r.fence_inversions));
-    require(r.zero_fences == 0, "holds without a fence: " + std::to_string(r.zero_fences));
+    if (info.fenced) {
+      require(r.zero_fences == 0, "holds without a fence: " + std::to_string(r.zero_fences));
+    }
+    require(r.partial_sets == 0, "observer reads that showed a MultiLock set partly held: " +
+                                     std::to_string(r.partial_sets));
+    require(r.late_stops == 0,
+            "worker stops later than " + std::to_string(kStopSlackNs / 1'000'000) +
+                " ms after is_leader() turned false: " + std::to_string(r.late_stops));
+    if (info.writer_preference_enforced) {
+      require(r.writer_passes == 0,
+              "readers that entered ahead of a waiting writer: " + std::to_string(r.writer_passes));
+    }
   }
   r.pass = r.failures.empty();
   return r;
@@ -303,9 +365,9 @@ void print_report(const Report& r, std::FILE* out) {
   };
   const bool model = i.unsafe == Unsafe::none && i.exclusion_enforced;
   std::fprintf(out,
-               "\nredlock-torture: mode=%s unsafe=%s duration=%s processes=%d threads=%d nodes=%d "
-               "ttl=%dms seed=%" PRIu64 "\n",
-               to_string(i.mode), to_string(i.unsafe),
+               "\nredlock-torture: mode=%s primitive=%s unsafe=%s duration=%s processes=%d "
+               "threads=%d nodes=%d ttl=%dms seed=%" PRIu64 "\n",
+               to_string(i.mode), to_string(i.primitive), to_string(i.unsafe),
                format_duration(std::chrono::milliseconds(i.duration_ms)).c_str(), i.processes,
                i.threads, i.nodes, i.ttl_ms, i.seed);
   for (const std::string& n : i.notes) std::fprintf(out, "  note: %s\n", n.c_str());
@@ -361,7 +423,20 @@ void print_report(const Report& r, std::FILE* out) {
   check_row("    workers without stats", r.missing_stats, true);
   check_row("    malformed log records", r.malformed_lines, true);
   check_row("fence inversions in hold order", r.fence_inversions, model);
-  check_row("holds without fence", r.zero_fences, model);
+  check_row("holds without fence", r.zero_fences, model && i.fenced);
+  if (i.primitive == Primitive::rwlock) {
+    check_row("(5) readers ahead of a waiting writer", r.writer_passes,
+              model && i.writer_preference_enforced);
+  }
+  if (i.primitive == Primitive::multilock) {
+    row("(6) observer reads of every key", r.observer_reads);
+    check_row("    reads showing a set partly held", r.partial_sets, model);
+  }
+  if (i.primitive == Primitive::election) {
+    row("(7) terms stopped by the library", r.stops);
+    check_row("    stops late after is_leader() turned false", r.late_stops, model);
+    row("    latest stop after is_leader() false (us)", r.max_stop_late_ns / 1000);
+  }
   for (const std::string& note : r.accounting_notes)
     std::fprintf(out, "  note: %s\n", note.c_str());
   for (const std::string& f : i.worker_failures) std::fprintf(out, "  worker: %s\n", f.c_str());
@@ -380,6 +455,7 @@ void print_report(const Report& r, std::FILE* out) {
   };
   print_pairs("overlapping holds, one pair per incident", r.violation_examples);
   print_pairs("fence inversions", r.inversion_examples);
+  print_pairs("readers ahead of a waiting writer (writer, reader)", r.pass_examples);
   std::fprintf(out,
                "summary: holds = %" PRId64 ", violations = %" PRId64 ", lost updates = %" PRId64
                ", fence order violations = %" PRId64 ", acquisition errors = %" PRId64 "\n",
@@ -407,6 +483,7 @@ std::string to_json(const Report& r) {
     j += "\"" + std::string(key) + "\":" + json_string(v);
   };
   str("mode", to_string(i.mode));
+  str("primitive", to_string(i.primitive));
   str("unsafe", to_string(i.unsafe));
   num("duration_ms", i.duration_ms);
   num("processes", i.processes);
@@ -445,6 +522,12 @@ std::string to_json(const Report& r) {
   num("read_errors", r.read_errors);
   num("late_writes", r.late_writes);
   num("late_writes_applied", r.late_writes_applied);
+  num("writer_passes", r.writer_passes);
+  num("observer_reads", r.observer_reads);
+  num("partial_sets", r.partial_sets);
+  num("stops", r.stops);
+  num("late_stops", r.late_stops);
+  num("max_stop_late_ns", r.max_stop_late_ns);
   num("counter", r.counter);
   num("applied_in_store", r.applied_in_store);
   num("shadow", r.shadow);

@@ -13,6 +13,13 @@
 //      applied + rejected = holds that reached the write (no write ended in an unknown state).
 //  (3) fence order: the store's list of applied fences is strictly increasing.
 //  (4) every hold has an "end" record (released / lost / error), and every worker its "stats".
+//  (5) rwlock: writers overlap nobody, readers overlap only readers (the overlap check (1) with
+//      that conflict rule), and no reader that asked kPreferenceSlackNs after a writer started
+//      waiting entered before that writer.
+//  (6) multilock: two holds overlap only if they share no key (check (1) per key), and no
+//      observer read showed 2 of a MultiLock's 3 keys under one token (a partial set).
+//  (7) election: terms are holds (fence = term), checked by (1)-(4); a stop must reach the
+//      worker within kStopSlackNs of is_leader() turning false.
 //  Also, in the fault model: every hold carries a fence, and fences grow in hold order (holds
 //  with non-empty windows, sorted by start). An inversion there means either an overlap the
 //  conservative windows could not see, or a fence counter that went backwards.
@@ -43,6 +50,12 @@ struct StoreState {
 // How the run was set up and what happened outside the logs.
 struct RunInfo {
   Mode mode{Mode::redlock};
+  Primitive primitive{Primitive::lock};
+  // False where the holds carry no fence to check (a ReadWriteLock on a quorum, MultiLock).
+  bool fenced{true};
+  // rwlock: whether a reader passing a waiting writer fails the run (one store: the writer's
+  // marker is on it) or is only reported (a quorum: best effort where nodes disagree).
+  bool writer_preference_enforced{true};
   Unsafe unsafe{Unsafe::none};
   std::int64_t duration_ms{0};
   int processes{0};
@@ -120,10 +133,25 @@ struct Report {
   std::int64_t zero_fences{0};
   std::int64_t fence_inversions{0};
   std::vector<HoldPair> inversion_examples;
+  // The primitives (checks (5)-(7) in checker.cpp).
+  std::int64_t writer_passes{0};        // rwlock: readers that entered ahead of a waiting writer
+  std::vector<HoldPair> pass_examples;  // (writer, reader)
+  std::int64_t observer_reads{0};       // multilock
+  std::int64_t partial_sets{0};         // multilock: reads that showed a set partly held
+  std::int64_t stops{0};                // election: terms whose worker the library stopped
+  std::int64_t late_stops{0};           // ... more than kStopSlack after is_leader() turned false
+  std::int64_t max_stop_late_ns{0};
 
   bool pass{false};
   std::vector<std::string> failures;  // why it did not pass
 };
+
+// An election's stop may come this long after is_leader() was seen false (the sampling of
+// is_leader() and the callback thread's scheduling); later, the loss was noticed late.
+inline constexpr std::int64_t kStopSlackNs = 50'000'000;
+// rwlock: a reader that asked this long after a writer started waiting was told of it (the
+// writer's first attempt sets its marker within a round trip).
+inline constexpr std::int64_t kPreferenceSlackNs = 50'000'000;
 
 // Runs every check. info.processes says whose stats to expect (workers 0 .. processes-1, but
 // those in info.killed).

@@ -80,6 +80,28 @@ const char* to_string(Unsafe unsafe) noexcept {
   return "none";
 }
 
+const char* to_string(Primitive primitive) noexcept {
+  switch (primitive) {
+    case Primitive::rwlock:
+      return "rwlock";
+    case Primitive::multilock:
+      return "multilock";
+    case Primitive::election:
+      return "election";
+    case Primitive::lock:
+      break;
+  }
+  return "lock";
+}
+
+std::optional<Primitive> parse_primitive(std::string_view text) {
+  if (text == "lock") return Primitive::lock;
+  if (text == "rwlock") return Primitive::rwlock;
+  if (text == "multilock") return Primitive::multilock;
+  if (text == "election") return Primitive::election;
+  return std::nullopt;
+}
+
 std::optional<Mode> parse_mode(std::string_view text) {
   if (text == "redlock") return Mode::redlock;
   if (text == "lock") return Mode::lock;

@@ -41,14 +41,26 @@ std::string format_duration(std::chrono::nanoseconds d);
 enum class Mode { redlock, lock, sentinel, cluster, postgres, postgres_session, zookeeper };
 // Outside the fault model: what the run deliberately breaks (see torture.md).
 enum class Unsafe { none, clock, restart };
+// What the workers take (on the mode's store): a lock (Lock, Redlock, the store's lock), a
+// ReadWriteLock (1 thread in 4 a writer, with writer preference; the others readers), a
+// MultiLock over sets of 3 of the 4 keys kMultiKeys mixed with plain Locks on single keys, or an
+// Election's terms (run(): each term is a hold, its worker's stop ends the hold's window).
+enum class Primitive { lock, rwlock, multilock, election };
 
 const char* to_string(Mode mode) noexcept;
 const char* to_string(Unsafe unsafe) noexcept;
 std::optional<Mode> parse_mode(std::string_view text);
 std::optional<Unsafe> parse_unsafe(std::string_view text);
+const char* to_string(Primitive primitive) noexcept;
+std::optional<Primitive> parse_primitive(std::string_view text);
 
 // The lock every worker thread contends for (on the lock nodes).
 inline constexpr char kLockKey[] = "torture:lock";
+// --primitive multilock: the keys (one hash tag: a cluster keeps them in one slot). A hold's set
+// is a bit mask of them in the hold log.
+inline constexpr int kMultiKeyCount = 4;
+inline constexpr const char* kMultiKeys[kMultiKeyCount] = {"{torture}:m0", "{torture}:m1",
+                                                           "{torture}:m2", "{torture}:m3"};
 
 // Keys in the checker store.
 inline constexpr char kCounterKey[] = "torture:counter";           // the fenced counter

@@ -309,6 +309,12 @@ int run_controller(const Options& o) {
 
   RunInfo info;
   info.mode = o.mode;
+  info.primitive = o.primitive;
+  // A ReadWriteLock on a quorum has no fence (it refuses fencing); a MultiLock's sets are
+  // checked per key, with no fenced counter (disjoint sets hold at once).
+  info.fenced = !(o.primitive == Primitive::multilock ||
+                  (o.primitive == Primitive::rwlock && o.mode == Mode::redlock));
+  info.writer_preference_enforced = o.mode != Mode::redlock;
   info.unsafe = o.unsafe;
   info.duration_ms = std::chrono::duration_cast<std::chrono::milliseconds>(o.duration).count();
   info.processes = o.processes;
@@ -377,11 +383,11 @@ int run_controller(const Options& o) {
   const int long_holds =
       o.long_hold_percent >= 0 ? o.long_hold_percent : (o.unsafe == Unsafe::none ? 1 : 5);
   std::fprintf(stdout,
-               "redlock-torture: mode=%s unsafe=%s duration=%s processes=%d %s=%d seed=%llu "
-               "long holds %d%%, run dir %s, server data under %s\n",
-               to_string(o.mode), to_string(o.unsafe), format_duration(o.duration).c_str(),
-               o.processes, o.async ? "coroutines" : "threads", o.threads,
-               static_cast<unsigned long long>(seed), long_holds, run_dir.c_str(),
+               "redlock-torture: mode=%s primitive=%s unsafe=%s duration=%s processes=%d %s=%d "
+               "seed=%llu long holds %d%%, run dir %s, server data under %s\n",
+               to_string(o.mode), to_string(o.primitive), to_string(o.unsafe),
+               format_duration(o.duration).c_str(), o.processes, o.async ? "coroutines" : "threads",
+               o.threads, static_cast<unsigned long long>(seed), long_holds, run_dir.c_str(),
                data_dir.empty() ? "$TMPDIR" : data_dir.c_str());
   std::fflush(stdout);
 
@@ -437,6 +443,7 @@ int run_controller(const Options& o) {
     WorkerConfig base;
     base.threads = o.threads;
     base.mode = o.mode;
+    base.primitive = o.primitive;
     base.node_ports = ports;
     base.store_port = store->port();
     base.until_ns = until;

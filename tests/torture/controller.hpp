@@ -23,6 +23,7 @@ namespace redlock::torture {
 
 struct Options {
   Mode mode{Mode::redlock};
+  Primitive primitive{Primitive::lock};  // what the workers take (worker.hpp)
   Unsafe unsafe{Unsafe::none};
   std::chrono::nanoseconds duration{std::chrono::seconds(60)};
   int processes{3};

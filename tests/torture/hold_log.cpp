@@ -149,6 +149,7 @@ class Fields {
     out = it->second;
     return true;
   }
+  bool has(const char* key) const { return map_.count(key) != 0; }
   // Optional integer: 0 when absent.
   std::int64_t opt(const char* key) {
     auto it = map_.find(key);
@@ -232,6 +233,12 @@ void parse_log_text(const std::string& text, LogContents& out) {
       out.stats[s.process] = s;
       continue;
     }
+    if (event == "observe") {
+      out.observer_reads += f.opt("reads");
+      out.partial_sets += f.opt("partial");
+      if (!f.ok()) note_problem(out, line);
+      continue;
+    }
     if (event != "acq" && event != "write" && event != "end") {
       note_problem(out, line);
       continue;
@@ -257,6 +264,11 @@ void parse_log_text(const std::string& text, LogContents& out) {
       f.get("t_acq", h.t_acq);
       f.get("deadline", h.deadline);
       f.get("validity_ms", h.validity_ms);
+      std::string side;
+      if (f.has("side")) f.get("side", side);
+      h.shared = side == "r";
+      h.keys = f.opt("keys");
+      h.t_req = f.opt("t_req");
       if (!f.ok()) {
         note_problem(out, line);
         continue;
@@ -289,6 +301,8 @@ void parse_log_text(const std::string& text, LogContents& out) {
       f.get("t_rel", h.t_rel);
       f.get("t_rel_end", h.t_rel_end);
       f.get("deadline", h.deadline_final);
+      h.t_stop = f.opt("t_stop");
+      h.t_unled = f.opt("t_unled");
       if (!f.ok()) {
         note_problem(out, line);
         continue;

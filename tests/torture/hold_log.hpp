@@ -12,6 +12,14 @@
 //   end   p=0 t=1 n=17 kind=released t_rel=<ns> t_rel_end=<ns> deadline=<ns>
 //   errsample p=0 count=12 msg=acquire: redlock: 127.0.0.1:4242 did not answer ...
 //   stats p=0 attempts=900 acquired=850 contended=40 err_timeout=10 ...
+//   observe p=0 reads=5000 partial=0
+//
+// The primitives (primitive_worker.cpp) add fields: "acq" of a ReadWriteLock's hold has
+// side=w|r and t_req=<ns> (when the acquire call started); a MultiLock's (or a plain Lock's, in
+// that mode) keys=<bit mask of kMultiKeys>; an Election term's "end" has t_stop=<ns> (when the
+// library stopped its worker, 0 if it did not) and t_unled=<ns> (when is_leader() was first seen
+// false, 0 if never). "observe" is the MultiLock observer's tally: one-MGET reads of every key,
+// and how many showed a set partly held.
 //
 // ("errsample": a few distinct error messages per process with counts; msg runs to the end of
 // the line.)
@@ -57,6 +65,11 @@ struct Hold {
   std::int64_t t_rel{0};
   std::int64_t t_rel_end{0};
   std::int64_t deadline_final{0};  // from "end"
+  bool shared{false};              // rwlock: a reader's hold (side=r)
+  std::int64_t keys{0};            // multilock: the keys held (bit mask); 0: the one lock
+  std::int64_t t_req{0};           // rwlock: when the acquire call started
+  std::int64_t t_stop{0};          // election: when the library stopped the worker (0: never)
+  std::int64_t t_unled{0};         // election: when is_leader() was first seen false (0: never)
 
   // The window in which the library promised exclusivity, as far as the holder could see:
   // [t_acq, min(latest deadline, release start)]. Empty when end <= start.
@@ -108,6 +121,8 @@ struct LogContents {
   std::map<int, WorkerStats> stats;                   // by process
   std::vector<int> started;                           // processes with a "start" line
   std::map<std::string, std::int64_t> error_samples;  // message -> count, over all processes
+  std::int64_t observer_reads{0};                     // multilock: the observers' one-MGET reads
+  std::int64_t partial_sets{0};                       // ... that showed a set partly held
   std::int64_t malformed_lines{0};
   std::int64_t duplicate_records{0};  // an event seen twice for one hold
   std::vector<std::string> problems;  // first few malformed lines, for the report

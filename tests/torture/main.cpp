@@ -47,6 +47,17 @@ options:
                           zookeeper: a zookeeper::Lock on one ZooKeeper server (SIGSTOP past
                           the session timeout, kill -9 + restart)
                           (the last three when built with their component)
+  --primitive lock|rwlock|multilock|election
+                          what the workers take on the mode's store (default lock):
+                          rwlock: a ReadWriteLock, 1 thread in 4 a writer (writers overlap
+                          nobody, readers only readers, no reader enters ahead of a waiting
+                          writer: enforced on one store, reported on a quorum);
+                          multilock: MultiLocks over 3 of 4 keys mixed with plain Locks on
+                          single keys (no key held twice; in lock mode an observer MGETs the
+                          keys and fails the run on a partly held set; modes lock, sentinel,
+                          cluster); election: every thread a candidate of one Election, run():
+                          terms grow, no two workers run at once, each stop reaches its worker
+                          within 50 ms of is_leader() turning false
   --wait-replicas N       sentinel and cluster modes: Endpoint::wait_replicas of every worker
                           (default 0)
   --duration D            how long workers take the lock: 500ms, 30s, 2m (default 60s)
@@ -170,6 +181,14 @@ int main(int argc, char** argv) {
       }
 #endif
       o.mode = *m;
+    } else if (a == "--primitive") {
+      if (!value(v)) return usage_error("--primitive needs a value");
+      const auto p = redlock::torture::parse_primitive(v);
+      if (!p) {
+        return usage_error("--primitive must be lock, rwlock, multilock or election, not '" + v +
+                           "'");
+      }
+      o.primitive = *p;
     } else if (a == "--unsafe") {
       if (!value(v)) return usage_error("--unsafe needs a value");
       const auto u = redlock::torture::parse_unsafe(v);
@@ -226,6 +245,19 @@ int main(int argc, char** argv) {
       o.mode != redlock::torture::Mode::postgres) {
     return usage_error(
         "--fair needs --mode lock or postgres (fair mode is for a single instance or database)");
+  }
+  using redlock::torture::Mode;
+  using redlock::torture::Primitive;
+  if (o.primitive != Primitive::lock &&
+      (o.async || o.unsafe != redlock::torture::Unsafe::none || o.mode == Mode::postgres_session)) {
+    return usage_error("--primitive " + std::string(to_string(o.primitive)) +
+                       " takes neither --async, --unsafe nor --mode postgres-session");
+  }
+  if (o.primitive == Primitive::multilock && o.mode != Mode::lock && o.mode != Mode::sentinel &&
+      o.mode != Mode::cluster) {
+    return usage_error(
+        "--primitive multilock needs --mode lock, sentinel or cluster (a MultiLock "
+        "is on one Redis instance)");
   }
   return redlock::torture::run_controller(o);
 }

@@ -200,6 +200,70 @@ void checker_cases() {
   }
 }
 
+// --primitive rwlock|multilock|election: the same checker with each primitive's rule; a seeded
+// violation of each must fail the run.
+void primitive_cases() {
+  std::printf("the primitives' checks (--primitive)\n");
+  const auto reader = [](int p, std::int64_t n, std::int64_t start, std::int64_t rel) {
+    Hold h = hold(p, 1, n, 1, start, 990, rel, WriteResult::none);
+    h.shared = true;
+    h.t_req = h.t_acq;
+    return h;
+  };
+  {
+    Case c =
+        make_case({hold(0, 0, 1, 1, 0, 990, 100), reader(1, 1, 200, 600), reader(0, 2, 300, 700)});
+    c.info.primitive = Primitive::rwlock;
+    expect(run(c).pass, "rwlock: readers overlapping readers pass");
+    c.logs.holds.push_back(reader(1, 3, 50, 60));  // a reader inside the writer's window
+    const Report r = run(c);
+    expect(!r.pass && r.violations == 1, "rwlock: a reader inside a writer's window fails");
+  }
+  {
+    Hold writer = hold(0, 0, 1, 1, 500, 990, 510);
+    writer.t_req = 100 * kMs;            // waiting since 100 ms
+    Hold late = reader(1, 1, 300, 400);  // asked at 300 ms, entered before the writer
+    late.t_req = 300 * kMs;
+    Case c = make_case({writer, late});
+    c.info.primitive = Primitive::rwlock;
+    const Report r = run(c);
+    expect(!r.pass && r.writer_passes == 1, "rwlock: a reader passing a waiting writer fails");
+    c.info.writer_preference_enforced = false;
+    expect(run(c).pass, "rwlock on a quorum: a pass is reported, not a failure");
+  }
+  {
+    Hold a = hold(0, 0, 1, 1, 0, 990, 600, WriteResult::none);
+    a.keys = 0b0111;
+    Hold b = hold(1, 0, 1, 1, 100, 990, 200, WriteResult::none);
+    b.keys = 0b1000;
+    Case c = make_case({a, b});
+    c.info.primitive = Primitive::multilock;
+    c.info.fenced = false;
+    expect(run(c).pass, "multilock: disjoint sets hold at once");
+    c.logs.holds[1].keys = 0b1100;  // shares key 2
+    expect(!run(c).pass, "multilock: sets sharing a key overlapping fail");
+    c.logs.holds[1].keys = 0b1000;
+    c.logs.partial_sets = 1;
+    expect(!run(c).pass, "multilock: a partly held set seen by the observer fails");
+  }
+  {
+    Hold term = hold(0, 0, 1, 1, 0, 990, 500);
+    term.end = EndKind::lost;
+    term.t_unled = 400 * kMs;
+    term.t_stop = 420 * kMs;
+    Case c = make_case({term, hold(1, 0, 1, 2, 600, 990, 700)});
+    c.info.primitive = Primitive::election;
+    Report r = run(c);
+    expect(r.pass && r.stops == 1, "election: a stop 20 ms after is_leader() false passes");
+    c.logs.holds[0].t_stop = 560 * kMs;
+    r = run(c);
+    expect(!r.pass && r.late_stops == 1, "election: a stop 160 ms late fails");
+    c.logs.holds[0].t_stop = 420 * kMs;
+    c.logs.holds[1].fence = 1;  // a term that did not grow
+    expect(!run(c).pass, "election: a term that does not grow fails");
+  }
+}
+
 void parser_cases() {
   std::printf("hold log parser\n");
   LogContents logs;
@@ -279,6 +343,7 @@ void duration_cases() {
 
 int run_self_test() {
   checker_cases();
+  primitive_cases();
   parser_cases();
   duration_cases();
   store_cases();

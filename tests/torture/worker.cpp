@@ -58,7 +58,7 @@ class WorkerThread {
       : seat_(config, thread, clients, pg, zookeeper), log_(log), counters_(counters) {}
 
   void run() {
-    LockBase& lock = seat_.lock.get();
+    LockBase& lock = seat_.lock->get();
     while (mono_ns() < seat_.config.until_ns) {
       const nanoseconds bound = acquire_bound(seat_.config);
       counters_.attempts.fetch_add(1);
@@ -92,17 +92,7 @@ class WorkerThread {
         log_, seat_.config.index, seat_.index, ++seat_.seq, [&lock] { return lock.validity(); },
         lock.fence());
 
-    // Read, sleep, write.
-    const std::int64_t t_read = mono_ns();
-    const std::optional<Store::Values> read = seat_.store.read(track.fence());
-    if (!read) {
-      track.read_failed(t_read);
-    } else {
-      HoldSleep sleep = plan_sleep(seat_.rng, seat_.config, track.validity_ms());
-      while (const auto step = sleep.next(track)) std::this_thread::sleep_for(*step);
-      const std::int64_t value = read->counter + 1;
-      track.written(seat_.store.write(track.fence(), value, read->shadow + 1), t_read, value);
-    }
+    read_sleep_write(seat_, track, true);
 
     // Release, and say how it ended.
     track.observe();
@@ -133,6 +123,7 @@ std::vector<std::string> WorkerConfig::to_args() const {
   add("--index", std::to_string(index));
   add("--threads", std::to_string(threads));
   add("--mode", to_string(mode));
+  add("--primitive", to_string(primitive));
   add("--store", std::to_string(store_port));
   add("--until", std::to_string(until_ns));
   add("--log", log_path);
@@ -169,6 +160,10 @@ WorkerConfig parse_worker_args(const std::vector<std::string>& args) {
       const auto m = parse_mode(value);
       if (!m) throw std::invalid_argument("worker: bad --mode " + value);
       c.mode = *m;
+    } else if (name == "--primitive") {
+      const auto p = parse_primitive(value);
+      if (!p) throw std::invalid_argument("worker: bad --primitive " + value);
+      c.primitive = *p;
     } else if (name == "--nodes") {
       std::size_t start = 0;
       while (start <= value.size()) {
@@ -292,7 +287,10 @@ int run_worker(const WorkerConfig& config) {
   }
 
   Counters counters;
-  if (config.async) {
+  if (config.primitive != Primitive::lock) {
+    run_primitive_workers(config, clients, pg ? &*pg : nullptr, zookeeper ? &*zookeeper : nullptr,
+                          log, counters);
+  } else if (config.async) {
     run_async_workers(config, clients, pg ? &*pg : nullptr, zookeeper ? &*zookeeper : nullptr, log,
                       counters);
   } else {

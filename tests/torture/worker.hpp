@@ -33,33 +33,34 @@
 #include <string>   // std::string
 #include <vector>   // std::vector
 
-#include "common.hpp"  // Mode
+#include "common.hpp"  // Mode, Primitive
 
 namespace redlock::torture {
 
 struct WorkerConfig {
-  int index{0};                 // process number p, 0-based
-  int threads{4};               // T
-  Mode mode{Mode::redlock};     // redlock: all node_ports; lock: node_ports[0] only
-  std::vector<int> node_ports;  // the proxies in front of the lock nodes
-  int store_port{0};            // the checker store (direct, no proxy)
-  std::int64_t until_ns{0};     // CLOCK_MONOTONIC deadline: no new acquire after it
-  std::string log_path;         // this process's hold log
-  std::uint64_t seed{0};        // workload randomness (sleeps), not tokens
-  int ttl_ms{1000};             // LockOptions::ttl
-  int acquire_bound_ms{2000};   // try_lock_for bound
-  int long_hold_percent{1};     // see above
-  bool auto_renew{false};       // LockOptions::auto_renew
-  int retry_delay_ms{20};       // LockOptions::retry_delay
-  int wake_on_release{2};       // LockOptions::wake_on_release: 1 all, 0 none, 2 even threads
-  int fair{0};                  // LockOptions::fair: 1 on, -1 off, 0 the lock's default
-  bool async{false};            // T coroutines on one io_context, through <redlock/asio.hpp>
-  std::string sentinel_uri;     // sentinel (cluster) mode: the redis-sentinel:// (redis-cluster://)
-                                // URI (node_ports unused)
-  int wait_replicas{0};         // sentinel mode: Endpoint::wait_replicas
-  std::string postgres_uri;     // postgres modes: the database (node_ports unused)
-  std::string zookeeper_uri;    // zookeeper mode: the zookeeper:// URI (node_ports unused)
-  pid_t parent{0};              // the controller; the worker exits if it is gone
+  int index{0};                          // process number p, 0-based
+  int threads{4};                        // T
+  Mode mode{Mode::redlock};              // redlock: all node_ports; lock: node_ports[0] only
+  Primitive primitive{Primitive::lock};  // what the threads take (primitive_worker.cpp)
+  std::vector<int> node_ports;           // the proxies in front of the lock nodes
+  int store_port{0};                     // the checker store (direct, no proxy)
+  std::int64_t until_ns{0};              // CLOCK_MONOTONIC deadline: no new acquire after it
+  std::string log_path;                  // this process's hold log
+  std::uint64_t seed{0};                 // workload randomness (sleeps), not tokens
+  int ttl_ms{1000};                      // LockOptions::ttl
+  int acquire_bound_ms{2000};            // try_lock_for bound
+  int long_hold_percent{1};              // see above
+  bool auto_renew{false};                // LockOptions::auto_renew
+  int retry_delay_ms{20};                // LockOptions::retry_delay
+  int wake_on_release{2};     // LockOptions::wake_on_release: 1 all, 0 none, 2 even threads
+  int fair{0};                // LockOptions::fair: 1 on, -1 off, 0 the lock's default
+  bool async{false};          // T coroutines on one io_context, through <redlock/asio.hpp>
+  std::string sentinel_uri;   // sentinel (cluster) mode: the redis-sentinel:// (redis-cluster://)
+                              // URI (node_ports unused)
+  int wait_replicas{0};       // sentinel mode: Endpoint::wait_replicas
+  std::string postgres_uri;   // postgres modes: the database (node_ports unused)
+  std::string zookeeper_uri;  // zookeeper mode: the zookeeper:// URI (node_ports unused)
+  pid_t parent{0};            // the controller; the worker exits if it is gone
 
   // The arguments after the executable name (starting with "--worker").
   std::vector<std::string> to_args() const;

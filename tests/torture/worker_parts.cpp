@@ -115,8 +115,7 @@ void Counters::acquire_failed(const std::exception_ptr& error) {
 // ---------------------------------------------------------------------------------------------
 // The lock
 
-ModeLock::ModeLock(const WorkerConfig& config, int thread, const std::vector<Client>& clients,
-                   PgDatabase* pg, ZooKeeperSession* zookeeper) {
+LockOptions thread_options(const WorkerConfig& config, int thread) {
   LockOptions options;
   options.ttl = milliseconds(config.ttl_ms);
   options.retry_delay = milliseconds(config.retry_delay_ms);
@@ -126,6 +125,12 @@ ModeLock::ModeLock(const WorkerConfig& config, int thread, const std::vector<Cli
   options.fencing = true;
   options.auto_renew = config.auto_renew;
   if (config.fair != 0) options.fair = config.fair > 0;  // 0: the lock's default
+  return options;
+}
+
+ModeLock::ModeLock(const WorkerConfig& config, int thread, const std::vector<Client>& clients,
+                   PgDatabase* pg, ZooKeeperSession* zookeeper) {
+  const LockOptions options = thread_options(config, thread);
   if (pg != nullptr) {
     lock_ = &pg_.emplace(*pg, kLockKey, options);
   } else if (config.mode == Mode::zookeeper) {
@@ -146,13 +151,14 @@ ModeLock::ModeLock(const WorkerConfig& config, int thread, const std::vector<Cli
 // Records, sleeps, bounds
 
 HoldTrack::HoldTrack(HoldLogWriter& log, int p, int t, std::int64_t n,
-                     std::function<milliseconds()> validity, std::uint64_t fence)
+                     std::function<milliseconds()> validity, std::uint64_t fence,
+                     const std::string& extra)
     : log_(log), p_(p), t_(t), n_(n), validity_(std::move(validity)), fence_(fence) {
   const std::int64_t t_acq = mono_ns();
   validity_ms_ = validity_().count();
   observed_ = t_acq + validity_ms_ * 1'000'000;
   log_.write_line(prefix("acq") + " fence=" + std::to_string(fence_) + field("t_acq", t_acq) +
-                  field("deadline", observed_) + field("validity_ms", validity_ms_));
+                  field("deadline", observed_) + field("validity_ms", validity_ms_) + extra);
 }
 
 void HoldTrack::observe() {
@@ -171,10 +177,10 @@ void HoldTrack::written(WriteResult result, std::int64_t t_read, std::int64_t va
                   field("t_write_end", t_write_end) + field("value", value));
 }
 
-void HoldTrack::ended(EndKind kind, std::int64_t t_rel) {
+void HoldTrack::ended(EndKind kind, std::int64_t t_rel, const std::string& extra) {
   const std::int64_t t_rel_end = mono_ns();
   log_.write_line(prefix("end") + " kind=" + to_string(kind) + field("t_rel", t_rel) +
-                  field("t_rel_end", t_rel_end) + field("deadline", observed_));
+                  field("t_rel_end", t_rel_end) + field("deadline", observed_) + extra);
 }
 
 std::string HoldTrack::prefix(const char* event) const {
@@ -208,8 +214,34 @@ Seat::Seat(const WorkerConfig& config, int index, const std::vector<Client>& cli
       index(index),
       store(config.store_port),
       rng(config.seed * 1'000'003ULL + static_cast<std::uint64_t>(config.index) * 1'009ULL +
-          static_cast<std::uint64_t>(index)),
-      lock(config, index, clients, pg, zookeeper) {}
+          static_cast<std::uint64_t>(index)) {
+  if (config.primitive == Primitive::lock) lock.emplace(config, index, clients, pg, zookeeper);
+}
+
+// The fenced read-sleep-write of one hold (a lock's, a writer's, a term's), or only the sleep.
+// `stopped` ends a long sleep early (an election's stop).
+void read_sleep_write(Seat& seat, HoldTrack& track, bool write,
+                      const std::function<bool()>& stopped) {
+  const std::int64_t t_read = mono_ns();
+  std::optional<Store::Values> read;
+  if (write) {
+    read = seat.store.read(track.fence());
+    if (!read) {
+      track.read_failed(t_read);
+      return;
+    }
+  }
+  HoldSleep sleep = plan_sleep(seat.rng, seat.config, track.validity_ms());
+  while (const auto step = sleep.next(track)) {
+    if (stopped()) return;
+    std::this_thread::sleep_for(*step);
+  }
+  if (write && !stopped()) {
+    const std::int64_t value = read->counter + 1;
+    track.written(seat.store.write(track.fence(), value, read->shadow + 1), t_read, value);
+  }
+}
+
 nanoseconds acquire_bound(const WorkerConfig& config) {
   const std::int64_t left = config.until_ns - mono_ns();
   return nanoseconds(std::max<std::int64_t>(

@@ -100,6 +100,10 @@ struct Counters {
   std::map<std::string, std::int64_t> samples;  // guarded by mutex
 };
 
+// Thread (coroutine) `thread`'s lock options: ttl, retry_delay, wake_on_release, fencing on,
+// auto_renew and fair as the run's configuration says.
+LockOptions thread_options(const WorkerConfig& config, int thread);
+
 // The lock of the run's mode, with thread `thread`'s options; each thread (coroutine) owns one,
 // so they contend through the servers, not through one object's local queue.
 class ModeLock {
@@ -122,7 +126,8 @@ class ModeLock {
 std::string field(const char* key, std::int64_t value);
 
 // What each thread (coroutine) of a worker owns: its number, its connection to the store, its
-// workload randomness (sleeps only; tokens are the library's), its lock and its hold count.
+// workload randomness (sleeps only; tokens are the library's), its lock (--primitive lock; the
+// other primitives' threads own theirs: primitive_worker.cpp) and its hold count.
 struct Seat {
   Seat(const WorkerConfig& config, int index, const std::vector<Client>& clients, PgDatabase* pg,
        ZooKeeperSession* zookeeper);
@@ -131,7 +136,7 @@ struct Seat {
   const int index;
   Store store;
   std::mt19937_64 rng;
-  ModeLock lock;
+  std::optional<ModeLock> lock;
   std::int64_t seq{0};
 };
 
@@ -143,8 +148,10 @@ class HoldTrack {
   // Writes the "acq" record of hold n of process p, thread (coroutine) t. Takes the time *before*
   // asking for validity(): t + validity() is then never later than the library's own deadline
   // (validity() is "deadline - its now", rounded down).
+  // `extra`: more " key=value" fields for the "acq" record (the primitives' side, keys, t_req).
   HoldTrack(HoldLogWriter& log, int p, int t, std::int64_t n,
-            std::function<std::chrono::milliseconds()> validity, std::uint64_t fence);
+            std::function<std::chrono::milliseconds()> validity, std::uint64_t fence,
+            const std::string& extra = {});
 
   std::uint64_t fence() const noexcept { return fence_; }
   std::int64_t validity_ms() const noexcept { return validity_ms_; }
@@ -153,8 +160,8 @@ class HoldTrack {
   // The "write" record: the read failed at t_read, or the write ended now with `result`.
   void read_failed(std::int64_t t_read);
   void written(WriteResult result, std::int64_t t_read, std::int64_t value);
-  // The "end" record: released at t_rel, done now; the latest deadline seen.
-  void ended(EndKind kind, std::int64_t t_rel);
+  // The "end" record: released at t_rel, done now; the latest deadline seen; `extra` as above.
+  void ended(EndKind kind, std::int64_t t_rel, const std::string& extra = {});
 
  private:
   std::string prefix(const char* event) const;
@@ -183,6 +190,13 @@ struct HoldSleep {
 };
 HoldSleep plan_sleep(std::mt19937_64& rng, const WorkerConfig& config, std::int64_t validity_ms);
 
+// One hold's work: the fenced read of the counter (when `write`), the planned sleep, the fenced
+// write of counter + 1, with their records. `stopped` returning true ends it early, before the
+// write (an election's worker stop).
+void read_sleep_write(
+    Seat& seat, HoldTrack& track, bool write,
+    const std::function<bool()>& stopped = [] { return false; });
+
 // The acquire bound of the next attempt: --acquire-bound, cut at the run's end, at least 1 ms.
 std::chrono::nanoseconds acquire_bound(const WorkerConfig& config);
 
@@ -192,6 +206,12 @@ std::chrono::nanoseconds acquire_bound(const WorkerConfig& config);
 void run_async_workers(const WorkerConfig& config, const std::vector<Client>& clients,
                        PgDatabase* pg, ZooKeeperSession* zookeeper, HoldLogWriter& log,
                        Counters& counters);
+
+// --primitive rwlock|multilock|election: config.threads threads, each taking its share of the
+// primitive until config.until_ns (primitive_worker.cpp).
+void run_primitive_workers(const WorkerConfig& config, const std::vector<Client>& clients,
+                           PgDatabase* pg, ZooKeeperSession* zookeeper, HoldLogWriter& log,
+                           Counters& counters);
 
 }  // namespace redlock::torture
 
