@@ -6,6 +6,7 @@
 
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>  // sockaddr_in
+#include <poll.h>        // poll
 #include <sys/socket.h>  // socket, connect, shutdown, recv
 #include <sys/time.h>    // timeval
 #include <unistd.h>      // close
@@ -291,6 +292,35 @@ TEST_CASE("FaultProxy closes the pair on EOF or a dead upstream", "[fault]") {
     CHECK_FALSE(ping(c.get()));
     CHECK(eventually([&] { return proxy.connections() == 0; }));
   }
+}
+
+TEST_CASE(
+    "FaultProxy half_open: a server side that ends behind the blackhole leaves the client's open",
+    "[fault]") {
+  TestServer redis;
+  FaultProxy proxy("127.0.0.1", redis.port());
+  ContextPtr c = connect_to(proxy.port(), 300ms);
+  REQUIRE(ping(c.get()));
+  ReplyPtr id = command(c.get(), {"CLIENT", "ID"});
+  REQUIRE(id);
+  REQUIRE(id->type == REDIS_REPLY_INTEGER);
+  ContextPtr direct = connect_to(redis.port());
+
+  proxy.set_half_open(true);
+  proxy.set_blackhole(true);
+  ReplyPtr killed = command(direct.get(), {"CLIENT", "KILL", "ID", std::to_string(id->integer)});
+  REQUIRE(killed);
+  CHECK(killed->integer == 1);
+  std::this_thread::sleep_for(200ms);
+  CHECK(proxy.connections() == 1);  // no FIN passed on: the client's side is half-open
+  pollfd fd{c->fd, POLLIN, 0};
+  CHECK(::poll(&fd, 1, 0) == 0);
+
+  proxy.clear();  // healed: the first bytes the client sends are answered with RST
+  CHECK_FALSE(ping(c.get()));
+  CHECK((c->err == REDIS_ERR_IO || c->err == REDIS_ERR_EOF));
+  CHECK(eventually([&] { return proxy.connections() == 0; }));
+  CHECK(fresh_ping(proxy.port()));
 }
 
 TEST_CASE("FaultProxy destructor closes live connections", "[fault]") {

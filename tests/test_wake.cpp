@@ -22,15 +22,17 @@
 #include "io/connection.hpp"  // ClientImpl::subscriber()
 #include "support/clock.hpp"
 #include "support/redis_server.hpp"
-#include "util/blocked_waits.hpp"  // blocked_waits, futex_hash_requested
-#include "util/key_slot.hpp"       // helper_key: the names of a lock's helper keys
-#include "util/token.hpp"          // make_token
-#include "watch/subscriber.hpp"    // Subscriber stats: the channel map
+#include "support/waiter_thread.hpp"  // pubsub_connections
+#include "util/blocked_waits.hpp"     // blocked_waits, futex_hash_requested
+#include "util/key_slot.hpp"          // helper_key: the names of a lock's helper keys
+#include "util/token.hpp"             // make_token
+#include "watch/subscriber.hpp"       // Subscriber stats: the channel map
 
 using namespace std::chrono_literals;
 using redlock::detail::helper_key;
 using redlock::test::key;
 using redlock::test::monotonic_us;
+using redlock::test::pubsub_connections;
 using redlock::test::RedisServer;
 using redlock::test::ServerGroup;
 using Clock = std::chrono::steady_clock;
@@ -427,13 +429,6 @@ TEST_CASE("A try_lock_for queued behind this process's waiters still tries once 
   ahead.cancel_waits();
   waiter.join();
 }
-
-namespace {
-long long pubsub_connections(const RedisServer& server) {
-  const std::string list = server.raw({"CLIENT", "LIST", "TYPE", "pubsub"}).str();
-  return static_cast<long long>(std::count(list.begin(), list.end(), '\n'));
-}
-}  // namespace
 
 TEST_CASE("Clients to one server share one subscriber connection and thread",
           "[redis][wake][load]") {

@@ -17,6 +17,7 @@
 #include "io/connection.hpp"  // ClientImpl::subscriber()
 #include "support/eventually.hpp"
 #include "support/redis_server.hpp"
+#include "support/waiter_thread.hpp"
 #include "util/key_slot.hpp"        // helper_key
 #include "watch/release_watch.hpp"  // make_release_watch: the watch a fair waiter uses
 #include "watch/subscriber.hpp"     // SubscriberStats::loans
@@ -26,6 +27,7 @@ using redlock::detail::helper_key;
 using redlock::test::eventually;
 using redlock::test::key;
 using redlock::test::RedisServer;
+using redlock::test::Waiter;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -47,43 +49,6 @@ long long subscribers(const RedisServer& server, const std::string& channel) {
   const auto r = server.raw({"PUBSUB", "NUMSUB", channel});
   return r.elements().size() == 2 ? r.elements()[1].integer() : -1;
 }
-
-// A thread that waits for `k` in lock() and records when it got it.
-class Waiter {
- public:
-  Waiter(redlock::Client& client, const std::string& k, redlock::LockOptions o)
-      : lock_(client, k, o), thread_([this] { run(); }) {}
-  ~Waiter() {
-    lock_.cancel_waits();
-    if (thread_.joinable()) thread_.join();
-  }
-  Waiter(const Waiter&) = delete;
-  Waiter& operator=(const Waiter&) = delete;
-
-  bool done() const { return done_.load(); }
-  bool cancelled() const { return cancelled_.load(); }
-  Clock::time_point at() const { return at_.load(); }
-  void cancel() { lock_.cancel_waits(); }
-
- private:
-  void run() {
-    try {
-      lock_.lock();
-      at_ = Clock::now();
-      lock_.unlock();
-    } catch (const redlock::CancelledError&) {
-      at_ = Clock::now();
-      cancelled_ = true;
-    }
-    done_ = true;
-  }
-
-  redlock::Lock lock_;
-  std::atomic<bool> done_{false};
-  std::atomic<bool> cancelled_{false};
-  std::atomic<Clock::time_point> at_{};
-  std::thread thread_;
-};
 
 // Its first on_wake hook takes 3 s (a slow metrics sink).
 struct SlowFirstWake : redlock::Observer {

@@ -2,6 +2,8 @@
 #include "io/transport.hpp"
 
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -117,6 +119,17 @@ bool Transport::buffered() const noexcept { return layer_ && layer_->buffered();
 bool Transport::readable_now() const noexcept {
   pollfd fd{fd_, POLLIN, 0};
   return buffered() || ::poll(&fd, 1, 0) != 0;
+}
+
+bool Transport::keep_alive(std::chrono::seconds idle, std::chrono::seconds interval,
+                           int probes) noexcept {
+  const int on = 1;
+  const int idle_s = static_cast<int>(idle.count());
+  const int interval_s = static_cast<int>(interval.count());
+  return ::setsockopt(fd_, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) == 0 &&
+         ::setsockopt(fd_, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s) == 0 &&
+         ::setsockopt(fd_, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s) == 0 &&
+         ::setsockopt(fd_, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes) == 0;
 }
 
 }  // namespace detail

@@ -129,6 +129,10 @@ class Transport {
   // True if the peer closed or sent something: for an idle pooled connection, which must have
   // nothing to read, either means it is unusable. Never blocks.
   bool readable_now() const noexcept;
+  // Turns on TCP keepalive: the first probe after `idle` without traffic, then one per
+  // `interval`; the kernel fails the connection (ETIMEDOUT) after `probes` unanswered ones.
+  // False if the socket is not TCP (a unix socket) or refused an option. Never throws.
+  bool keep_alive(std::chrono::seconds idle, std::chrono::seconds interval, int probes) noexcept;
 
  private:
   void close() noexcept;

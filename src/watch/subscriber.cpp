@@ -255,6 +255,7 @@ void Subscriber::run() noexcept {
       if (timeout_ms == 0) continue;  // send the UNSUBSCRIBEs first
       timeout_ms = close_if_idle(connection, timeout_ms);
       if (!connection) continue;
+      timeout_ms = probe(*connection, timeout_ms);
       if (wait_readable(connection.get(), timeout_ms)) read_replies(*connection);
     } catch (const std::exception& e) {
       lost(connection, e.what());
@@ -324,6 +325,9 @@ std::unique_ptr<Connection> Subscriber::reconnect(std::chrono::milliseconds& bac
   }
   backoff = std::chrono::milliseconds(10);
   sent_.clear();
+  ping_sent_.reset();
+  heard();  // the handshake's answer
+  connection->transport.keep_alive(kKeepAliveIdle, kKeepAliveInterval, kKeepAliveProbes);
   std::lock_guard<std::mutex> guard(mutex_);
   resubscribe_all();
   return connection;
@@ -369,6 +373,41 @@ void Subscriber::send_outgoing(Connection& connection) {
     }
   }
   write_all(connection, link_.address);
+}
+
+void Subscriber::heard() noexcept {
+  heard_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+               std::memory_order_relaxed);
+}
+
+std::chrono::steady_clock::time_point Subscriber::ping_due() const noexcept {
+  const std::chrono::steady_clock::duration since(heard_.load(std::memory_order_relaxed));
+  return std::chrono::steady_clock::time_point(since) + kPingAfter;
+}
+
+int Subscriber::probe(Connection& connection, int timeout_ms) {
+  const auto now = std::chrono::steady_clock::now();
+  const auto due = ping_due();
+  auto look_at = due;
+  if (ping_sent_ && *ping_sent_ >= due - kPingAfter) {  // nothing read since the PING
+    look_at = *ping_sent_ + kPingAnswer;
+    if (now >= look_at) {
+      // What came meanwhile (the process may have been stopped) is read before judging.
+      if (connection.transport.readable_now()) return 0;
+      throw TimeoutError(fmt::format("no answer to PING within {} ms", kPingAnswer.count()));
+    }
+  } else if (now >= due) {
+    static const char* const kPing[] = {"PING"};
+    static const std::size_t kPingLen[] = {4};
+    append(connection, CommandView{1, kPing, kPingLen, nullptr}, Dialect::as_given);
+    sent_.push_back(Outgoing{Op::ping, {}});
+    ping_sent_ = now;
+    write_all(connection, link_.address);
+    look_at = now + kPingAnswer;
+  }
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(look_at - now).count();
+  const int wait = static_cast<int>(std::max<std::int64_t>(left, 0));
+  return timeout_ms < 0 ? wait : std::min(timeout_ms, wait);
 }
 
 bool Subscriber::has_channels() const {

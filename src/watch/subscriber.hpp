@@ -28,9 +28,20 @@
 // borrower first), reconnects to the master now, re-subscribes every channel and wakes every
 // waiter once that is confirmed, as after a lost connection. A former master stays a master
 // until the sentinels demote it: kept, the connection would hear none of the releases.
+// Health (issue 41): a connection can die without a word, e.g. the server drops its socket (its
+// tcp-keepalive) behind a partition that later heals: the client's side stays open and hears
+// nothing, and its waiters' releases go to nobody. So once the server has sent nothing for
+// kPingAfter (2 s) the thread sends PING (answered in subscribed mode by a "pong" message), and
+// a connection that brings no byte back within kPingAnswer (2 s) of it is lost: closed,
+// reconnected, every channel re-subscribed and every waiter woken once that is confirmed, as
+// above. A dead peer is noticed at most kPingAfter + kPingAnswer (4 s) after the last byte it
+// sent, at once if it answers the PING with a reset. An idle connection costs one PING per 2 s;
+// one that hears messages, none. A lent connection is recalled for the PING. The socket also
+// has TCP keepalive (kKeepAlive*: the kernel's own net, and what keeps middleboxes' state).
 #ifndef REDLOCK_SRC_SUBSCRIBER_HPP
 #define REDLOCK_SRC_SUBSCRIBER_HPP
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -229,6 +240,15 @@ class Subscriber {
   void drain_returned(WakeSlot& slot) noexcept;
   // The longest message kept of a borrower's failed read (truncated, never allocated).
   static constexpr std::size_t kReasonSize = 160;
+  // Health (see the file comment): a PING after this long without a byte from the server...
+  static constexpr std::chrono::milliseconds kPingAfter{2000};
+  // ...and the connection lost if no byte comes back within this long of it.
+  static constexpr std::chrono::milliseconds kPingAnswer{2000};
+  // TCP keepalive: the first probe after this long idle, then one per interval; the kernel
+  // fails the connection after kKeepAliveProbes unanswered ones (16 s of silence).
+  static constexpr std::chrono::seconds kKeepAliveIdle{10};
+  static constexpr std::chrono::seconds kKeepAliveInterval{2};
+  static constexpr int kKeepAliveProbes = 3;
 
   SubscriberStats stats() const;
   // Test hook: closes the current connection as if the server had dropped it.
@@ -255,7 +275,7 @@ class Subscriber {
   static constexpr std::chrono::milliseconds kLinger{500};
   // Wakes the longest-waiting waiter of `channel` that has no wake-up pending. mutex_ held.
   static void wake_one(Channel& channel) noexcept;
-  enum class Op : unsigned char { subscribe, unsubscribe };
+  enum class Op : unsigned char { subscribe, unsubscribe, ping };
   struct Outgoing {
     Op op;
     std::string channel;
@@ -281,8 +301,8 @@ class Subscriber {
   // True if the thread must have the connection back: a command to send, an unsubscribe due,
   // stop, drop, news(), or another waiter (registrations_ differ from the borrower's). mutex_ held.
   bool thread_needed(std::chrono::steady_clock::time_point now) noexcept;
-  // thread_needed but for other waiters: a command, an unsubscribe due, stop, drop, or news()
-  // to look at. mutex_ held.
+  // thread_needed but for other waiters: a command, an unsubscribe or a PING due, stop, drop, or
+  // news() to look at. mutex_ held.
   bool thread_work_due(std::chrono::steady_clock::time_point now) noexcept;
   bool recall_needed() noexcept;  // thread_needed, taking mutex_
   // The borrower reads what arrived; null, or why the read failed (in `reason`, or a literal).
@@ -308,6 +328,17 @@ class Subscriber {
   // limit). True if the connection is. Throws ConnectionError if poll fails.
   bool wait_readable(const Connection* connection, int timeout_ms);
   bool has_channels() const;  // takes mutex_
+  // Health: sends a PING after kPingAfter without a byte read; returns `timeout_ms` lowered to
+  // when the thread must look again (0: read what has come first). Throws TimeoutError when no
+  // byte came within kPingAnswer of a PING, redlock::Error if the write fails. Thread only.
+  int probe(Connection& connection, int timeout_ms);
+  // A byte was read from the connection (by the thread or a borrower). Any thread.
+  void heard() noexcept;
+  // When the connection is due a PING (kPingAfter after the last byte read). Any thread.
+  std::chrono::steady_clock::time_point ping_due() const noexcept;
+  // The answer to a PING ("pong", or PONG outside subscribed mode). Throws ProtocolError if a
+  // PING is not the oldest command awaiting its answer (replies were lost). Thread only.
+  void on_pong();
   // Closes the connection once no channel, command or reply has been pending for
   // idle_close(); returns `timeout_ms` lowered to when that is due (-1 stays "no limit" while
   // channels exist). Takes mutex_.
@@ -350,6 +381,10 @@ class Subscriber {
 
   const SubscriberLink link_;
   std::deque<Outgoing> sent_;  // thread only: sent, not yet confirmed, in order
+  // Health: when the thread last sent a PING (thread only), and the steady clock's count when
+  // a byte was last read from the connection (by the thread or a borrower).
+  std::optional<std::chrono::steady_clock::time_point> ping_sent_;
+  std::atomic<std::chrono::steady_clock::rep> heard_{0};
   int event_fd_{-1};
   mutable std::mutex mutex_;
   std::condition_variable confirmed_;

@@ -11,9 +11,9 @@
 //   thread: obey()    -> answer_lend(): lend_ = lent (or none: declined), parks on lend_cv_
 //   waiter: polls the connection and the event fd; reads and handles what arrives (the same
 //           read_replies the thread runs), until its slot is woken or its deadline
-//   anyone who needs the thread (watch of a new channel, stop, drop, an unsubscribe falling due)
-//   writes the event fd: the waiter gives the connection back (a write that only woke the
-//   waiter's own slot is not a recall)
+//   anyone who needs the thread (watch of a new channel, stop, drop, an unsubscribe or a PING
+//   falling due) writes the event fd: the waiter gives the connection back (a write that only
+//   woke the waiter's own slot is not a recall)
 //
 // The loan lasts one wait. At its end the connection goes back without waking the thread
 // (Lend::returned: a wake-up would compete with the waiter's attempt for the CPU), unless the
@@ -147,7 +147,7 @@ bool Subscriber::thread_needed(SteadyClock::time_point now) noexcept {
 bool Subscriber::thread_work_due(SteadyClock::time_point now) noexcept {
   drop_stale_idle(now);
   const bool due = !idle_.empty() && idle_.front().since + kLinger <= now;
-  return due || stop_ || drop_requested_ || moved_ || !outgoing_.empty();
+  return due || now >= ping_due() || stop_ || drop_requested_ || moved_ || !outgoing_.empty();
 }
 
 const char* Subscriber::read_lent(Connection& connection, WakeSlot& slot,
@@ -239,7 +239,8 @@ void Subscriber::answer_lend(Connection* connection) {
   // one waiter.
   const bool lend = connection != nullptr && connected_ && !stop_ && !drop_requested_ && !moved_ &&
                     !refused_ && outgoing_.empty() && sent_.empty() &&
-                    !connection->transport.buffered() && registrations_ == borrower_registrations_;
+                    !connection->transport.buffered() && SteadyClock::now() < ping_due() &&
+                    registrations_ == borrower_registrations_;
   lend_ = lend ? Lend::lent : Lend::none;
   lent_ = lend ? connection : nullptr;
   if (lend) ++stats_.loans;
@@ -260,10 +261,12 @@ bool Subscriber::park_while_lent(std::unique_lock<std::mutex>& lock) {
       signal_event_fd();  // the borrower's poll hears it and gives the connection back
       recalled = true;
     }
-    if ((recalled && lend_ == Lend::lent) || idle_.empty()) {
+    if (recalled && lend_ == Lend::lent) {
       lend_cv_.wait(lock);
     } else {
-      lend_cv_.wait_until(lock, idle_.front().since + kLinger);
+      auto look_at = ping_due();  // the PING is the thread's work too
+      if (!idle_.empty()) look_at = std::min(look_at, idle_.front().since + kLinger);
+      lend_cv_.wait_until(lock, look_at);
     }
   }
   return std::exchange(lent_broken_, false);

@@ -3,7 +3,10 @@
 #include <string>
 #include <string_view>
 
+#include <fmt/format.h>
 #include <hiredis/hiredis.h>
+
+#include <redlock/errors.hpp>
 
 #include "io/wire.hpp"
 #include "watch/subscriber.hpp"
@@ -17,6 +20,7 @@ void Subscriber::read_replies(Connection& connection) {
   if (result.error != IoError::none) {
     std::rethrow_exception(transport_error(result, link_.address, "read from", connection.timeout));
   }
+  heard();
   for (;;) {
     ReplyPtr reply;
     const Decoded decoded = connection.in.next(reply);
@@ -37,6 +41,12 @@ bool served_elsewhere(std::string_view error) noexcept {
   return false;
 }
 
+// The answer to PING: a "pong" message in subscribed mode (RESP2), PONG outside it.
+bool is_pong(const redisReply& reply) noexcept {
+  if (reply.type == REDIS_REPLY_STATUS) return text(&reply) == "PONG";
+  return reply.type == REDIS_REPLY_ARRAY && reply.elements == 2 && text(reply.element[0]) == "pong";
+}
+
 // "ssubscribe", "sunsubscribe", "smessage" as their classic names; empty for anything else.
 std::string_view unsharded(std::string_view kind) noexcept {
   if (kind == "ssubscribe" || kind == "sunsubscribe" || kind == "smessage") return kind.substr(1);
@@ -46,6 +56,10 @@ std::string_view unsharded(std::string_view kind) noexcept {
 }  // namespace
 
 void Subscriber::handle_reply(const redisReply& reply) {
+  if (is_pong(reply)) {
+    on_pong();
+    return;
+  }
   if (reply.type == REDIS_REPLY_ERROR) {
     handle_error(text(&reply));
     return;
@@ -86,6 +100,7 @@ void Subscriber::handle_error(std::string_view error) {
   if (sent_.empty()) return;
   const Outgoing out = std::move(sent_.front());
   sent_.pop_front();
+  if (out.op == Op::ping) return;  // refused, but answered: the server is there
   if (link_.pubsub == PubSub::sharded && served_elsewhere(error)) {
     std::lock_guard<std::mutex> guard(mutex_);
     const auto it = channels_.find(out.channel);
@@ -93,6 +108,15 @@ void Subscriber::handle_error(std::string_view error) {
     return;
   }
   if (out.op == Op::subscribe) refuse(error);
+}
+
+void Subscriber::on_pong() {
+  if (sent_.empty() || sent_.front().op != Op::ping) {
+    throw ProtocolError(fmt::format(
+        "redlock: {} answered a PING sent after a command still unanswered (replies lost)",
+        link_.address));
+  }
+  sent_.pop_front();
 }
 
 void Subscriber::orphan(Channels::iterator it) noexcept {

@@ -84,6 +84,7 @@ struct FaultProxy::Faults {
   bool blackhole{false};
   bool drop_after_request{false};
   bool refuse{false};
+  bool half_open{false};
 };
 
 // One accepted client connection and its upstream connection.
@@ -106,6 +107,7 @@ struct FaultProxy::Pair {
   bool connecting{true};  // non-blocking connect() to the target still in progress
   bool draining{false};   // drop_after_request fired: client closed, server reply discarded
   bool dead{false};       // closed; removed from pairs_ at the next loop iteration
+  bool orphan{false};     // half_open: the server side ended, the client side is left open
   Flow up;                // client -> server
   Flow down;              // server -> client
 };
@@ -231,6 +233,11 @@ void FaultProxy::set_refuse(bool on) {
   wake();
 }
 
+void FaultProxy::set_half_open(bool on) {
+  half_open_.store(on);
+  wake();
+}
+
 void FaultProxy::reset_all() {
   std::unique_lock<std::mutex> lock(mutex_);
   const std::uint64_t ticket = ++resets_requested_;
@@ -244,6 +251,7 @@ void FaultProxy::clear() {
   drop_after_request_.store(false);
   drops_left_.store(0);
   refuse_.store(false);
+  half_open_.store(false);
   {
     std::lock_guard<std::mutex> guard(mutex_);
     blackhole_on_.clear();
@@ -273,6 +281,7 @@ FaultProxy::Faults FaultProxy::load_faults() const {
   f.blackhole = blackhole_.load();
   f.drop_after_request = drop_after_request_.load();
   f.refuse = refuse_.load();
+  f.half_open = half_open_.load();
   return f;
 }
 
@@ -368,11 +377,11 @@ void FaultProxy::loop() {
         continue;
       }
       if (rev & POLLERR) {  // reset by peer or similar: nothing more can be delivered
-        close_pair(*p, false);
+        if (is_client || !orphan(*p, faults)) close_pair(*p, false);
         continue;
       }
       if (rev & (POLLIN | POLLHUP)) read_side(*p, is_client, faults);
-      if (p->dead) continue;
+      if (p->dead || (!is_client && p->orphan)) continue;
       if (rev & POLLHUP) {  // both directions gone (e.g. RST): nothing more can be delivered
         close_pair(*p, false);
         continue;
@@ -451,6 +460,12 @@ void FaultProxy::read_side(Pair& p, bool from_client, const Faults& faults) {
   const int fd = from_client ? p.client_fd : p.server_fd;
   Pair::Flow& flow = from_client ? p.up : p.down;
   const ssize_t n = ::recv(fd, buffer_.data(), buffer_.size(), 0);
+  const bool ended = n == 0 || (n < 0 && !would_block(errno));
+  if (ended && !from_client && orphan(p, faults)) return;
+  if (n > 0 && p.orphan && !faults.blackhole) {
+    close_pair(p, true);  // healed: the server has no such connection any more
+    return;
+  }
   if (n > 0) {
     const bool discard = faults.blackhole || (p.draining && !from_client);
     if (discard) return;
@@ -542,6 +557,15 @@ void FaultProxy::begin_drain(Pair& p) {
   // FIN to the server after the request: it still executes the request, replies (discarded
   // here), sees EOF and closes, which then closes the rest of this pair.
   ::shutdown(p.server_fd, SHUT_WR);
+}
+
+bool FaultProxy::orphan(Pair& p, const Faults& faults) noexcept {
+  if (!faults.blackhole || !faults.half_open) return false;
+  close_fd(p.server_fd);
+  p.orphan = true;
+  p.up = Pair::Flow{};
+  p.down = Pair::Flow{};
+  return true;
 }
 
 void FaultProxy::close_pair(Pair& p, bool with_reset) noexcept {

@@ -28,11 +28,16 @@
 //                      it would accept ("GET" -> "GXT" plays a Redis that lacks SET ... GET).
 //   refuse             new connections are closed right after accept(): the client's TCP connect
 //                      succeeds but its first read sees EOF (or a write sees a reset).
+//   half_open          with the blackhole on, a server side that ends (EOF or error: a CLIENT
+//                      KILL, the server's tcp-keepalive) leaves the client side open, half-open,
+//                      as behind a partition: its data is discarded, and once the blackhole is
+//                      off the first bytes it sends are answered with RST (as the server's
+//                      kernel answers a segment of a connection it no longer has).
 //   reset_all()        one-shot: every live connection pair (and any connection still waiting in
 //                      the accept queue) is closed with RST (SO_LINGER {1, 0}). Synchronous: when
 //                      it returns the resets have been sent.
 // EOF or an error on either side closes the pair (after flushing what that side sent, unless
-// blackholed). A failed upstream connect closes the client connection.
+// blackholed; see half_open). A failed upstream connect closes the client connection.
 //
 // Only loopback addresses are accepted as the target ("localhost", 127.0.0.0/8, "::1"); the proxy
 // itself listens on 127.0.0.1 on an ephemeral port. All member functions are thread-safe.
@@ -91,6 +96,8 @@ class FaultProxy {
   void set_blackhole_on(std::string pattern);
   // Close new connections immediately after accept().
   void set_refuse(bool on);
+  // While blackholed, a server side that ends leaves its client side half-open (see above).
+  void set_half_open(bool on);
   // Closes every current connection pair with RST. Returns once that is done.
   void reset_all();
   // Every fault off, delay 0. Held (blackholed) data already queued is then forwarded.
@@ -119,6 +126,8 @@ class FaultProxy {
   void pump(Pair& pair, const Faults& faults);
   bool flush(Pair& pair, bool upstream);
   void begin_drain(Pair& pair);
+  // half_open: closes the server side only; false (nothing done) unless blackholed and on.
+  bool orphan(Pair& pair, const Faults& faults) noexcept;
   void close_pair(Pair& pair, bool with_reset) noexcept;
   void close_all(bool with_reset) noexcept;
 
@@ -138,6 +147,7 @@ class FaultProxy {
   std::atomic<bool> drop_after_request_{false};
   std::atomic<int> drops_left_{0};
   std::atomic<bool> refuse_{false};
+  std::atomic<bool> half_open_{false};
   std::atomic<bool> stop_{false};
   std::string rewrite_from_;  // guarded by mutex_
   std::string rewrite_to_;    // guarded by mutex_
