@@ -467,6 +467,8 @@ class CountingStore final : public redlock::detail::LeaseBackend {
     static const char group = 0;
     return &group;
   }
+  // Both kinds on one renewal lane, so that a batch mixes the two groups.
+  std::uintptr_t renewal_lane() const noexcept override { return 1; }
   std::size_t extend_many(redlock::detail::RenewItem* items, std::size_t count) override {
     for (std::size_t k = 0; k < count; ++k) {
       // Each item must be of this store's group, and named by its own token.

@@ -1,9 +1,14 @@
-// redlock/watchdog.hpp: one background thread that keeps many leases alive.
+// redlock/watchdog.hpp: background threads that keep many leases alive.
 //
 // Locks created with LockOptions::auto_renew = true are renewed by a Watchdog about every ttl/3
-// while held. Leases on the same node are renewed together, in one pipelined round trip. When a
-// renewal fails the holder learns at once: owns_lock() turns false, its LeaseToken is raised and
-// on_lost runs (on a separate callback thread, so a slow callback cannot delay other renewals).
+// while held. Leases on the same node are renewed together, in one pipelined round trip. Each
+// store or set of servers (a Redis node set, a PostgreSQL Database, a ZooKeeper session) has a
+// renewal thread of its own, so a store that stops answering delays no other store's renewals.
+// When a renewal fails the holder learns at once: owns_lock() turns false, its LeaseToken is
+// raised and on_lost runs (on a separate callback thread, so a slow callback cannot delay other
+// renewals). A renewal that hangs does not delay that either: a deadline thread reports the loss
+// by the hold's validity end on the steady clock (a hair before it), a renewal confirmed after
+// that end does not revive the hold, and none is sent once it ended.
 //
 //   auto dog = std::make_shared<redlock::Watchdog>();   // or leave options.watchdog empty to use
 //   redlock::LockOptions opts;                          // the process-wide Watchdog::shared()
@@ -38,14 +43,15 @@ struct WatchdogStats {
   std::chrono::microseconds lateness_p50{0};
   std::chrono::microseconds lateness_p99{0};
   std::chrono::microseconds lateness_max{0};
-  // CPU time used by the renewal thread since it started.
+  // CPU time used by the renewal threads (one per store or set of servers) since they started.
   std::chrono::microseconds thread_cpu{0};
 };
 
 class Watchdog {
  public:
-  // Creates an idle watchdog; its threads start with the first lease. Throws std::system_error
-  // only if a thread cannot be started (later, at the first lease).
+  // Creates an idle watchdog; its threads start with the first lease (a renewal thread with the
+  // first lease of each store or set of servers). Throws std::system_error only if a thread
+  // cannot be started (later, at such a lease).
   Watchdog();
   // Stops and joins its threads (at most about one command timeout if a renewal is in flight).
   // Leases still watched are no longer renewed and expire by their ttl. Never throws.

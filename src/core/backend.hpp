@@ -159,7 +159,21 @@ struct RenewItem {
   const std::string* token{nullptr};
   ExtendResult result;     // out: as LeaseBackend::extend's, at the backend's ttl()
   std::size_t refused{0};  // out: nodes that answered "not ours"
+  // The hold's validity when its renewal began: a backend that sends its items one after
+  // another sends none at or after it (the item is left not held, nothing refused).
+  SteadyClock::time_point send_by{SteadyClock::time_point::max()};
 };
+
+// A renewal lane (LeaseBackend::renewal_lane) named by the servers a lease lives on: leases on
+// the same nodes (in the same order) share one; nodes are compared by identity, as batches are.
+template <class Nodes>
+std::uintptr_t lane_of_nodes(const Nodes& nodes) noexcept {
+  std::uintptr_t lane = 0x9e3779b97f4a7c15ULL;
+  for (const auto& node : nodes) {
+    lane = (lane ^ reinterpret_cast<std::uintptr_t>(node.get())) * 0x100000001b3ULL;
+  }
+  return lane;
+}
 
 class LeaseBackend {
  public:
@@ -186,6 +200,13 @@ class LeaseBackend {
   // extend_many() call on any of them (the Redis engines share one group: one round trip per
   // server for all their leases).
   virtual const void* batch_group() const noexcept = 0;
+  // The store or servers this lease's renewal round trips wait on. The watchdog renews each
+  // lane on a thread of its own, so that a lane's stuck round trip (a store cut off) never
+  // delays another lane's renewals; leases of one lane (and batch group) share round trips.
+  // Equal values: one lane (a collision only shares a thread). Default: the batch group.
+  virtual std::uintptr_t renewal_lane() const noexcept {
+    return reinterpret_cast<std::uintptr_t>(batch_group());
+  }
   // Extends every item by its backend's ttl(); every item's backend has this batch_group().
   // Returns the round trips made. Per-node failures land in each result; throws std::bad_alloc
   // only.

@@ -58,6 +58,8 @@ class LeaseEngine final : public LeaseBackend {
                                        std::chrono::milliseconds ttl) const noexcept override;
   // Shared by every LeaseEngine; the items' backends must all be LeaseEngines.
   const void* batch_group() const noexcept override;
+  // One watchdog lane per set of servers: a dead server delays no other server's renewals.
+  std::uintptr_t renewal_lane() const noexcept override { return lane_of_nodes(nodes_); }
   std::size_t extend_many(RenewItem* items, std::size_t count) override;
   // Compare-and-delete on every node. Announce::quietly is the rollback of a failed attempt, so
   // a split vote does not wake every waiter straight into the next split vote.

@@ -35,14 +35,16 @@ namespace detail {
 //   begin_renewal     live, lapsed     same      watchdog thread (false, and no renewal, from
 //                                                ending/lost/released); at most one in flight
 //   end_renewal       any              same      watchdog thread, once per begin_renewal; applied
-//                                                only if confirmed and not ending
+//                                                only if confirmed, not ending and in time (before
+//                                                valid_until: a late reply revives nothing)
 //   begin_extend /    live, lapsed     same      owner thread (Lock::extend); end_extend returns
 //     end_extend                                 false once ending
 //   begin_end         live, lapsed     ending    owner (release), watchdog (cap), orphan cleanup;
 //                                                waits for a renewal in flight; false if already
 //                                                ending (the first caller owns the end)
-//   mark_lost         any but released lost      watchdog (renewal verdict, cap, expiry) or owner
-//                                                (extend/release found it gone); first call wins
+//   mark_lost         any but released lost      watchdog (renewal verdict, cap, expiry; its
+//                                                deadline thread at valid_until: expire_by) or
+//                                                owner (extend/release found it gone); first wins
 //   mark_released     any              released  owner, after its release round trip (on a lost
 //                                                hold both flags end up set; lost() stays true)
 //
@@ -98,18 +100,22 @@ class HoldState {
     return true;
   }
   // Watchdog side: the renewal's result is in. Applies it (capped as above) only if the hold is
-  // not ending.
-  void end_renewal(bool confirmed) {
+  // not ending and its validity has not ended. Returns true if applied.
+  bool end_renewal(bool confirmed) {
     bool ender_waits = false;
+    bool applied = false;
     {
       std::lock_guard<std::mutex> guard(mutex_);
       renewing_ = false;
       ender_waits = ending_;  // only begin_end() waits for a renewal, and it set ending_ first
-      if (end_extend_locked(renewal_id_, confirmed && !ending_)) {
-        renewals_.fetch_add(1, std::memory_order_relaxed);
-      }
+      // A confirmation that comes back after the validity ended does not revive the hold: the
+      // holder has already been told (or is about to be) that it is lost.
+      const bool in_time = SteadyClock::now() < valid_until();
+      applied = end_extend_locked(renewal_id_, confirmed && !ending_ && in_time);
+      if (applied) renewals_.fetch_add(1, std::memory_order_relaxed);
     }
     if (ender_waits) cv_.notify_all();
+    return applied;
   }
   // Owner side (extend(ttl)): an extend with `floor` is about to be sent. Lowers the validity to
   // `floor` at once if that is sooner (the server may apply it any moment). Returns its id.
@@ -153,11 +159,27 @@ class HoldState {
   // call marked it.
   // With `deferred`, the callbacks are moved there for the caller to run elsewhere.
   bool mark_lost(LostReason reason, std::vector<std::function<void()>>* deferred = nullptr) {
+    return mark_lost_if(SteadyClock::time_point::max(), reason, deferred);
+  }
+  // The watchdog's deadline thread: as mark_lost(), but only if the validity ends at or before
+  // `by` (checked under the mutex that a renewal's result is applied under, so a renewal that
+  // lands first keeps the hold, and one that lands after cannot revive it). Returns true if this
+  // call marked it.
+  bool expire_by(SteadyClock::time_point by, LostReason reason,
+                 std::vector<std::function<void()>>* deferred) {
+    return mark_lost_if(by, reason, deferred);
+  }
+
+ private:
+  // mark_lost() when the validity ends at or before `by` (max: always).
+  bool mark_lost_if(SteadyClock::time_point by, LostReason reason,
+                    std::vector<std::function<void()>>* deferred) {
     bool first = false;
     std::vector<std::function<void()>> callbacks;
     std::function<void()> end_hook;
     {
       std::lock_guard<std::mutex> guard(mutex_);
+      if (by != SteadyClock::time_point::max() && by < valid_until()) return false;
       ending_ = true;
       if (!lost_.load(std::memory_order_relaxed) && !released_.load(std::memory_order_relaxed)) {
         reason_.store(static_cast<int>(reason), std::memory_order_release);
@@ -182,6 +204,7 @@ class HoldState {
     return first;
   }
 
+ public:
   // Registers a callback for mark_lost(); runs it now if already lost. Dropped on release.
   void add_lost_callback(std::function<void()> callback) {
     {

@@ -47,6 +47,8 @@ class ScriptLease : public LeaseBackend {
                                        std::chrono::milliseconds ttl) const noexcept override;
   // Shared by every ScriptLease: one round trip per server for all the leases renewed together.
   const void* batch_group() const noexcept override;
+  // One watchdog lane per set of servers: a dead server delays no other server's renewals.
+  std::uintptr_t renewal_lane() const noexcept override { return lane_of_nodes(nodes_); }
   std::size_t extend_many(RenewItem* items, std::size_t count) override;
   ReleaseResult release(const std::string& token, Announce announce) override;
 

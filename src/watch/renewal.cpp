@@ -1,4 +1,4 @@
-// src/watch/renewal.cpp: one renewal batch of the watchdog: which due leases renew, one
+// src/watch/renewal.cpp: one renewal batch of one watchdog lane: which due leases renew, one
 // extend_many() per batch group of their backends (core/backend.hpp), and each lease's verdict
 // applied.
 #include <algorithm>
@@ -71,13 +71,12 @@ std::size_t WatchdogImpl::extend_grouped(std::vector<RenewItem>& items) {
   return round_trips;
 }
 
-const std::vector<WatchdogImpl::Entry*>& WatchdogImpl::entries_of(
-    const std::vector<std::size_t>& slots) {
-  std::vector<Entry*>& entries = batch_entries_;
+const std::vector<WatchdogImpl::Entry*>& WatchdogImpl::entries_of(Lane& lane) {
+  std::vector<Entry*>& entries = lane.entries;
   {
     std::lock_guard<std::mutex> guard(mutex_);
     entries.clear();
-    for (std::size_t slot : slots) entries.push_back(entries_[slot].get());
+    for (std::size_t slot : lane.slots) entries.push_back(entries_[slot].get());
   }
   for (const Entry* entry : entries) {  // see util/prefetch.hpp
     prefetch_object(entry->hold.get());
@@ -86,14 +85,18 @@ const std::vector<WatchdogImpl::Entry*>& WatchdogImpl::entries_of(
   return entries;
 }
 
-void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::time_point now) {
-  std::vector<Renewing>& renewing = batch_renewing_;  // kept across batches: no allocation
-  std::vector<RenewItem>& items = batch_items_;       // once warm
+void WatchdogImpl::renew_batch(Lane& lane) {
+  const std::vector<std::size_t>& slots = lane.slots;
+  std::vector<Renewing>& renewing = lane.renewing;  // kept across batches: no allocation
+  std::vector<RenewItem>& items = lane.items;       // once warm
   renewing.clear();
   items.clear();
   renewing.reserve(slots.size());
   items.reserve(slots.size());
-  const std::vector<Entry*>& entries = entries_of(slots);
+  const std::vector<Entry*>& entries = entries_of(lane);
+  // Read just before the batch is sent: a renewal is never sent for a hold whose validity has
+  // ended (begin() declares it expired instead).
+  const auto now = SteadyClock::now();
   for (std::size_t i = 0; i < slots.size(); ++i) {
     const std::size_t slot = slots[i];
     Entry* entry = entries[i];
@@ -102,7 +105,8 @@ void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::tim
       continue;
     }
     renewing.push_back(Renewing{slot, entry});
-    items.push_back(RenewItem{entry->backend.get(), &entry->hold->token(), {}, 0});
+    items.push_back(
+        RenewItem{entry->backend.get(), &entry->hold->token(), {}, 0, entry->hold->valid_until()});
     // The key's and the token's bytes (heap blocks of their own) are copied into the batch's
     // commands once every lease has begun: fetched meanwhile.
     __builtin_prefetch(entry->hold->token().data());
@@ -120,7 +124,7 @@ void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::tim
     }
   } unwind{renewing};
   const auto started = SteadyClock::now();
-  if (!items.empty()) batch_.round_trips += extend_grouped(items);
+  if (!items.empty()) lane.batch.round_trips += extend_grouped(items);
   const auto done = SteadyClock::now();
   for (std::size_t k = 0; k < renewing.size(); ++k) {
     HoldState& hold = *renewing[k].entry->hold;
@@ -132,20 +136,20 @@ void WatchdogImpl::renew_batch(std::vector<std::size_t>& slots, SteadyClock::tim
     outcome.refusal = item.result.reason;
     outcome.held_in_time = item.result.held && done < hold.valid_until();
     // The hold's validity after this is capped by any extend(ttl) that overlapped it.
-    hold.end_renewal(outcome.held_in_time);
+    outcome.held_in_time = hold.end_renewal(outcome.held_in_time);
     ++unwind.ended;
     outcome.lapsed = hold.lost(SteadyClock::now());
-    conclude(renewing[k], outcome, started, done);
+    conclude(lane, renewing[k], outcome, started, done);
   }
   // Destroyed after unlocking: an entry may hold the last reference to the Watchdog (through
   // its on_lost callback), whose destruction takes mutex_.
   std::vector<std::unique_ptr<Entry>> dead;
   dead.reserve(slots.size());
   std::lock_guard<std::mutex> guard(mutex_);
-  close_batch(slots, dead);
+  close_batch(lane, dead);
 }
 
-void WatchdogImpl::conclude(const Renewing& renewing, const RenewalOutcome& outcome,
+void WatchdogImpl::conclude(Lane& lane, const Renewing& renewing, const RenewalOutcome& outcome,
                             SteadyClock::time_point started, SteadyClock::time_point done) {
   Entry& entry = *renewing.entry;
   if (Observer* const observer = observer_of(entry.settings.observer)) {
@@ -157,13 +161,13 @@ void WatchdogImpl::conclude(const Renewing& renewing, const RenewalOutcome& outc
     event.lateness = std::max(SteadyClock::duration::zero(), started - entry.due);
     observer->on_extend(event);
   }
-  batch_.refused += outcome.refused;
+  lane.batch.refused += outcome.refused;
   logf(LogLevel::debug, "redlock: renewal of {} confirmed by {} of {} nodes", entry.backend->key(),
        outcome.confirmed, outcome.nodes);
   const RenewalVerdict verdict = judge_renewal(outcome);
   switch (verdict.what) {
     case Renewal::renewed: {
-      ++batch_.renewals;
+      ++lane.batch.renewals;
       // Never later than halfway to the hold's validity (shorter than planned after a short
       // extend(ttl) overlapped this renewal).
       const auto valid_until = entry.hold->valid_until();
@@ -184,13 +188,12 @@ void WatchdogImpl::conclude(const Renewing& renewing, const RenewalOutcome& outc
   // Queued again by close_batch(), under the one lock the batch takes at its end.
 }
 
-void WatchdogImpl::close_batch(const std::vector<std::size_t>& slots,
-                               std::vector<std::unique_ptr<Entry>>& dead) {
-  renewals_ += batch_.renewals;
-  refused_ += batch_.refused;
-  round_trips_ += batch_.round_trips;
-  batch_ = BatchCounts{};
-  for (std::size_t slot : slots) {
+void WatchdogImpl::close_batch(Lane& lane, std::vector<std::unique_ptr<Entry>>& dead) {
+  renewals_ += lane.batch.renewals;
+  refused_ += lane.batch.refused;
+  round_trips_ += lane.batch.round_trips;
+  lane.batch = BatchCounts{};
+  for (std::size_t slot : lane.slots) {
     Entry& entry = *entries_[slot];
     entry.in_batch = false;
     if (entry.done || entry.dropped) {
@@ -200,7 +203,8 @@ void WatchdogImpl::close_batch(const std::vector<std::size_t>& slots,
     // An extend(ttl) or hurry() during the batch may have moved the renewal up.
     entry.due = std::min(entry.due, entry.hurry);
     entry.hurry = SteadyClock::time_point::max();
-    queue_.push(Due{entry.due, slot});
+    lane.queue.push(Due{entry.due, slot});
+    arm(slot, entry);  // an extend's floor may have lowered the validity
   }
 }
 

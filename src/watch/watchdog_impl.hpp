@@ -37,16 +37,28 @@ struct WatchSettings {
 
 // Shared with its own threads (they hold a reference), so that the last Watchdog reference may
 // be dropped anywhere, even on one of these threads (an on_lost callback capturing the Watchdog).
+//
+// Threads: one renewal thread per lane (LeaseBackend::renewal_lane: a store or a set of
+// servers), so that a lane whose round trip hangs (a store cut off) never delays another lane's
+// renewals (the isolation the ZooKeeper component got by giving each Session a Watchdog of its
+// own, here for every store within one Watchdog, Watchdog::shared() included); one deadline
+// thread, which marks a hold lost when its validity ends on the steady clock (a lead of 1% of
+// the ttl, 1-10 ms, before it: deadline_lead in watchdog.cpp), whatever its renewal's round
+// trip does; one callback thread for on_lost. Lock order: mutex_ is taken alone (never while
+// calling into a hold that may block, never while a renewal is in flight); a hold's mutex is taken
+// without mutex_ held; callback_mutex_ alone.
 class WatchdogImpl : public std::enable_shared_from_this<WatchdogImpl> {
  public:
   WatchdogImpl() = default;
   ~WatchdogImpl() = default;
-  // Stops both threads: joins them, or detaches the one it runs on. Never throws.
+  // Stops every thread: joins them, or detaches the one it runs on. Never throws.
   void shutdown() noexcept;
   WatchdogImpl(const WatchdogImpl&) = delete;
   WatchdogImpl& operator=(const WatchdogImpl&) = delete;
 
-  // Starts renewing `hold` (first renewal at about ttl/3). Starts the threads if needed.
+  // Starts renewing `hold` (first renewal at about ttl/3) on its backend's lane, and watching
+  // its validity deadline. Starts the threads it needs. Throws std::system_error if a thread
+  // cannot be started (nothing is watched then).
   void watch(std::shared_ptr<LeaseBackend> backend, std::shared_ptr<HoldState> hold,
              WatchSettings settings);
   // An explicit extend changed `hold`'s validity: its next renewal is due within a third of
@@ -68,79 +80,114 @@ class WatchdogImpl : public std::enable_shared_from_this<WatchdogImpl> {
   void reset_stats();
 
  private:
+  struct Lane;
   struct Entry {
     std::shared_ptr<LeaseBackend> backend;
     std::shared_ptr<HoldState> hold;
     WatchSettings settings;
+    Lane* lane{nullptr};
     SteadyClock::time_point due;
     // Guarded by mutex_. While in a renewal batch the renewal thread owns `due`; reschedule()
     // and forget() leave their wishes in `hurry` and `dropped` for it.
     bool in_batch{false};
     bool dropped{false};
     SteadyClock::time_point hurry{SteadyClock::time_point::max()};
+    // Guarded by mutex_: when the deadline thread looks at this hold next (its record in
+    // deadlines_); max: not armed.
+    SteadyClock::time_point armed{SteadyClock::time_point::max()};
     bool done{false};  // renewal thread only: stop watching after this batch
   };
   using Due = DueQueue::Due;
-
-  void ensure_started();  // mutex_ held
-  void renew_loop() noexcept;
-  void callback_loop() noexcept;
   // A lease whose renewal was begun in this batch.
   struct Renewing {
     std::size_t slot;
     Entry* entry;
   };
-  // The entries of `slots` (in batch_entries_), their holds and backends prefetched.
-  const std::vector<Entry*>& entries_of(const std::vector<std::size_t>& slots);
-  // Renews the due leases in `slots`: one extend_many() per batch group of their backends (one
-  // round trip per node for the Redis engines).
-  void renew_batch(std::vector<std::size_t>& slots, SteadyClock::time_point now);
+  // A lane's own counts, folded into the stats below by close_batch() under the one lock it
+  // takes (not one lock per renewal).
+  struct BatchCounts {
+    std::uint64_t renewals{0};
+    std::uint64_t refused{0};
+    std::uint64_t round_trips{0};
+  };
+  // One renewal thread and its queue; `queue` and `leases` are guarded by mutex_, the batch
+  // buffers are the thread's own. A lane with no lease for kLaneIdle ends its thread and goes
+  // (a process that makes Clients and drops them keeps no thread per Client it ever had).
+  struct Lane {
+    std::uintptr_t key{0};
+    std::size_t leases{0};  // entries on this lane
+    DueQueue queue;
+    Doorbell bell;
+    std::thread thread;
+    BatchCounts batch;
+    std::vector<std::size_t> slots;
+    std::vector<Entry*> entries;
+    std::vector<Renewing> renewing;
+    std::vector<RenewItem> items;
+    std::vector<Due> popped;
+    clockid_t clock{};             // its CPU clock (guarded by mutex_)
+    bool clock_known{false};       // guarded by mutex_
+    std::int64_t cpu_at_exit{-1};  // guarded by mutex_: stored as the thread exits
+  };
+
+  void ensure_started();               // mutex_ held
+  Lane& lane_for(std::uintptr_t key);  // mutex_ held; starts the lane's thread
+  void renew_loop(Lane& lane) noexcept;
+  // The lane's thread waits for its next due renewal (mutex_ held through `lock`). Returns
+  // false when the thread must end: stop_, or idle for kLaneIdle (then the lane is retired:
+  // detached from lanes_ into `retired`, destroyed by its own thread after unlocking).
+  bool wait_due(Lane& lane, std::unique_lock<std::mutex>& lock, std::unique_ptr<Lane>& retired);
+  void deadline_loop() noexcept;
+  void callback_loop() noexcept;
+  // The entries of `lane.slots`, their holds and backends prefetched.
+  const std::vector<Entry*>& entries_of(Lane& lane);
+  // Renews the due leases in `lane.slots`: one extend_many() per batch group of their backends
+  // (one round trip per node for the Redis engines).
+  void renew_batch(Lane& lane);
   // extend_many() on the items of each batch group, results in place. Returns the round trips.
   static std::size_t extend_grouped(std::vector<RenewItem>& items);
   bool at_cap(const Entry& entry, SteadyClock::time_point now) const;
   // Checks a due lease (ending, cap, expiry) and begins its renewal. False: not renewed now.
   bool begin(Entry& entry, SteadyClock::time_point now);
   // Applies a renewal's verdict: reschedules the lease, or declares it lost.
-  void conclude(const Renewing& renewing, const RenewalOutcome& outcome,
+  void conclude(Lane& lane, const Renewing& renewing, const RenewalOutcome& outcome,
                 SteadyClock::time_point started, SteadyClock::time_point done);
   void lose(Entry& entry, LostReason reason);
+  // Tells everyone of a loss this thread marked (observer, log, LeaseToken and on_lost
+  // callbacks, posted to the callback thread).
+  void announce_loss(const LeaseBackend& backend, const HoldState& hold,
+                     const WatchSettings& settings, LostReason reason,
+                     std::vector<std::function<void()>> token_callbacks);
+  // Arms the deadline thread for `entry` at its validity's end (less the lead) if that is
+  // sooner than it is armed for. mutex_ held.
+  void arm(std::size_t slot, Entry& entry);
+  // Marks lost, and announces, the holds whose deadline records are due (deadline thread).
+  void expire_due(SteadyClock::time_point now);
   void post(std::function<void()> task);
   SteadyClock::time_point next_due(const Entry& entry, SteadyClock::time_point from) const;
   void record_lateness(std::chrono::microseconds late);  // mutex_ held
   std::unique_ptr<Entry> free_slot(std::size_t slot);    // mutex_ held
   // Ends a batch: frees the entries it finished (or that were forgotten meanwhile) into `dead`,
   // applies reschedules that came in meanwhile. mutex_ held.
-  void close_batch(const std::vector<std::size_t>& slots,
-                   std::vector<std::unique_ptr<Entry>>& dead);
+  void close_batch(Lane& lane, std::vector<std::unique_ptr<Entry>>& dead);
 
   mutable std::mutex mutex_;
-  Doorbell bell_;  // wakes the renewal thread (util/doorbell.hpp)
   bool stop_{false};
   bool started_{false};
   std::vector<std::unique_ptr<Entry>> entries_;  // slot -> entry (null: free)
   std::vector<std::size_t> free_slots_;
   std::unordered_map<const HoldState*, std::size_t> slot_of_;  // the entry watching a hold
-  DueQueue queue_;
-  std::thread renewer_;
+  std::vector<std::unique_ptr<Lane>> lanes_;                   // guarded by mutex_
+  std::unordered_map<std::uintptr_t, Lane*> lane_of_;          // guarded by mutex_
+  DueQueue deadlines_;  // guarded by mutex_: validity deadlines (Entry::armed)
+  Doorbell deadline_bell_;
+  std::thread deadliner_;
 
   std::mutex callback_mutex_;
   std::condition_variable callback_wake_;
   std::deque<std::function<void()>> callbacks_;
   bool callback_stop_{false};
   std::thread callbacker_;
-
-  // The renewal thread's own: a batch's entries and counts, folded into the stats below by
-  // close_batch() under the one lock it takes (not one lock per renewal).
-  struct BatchCounts {
-    std::uint64_t renewals{0};
-    std::uint64_t refused{0};
-    std::uint64_t round_trips{0};
-  };
-  BatchCounts batch_;
-  std::vector<Entry*> batch_entries_;
-  std::vector<Renewing> batch_renewing_;
-  std::vector<RenewItem> batch_items_;
-  std::vector<Due> popped_;  // renew_loop(): the records taken for the next batch
 
   // Stats (guarded by mutex_).
   std::uint64_t renewals_{0};
@@ -149,9 +196,7 @@ class WatchdogImpl : public std::enable_shared_from_this<WatchdogImpl> {
   std::uint64_t round_trips_{0};
   std::vector<std::int64_t> lateness_us_;  // ring of the last kWindow
   std::size_t lateness_next_{0};
-  std::atomic<std::int64_t> thread_cpu_us_{0};  // the renewal thread's, stored as it exits
-  clockid_t renewer_clock_{};                   // its CPU clock (guarded by mutex_)
-  bool renewer_clock_known_{false};
+  std::int64_t retired_cpu_us_{0};  // the CPU time of lanes retired while idle
 };
 
 }  // namespace detail

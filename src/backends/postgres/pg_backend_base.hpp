@@ -43,9 +43,20 @@ class PgBackendBase : public LeaseBackend {
   }
 
   const void* batch_group() const noexcept override { return this; }
+  // Every lease of one Database (one server) renews on one watchdog lane; other stores never
+  // wait on this one's statements.
+  std::uintptr_t renewal_lane() const noexcept override {
+    return reinterpret_cast<std::uintptr_t>(db_.get());
+  }
 
   std::size_t extend_many(RenewItem* items, std::size_t count) override {
     for (std::size_t i = 0; i < count; ++i) {
+      if (SteadyClock::now() >= items[i].send_by) {  // an earlier statement took its time
+        items[i].result = ExtendResult{};
+        items[i].result.reason = LostReason::expired;
+        items[i].refused = 0;
+        continue;
+      }
       items[i].result = items[i].backend->extend(*items[i].token, items[i].backend->ttl());
       items[i].refused = !items[i].result.held && !items[i].result.failure &&
                          items[i].result.reason == LostReason::refused;
