@@ -241,10 +241,6 @@ class PermitBackend {
   virtual bool watch_live() const noexcept = 0;
   virtual std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline,
                                               std::string token_sha1) = 0;
-  // True if a contended attempt tells the server that its caller waits (a ReadWriteLock
-  // writer's marker, which keeps new readers out while it is refreshed): a wait then makes
-  // every attempt, never skipping one to wait behind this process's other waiters. Pure.
-  virtual bool attempt_marks_waiter() const noexcept { return false; }
 };
 
 }  // namespace detail
