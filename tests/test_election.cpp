@@ -303,4 +303,25 @@ TEST_CASE("Election: bad arguments are named", "[election]") {
   redlock::ElectionOptions zero;
   zero.ttl = 0ms;
   CHECK_THROWS_AS(redlock::Election(client, "name", "id", zero), std::invalid_argument);
+  // The lease's key is {name}:leader, 9 bytes more than the name, and at most 4 MiB.
+  const std::size_t longest = 4 * 1024 * 1024 - 9;
+  CHECK_NOTHROW(redlock::Election(client, std::string(longest, 'n'), "id"));
+  CHECK_THROWS_MATCHES(
+      redlock::Election(client, std::string(longest + 5, 'n'), "id"), std::invalid_argument,
+      Catch::Matchers::Message("redlock: Election: name is 4194300 bytes; the maximum is 4194295 "
+                               "bytes (4 MiB less the 9 of the lease's key, {name}:leader)"));
+}
+
+TEST_CASE("Election: names x and {x} are two elections", "[election]") {
+  RedisServer server;
+  redlock::Client client(server.endpoint());
+  const std::string x = key("election-braces");
+  redlock::Election plain(client, x, "plain", with_ttl(60s));
+  redlock::Election braced(client, "{" + x + "}", "braced", with_ttl(60s));
+  REQUIRE(plain.try_campaign_for(2s));
+  CHECK(braced.try_campaign_for(2s));  // nobody leads this other election yet
+  REQUIRE(plain.leader());
+  CHECK(plain.leader()->id == "plain");
+  REQUIRE(braced.leader());
+  CHECK(braced.leader()->id == "braced");
 }

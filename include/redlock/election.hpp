@@ -104,9 +104,11 @@ class StopToken {
 class Election {
  public:
   // A candidate `id` (any string; host:port, pod name) for the election `name`, on one Redis
-  // Client (standalone, TLS, Sentinel or Cluster). Connects nothing yet. Throws
-  // std::invalid_argument naming the argument for an empty name or id, a name over 4 MiB, and
-  // options outside their ranges.
+  // Client (standalone, TLS, Sentinel or Cluster); the lease's key is `{<name>}:leader`, so
+  // names `x` and `{x}` are two elections. Connects nothing yet. Throws std::invalid_argument
+  // naming the argument for an empty name or id, a name over 4 MiB - 9 bytes (4,194,295: the
+  // key's 4 MiB less `{}:leader`; the same limit on every store), and options outside their
+  // ranges.
   Election(Client client, std::string name, std::string id, ElectionOptions options = {});
   // The same over a quorum of independent instances (as Redlock): the lease, the claim and
   // leader() count a majority. Also throws std::invalid_argument for zero instances or two

@@ -27,9 +27,16 @@
 // once: keys that other holders keep taking in turn (never all free together) can make it wait
 // long. Two MultiLocks over overlapping sets never deadlock, whatever order names the keys: each
 // takes its whole set or nothing.
+//
+// At most kMaxKeys (1,024) keys. The set is bounded rather than the script split, because the
+// one script per attempt is what makes the set all or nothing, and the server runs nothing else
+// while it runs: its time grows with the keys (50,000 keys ran for over 200 ms, the default
+// command_timeout, so every attempt failed with a TimeoutError that blamed the server and
+// stalled the server's other clients meanwhile). 1,024 keys take a few milliseconds.
 #ifndef REDLOCK_MULTILOCK_HPP
 #define REDLOCK_MULTILOCK_HPP
 
+#include <cstddef>  // std::size_t
 #include <cstdint>  // std::uint64_t
 #include <memory>   // std::shared_ptr
 #include <string>   // std::string
@@ -52,8 +59,12 @@ class MultiLease;
 // quorum() are 1; fence() is the first key's fence (keys()[0]); fences() has every key's.
 class MultiLock final : public LockBase {
  public:
-  // Connects nothing yet. Throws std::invalid_argument naming the argument for an empty set, a
-  // key named twice, an empty key, keys over 4 MiB in all, options.fair, every option a Lock
+  // The most keys one MultiLock takes (see the file comment).
+  static constexpr std::size_t kMaxKeys = 1024;
+
+  // Connects nothing yet. Throws std::invalid_argument naming the argument for an empty set,
+  // more than kMaxKeys keys, a key named twice, an empty key, keys over 4 MiB in all,
+  // options.fair, every option a Lock
   // rejects (ttl <= drift allowance, retry_delay <= 0, ...), and on a cluster a key whose slot
   // differs from the first key's (naming it).
   MultiLock(Client client, std::vector<std::string> keys, LockOptions options = {});

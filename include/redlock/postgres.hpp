@@ -83,8 +83,9 @@ class Database {
 // throw ConnectionError, TimeoutError or ServerError (never counted as held).
 class Lock final : public LockBase {
  public:
-  // Connects nothing yet. Throws std::invalid_argument naming the argument for an empty name,
-  // the options Lock rejects, and options.fair in session mode.
+  // Connects nothing yet. Throws std::invalid_argument naming the argument for an empty name, a
+  // name with a NUL byte (a text column cannot hold it), the options Lock rejects, and
+  // options.fair in session mode.
   Lock(Database& db, std::string name, LockOptions options = {});
 };
 
@@ -96,7 +97,8 @@ class Lock final : public LockBase {
 class Election final : public redlock::Election {
  public:
   // Connects nothing yet. Throws std::invalid_argument naming the argument for an empty name
-  // or id, options outside their ranges, and a Database in session mode.
+  // or id, a name or id with a NUL byte (a text column cannot hold it), options outside their
+  // ranges, and a Database in session mode.
   Election(Database& db, std::string name, std::string id, ElectionOptions options = {});
 };
 
@@ -113,8 +115,8 @@ class Election final : public redlock::Election {
 // exclusive cannot become shared on another connection without a gap).
 class ReadWriteLock final : public redlock::ReadWriteLock {
  public:
-  // Connects nothing yet. Throws std::invalid_argument naming the argument for an empty name,
-  // the options Lock rejects, options.fair, and a Database in lease mode.
+  // Connects nothing yet. Throws std::invalid_argument naming the argument for an empty name, a
+  // name with a NUL byte, the options Lock rejects, options.fair, and a Database in lease mode.
   ReadWriteLock(Database& db, std::string name, LockOptions options = {});
 };
 

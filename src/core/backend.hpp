@@ -148,6 +148,11 @@ class ReleaseWatch {
   // True if other waiters of this process watched the same lock before this one and still wait:
   // a release wakes them first (in arrival order), so this one need not try before its turn.
   virtual bool behind_others() const noexcept { return false; }
+  // The waiter leaves without holding (its deadline, a cancellation, a failure): a release
+  // wake-up it consumed is passed on to the next waiter of this process when it unwatches,
+  // for the lock may be free for that one (a writer's marker refuses only readers; the attempt
+  // it woke for may have been refused by a holder that left since). Never throws.
+  virtual void give_up() noexcept {}
 };
 
 class LeaseBackend;
@@ -220,6 +225,10 @@ class LeaseBackend {
   virtual bool watch_live() const noexcept = 0;
   virtual std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline,
                                               std::string token_sha1) = 0;
+  // True if a contended attempt tells the server that its caller waits (a ReadWriteLock
+  // writer's marker, which keeps new readers out while it is refreshed): a wait then makes
+  // every attempt, never skipping one to wait behind this process's other waiters. Pure.
+  virtual bool attempt_marks_waiter() const noexcept { return false; }
 };
 
 // A counting semaphore's store: limit() permits under one name, each a lease of its own. The

@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include <redlock/multilock.hpp>  // MultiLock::kMaxKeys
+
 #include "core/engine.hpp"  // validate_lock_options, kMaxKeyBytes
 #include "io/connection.hpp"
 #include "util/key_slot.hpp"
@@ -25,6 +27,11 @@ std::string joined(const std::vector<std::string>& keys) {
 // Every rule of the constructor but the node's: the set, each key, the options.
 void check_set(const std::vector<std::string>& keys, const LockOptions& options) {
   if (keys.empty()) throw std::invalid_argument("redlock: keys must not be empty");
+  if (keys.size() > MultiLock::kMaxKeys) {
+    throw std::invalid_argument(
+        fmt::format("redlock: keys has {} keys; a MultiLock takes at most {}", keys.size(),
+                    MultiLock::kMaxKeys));
+  }
   if (options.fair.value_or(false)) {
     throw std::invalid_argument("redlock: options.fair is not supported by MultiLock");
   }

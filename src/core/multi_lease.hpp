@@ -21,7 +21,8 @@ namespace detail {
 
 class MultiLease final : public ScriptLease {
  public:
-  // Throws std::invalid_argument for an empty set, a duplicate key, options.fair, every key or
+  // Throws std::invalid_argument for an empty set, more than MultiLock::kMaxKeys keys, a
+  // duplicate key, options.fair, every key or
   // option a Lock rejects, keys over 4 MiB in all, and on a cluster keys of different slots
   // (naming the first key whose slot differs from the first's). key() names the set for
   // messages: its keys joined by ", ".

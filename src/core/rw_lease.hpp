@@ -63,6 +63,8 @@ class RwWriterLease final : public RwLease {
   // reports the holder's remaining ttl as at most a third of the marker's life, so the next
   // attempt refreshes it in time.
   AcquireResult acquire(const AcquireRequest& request) override;
+  // True: a wait must not skip the attempts that keep its marker (writer preference).
+  bool attempt_marks_waiter() const noexcept override { return true; }
   // A downgrade of the writer's hold `token` starts: from now on its release (by the writer's
   // LockCore, which stops its renewal first) sends nothing and reports the hold kept, for the key
   // stays set until the reader's attempt converts it; an extend in flight confirms (`return 1`).

@@ -10,7 +10,6 @@
 #include "election/election_core.hpp"
 #include "election/redis_board.hpp"
 #include "election/settings.hpp"
-#include "util/key_slot.hpp"
 
 namespace redlock {
 
@@ -52,7 +51,7 @@ std::shared_ptr<detail::ElectionCore> make_redis_election(std::vector<Client> in
     throw std::invalid_argument("redlock: Election: instances must not be empty");
   }
   const LockOptions lock_options = detail::election_lock_options(options);
-  std::string key = detail::helper_key(name, ":leader");
+  std::string key = detail::election_key(name);
   std::vector<std::shared_ptr<detail::ClientImpl>> nodes;
   nodes.reserve(instances.size());
   for (const Client& client : instances) nodes.push_back(detail::Access::client(client));

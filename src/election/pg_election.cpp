@@ -80,6 +80,8 @@ std::shared_ptr<ElectionCore> make_pg_election(const std::shared_ptr<PgDatabase>
                                                std::string name, std::string id,
                                                ElectionOptions options) {
   check_election_names(name, id);
+  check_pg_text(name, "name");
+  check_pg_text(id, "id");
   if (db->options().mode != postgres::Mode::lease) {
     throw std::invalid_argument(
         "redlock: postgres::Election: the Database must be in lease mode (a session-mode "

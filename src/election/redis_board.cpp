@@ -1,5 +1,5 @@
 // src/election/redis_board.cpp: the leader board on Redis (one Client or a quorum). The lease is
-// the lock engine's, on helper_key(name, ":leader") with fencing; the board is one more key in
+// the lock engine's, on election_key(name) with fencing; the board is one more key in
 // its slot, `<lock key>:id`, holding "<fence> <token> <id>" of the last claim. A claim writes it
 // only while the lock key holds the claimant's token and announces on the lock's release
 // channel; leader() is one script that answers only while the lock key holds the recorded

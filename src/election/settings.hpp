@@ -3,19 +3,36 @@
 #ifndef REDLOCK_SRC_ELECTION_SETTINGS_HPP
 #define REDLOCK_SRC_ELECTION_SETTINGS_HPP
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
 
 #include <redlock/election.hpp>
 #include <redlock/options.hpp>
 
+#include "core/engine.hpp"  // kMaxKeyBytes
+
 namespace redlock {
 namespace detail {
 
-// Throws std::invalid_argument for an empty name or id.
+// The key of election `name`'s lease on Redis: the name is always wrapped as a hash tag, so that
+// `x` and `{x}` are two elections (`{x}:leader`, `{{x}}:leader`) and every helper key
+// (`:leader:id`, `:leader:fence`, ...) shares the key's cluster slot.
+inline std::string election_key(const std::string& name) { return "{" + name + "}:leader"; }
+
+// The longest name: its lease's key, election_key(name), is 9 bytes longer and at most
+// kMaxKeyBytes (4 MiB). The same on every store.
+constexpr std::size_t kMaxElectionName = kMaxKeyBytes - (sizeof("{}:leader") - 1);
+
+// Throws std::invalid_argument for an empty name or id, or a name over kMaxElectionName.
 inline void check_election_names(const std::string& name, const std::string& id) {
   if (name.empty()) throw std::invalid_argument("redlock: Election: name must not be empty");
   if (id.empty()) throw std::invalid_argument("redlock: Election: id must not be empty");
+  if (name.size() > kMaxElectionName) {
+    throw std::invalid_argument("redlock: Election: name is " + std::to_string(name.size()) +
+                                " bytes; the maximum is " + std::to_string(kMaxElectionName) +
+                                " bytes (4 MiB less the 9 of the lease's key, {name}:leader)");
+  }
 }
 
 // The lease of an election: the term is its fence, renewed while leading. Checked by the

@@ -82,7 +82,7 @@ AcquireLoop::Step AcquireLoop::begin() {
     }
     return next();
   } catch (...) {
-    wait_.leave();
+    wait_.abandon();
     throw;
   }
 }
@@ -91,14 +91,14 @@ AcquireLoop::Step AcquireLoop::begin() {
 // then when to look again.
 AcquireLoop::Step AcquireLoop::next() {
   if (cancelled()) {
-    wait_.leave();  // passes on a hand-over that came meanwhile
+    wait_.abandon();  // passes on a hand-over or a wake-up that came meanwhile
     if (stopped()) return done(false);
     return done(cancelled_result(call_, who_.key, who_.words));
   }
   const auto now = SteadyClock::now();
   if (deadline_ != kNoDeadline && now >= deadline_) {
     if (take_hand_over()) return done(true);  // it came in time
-    wait_.leave();
+    wait_.abandon();
     return done(unavailable_.give_up());
   }
   wake_at_ = next_wake(now);
@@ -123,7 +123,7 @@ AcquireLoop::Step AcquireLoop::resume(bool woken) {
     }
     return attempt_after(true);
   } catch (...) {
-    wait_.leave();
+    wait_.abandon();
     throw;
   }
 }

@@ -43,6 +43,12 @@ class WaitStrategy {
   // Fair mode: gives up the place in the server's queue, if an attempt took one (passing on a
   // hand-over that came meanwhile). Idempotent; never throws.
   virtual void leave() noexcept {}
+  // The call ends without a hold: leave(), and a release wake-up the watch consumed goes to the
+  // process's next waiter (ReleaseWatch::give_up). Never throws.
+  void abandon() noexcept {
+    leave();
+    if (watch_) watch_->give_up();
+  }
   // True if watching costs no round trip now (this process is subscribed already): the wait
   // then watches before its first attempt.
   virtual bool watch_is_free() const noexcept { return false; }
@@ -51,8 +57,9 @@ class WaitStrategy {
   // every node): it then retries only when woken or when the holder's lease would end, not every
   // retry_delay.
   virtual bool hears_releases() const noexcept { return false; }
-  // True if the wait holds a place in the server's queue (fair mode): its attempts join it, so
-  // it never skips one to wait behind this process's other waiters.
+  // True if the wait's attempts tell the server that it waits (fair mode: they join the
+  // queue; a ReadWriteLock writer's marker: LeaseBackend::attempt_marks_waiter), so it never
+  // skips one to wait behind this process's other waiters.
   virtual bool queues() const noexcept { return false; }
 
   // Starts watching for releases, registered with `ownership` so that cancel_waits() wakes it;
@@ -104,6 +111,7 @@ class WakeOnReleaseWait final : public PollingWait {
   using PollingWait::PollingWait;
   bool watch_is_free() const noexcept override { return backend_.watch_live(); }
   bool hears_releases() const noexcept override { return watching() && backend_.watch_live(); }
+  bool queues() const noexcept override { return backend_.attempt_marks_waiter(); }
 
  protected:
   std::unique_ptr<ReleaseWatch> make_watch(SteadyClock::time_point deadline) override;

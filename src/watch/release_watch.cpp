@@ -30,6 +30,7 @@ class SlotWatch : public ReleaseWatch {
   void spend_release_wake() noexcept override { slot_.spend_release_wake(); }
   void queued_behind_watchers() noexcept override { slot_.deafen(); }
   void wake() noexcept override { slot_.notify(); }
+  void give_up() noexcept override { slot_.give_up(); }
   void retoken(std::string token_sha1) noexcept override { slot_.retoken(std::move(token_sha1)); }
   bool set_waker(Waker* waker) noexcept override {
     slot_.set_waker(waker);

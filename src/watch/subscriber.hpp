@@ -5,7 +5,9 @@
 // busy lock is not re-subscribed on every contended call). watch() returns only once the server
 // has confirmed the subscription, so an attempt made after it cannot miss a release (no lost
 // wake-up). Each release wakes one waiter of the process, the longest waiting (not the whole
-// herd); a waiter that leaves with an unconsumed wake-up hands it on. After a connection loss the
+// herd); a waiter that leaves with an unconsumed wake-up hands it on, and so does one that
+// leaves without holding after it consumed one (WakeSlot::give_up: the lock may be free for the
+// next waiter, e.g. a writer's marker refuses only readers). After a connection loss the
 // thread reconnects, re-subscribes, and wakes every waiter (releases during the gap were not
 // seen).
 // Fair mode: a hand-over message names its waiter's token and wakes only that waiter.
@@ -121,6 +123,10 @@ class WakeSlot {
   // Like wait_until with a deadline already past: counts as having waited, and returns (and
   // consumes) a pending wake-up. Never throws. Any thread.
   bool take() noexcept;
+  // The waiter leaves without holding: a release wake-up it consumed (wait_until, take) is
+  // pending again, so that unwatching passes it on (Subscriber::unwatch). Never throws. Any
+  // thread.
+  void give_up() noexcept;
   // While the waiter reads its subscriber's connection itself (Subscriber::wait_lent): an event
   // fd that notify(), a kept offer_grant() and relocate() also write, to end that read's poll;
   // -1 for none. Never throws. Any thread.
@@ -140,7 +146,9 @@ class WakeSlot {
   bool granted_{false};
   bool noticed_{false};
   bool relocate_{false};
-  bool deaf_{false};  // queued behind the watchers: plain release announcements are not for it
+  bool deaf_{false};      // queued behind the watchers: plain release announcements are not for it
+  bool released_{false};  // the pending wake-up came with offer_release()
+  bool heard_{false};     // a wake-up from offer_release() was consumed (give_up passes it on)
   unsigned notice_position_{0};
   std::uint64_t notice_pttl_{0};
   std::uint64_t grant_seq_{0};
@@ -149,6 +157,7 @@ class WakeSlot {
   Waker* waker_{nullptr};  // guarded by mutex_; woken (under it) when notified
 
   void interrupt() noexcept;  // mutex_ held
+  bool consume() noexcept;    // mutex_ held: returns and clears the pending wake-up
 };
 
 // A hand-over message ("grant:<seq>:<fence>:<sha1 of token>"), parsed. False if `payload` is

@@ -94,6 +94,7 @@ bool WakeSlot::take_grant(std::uint64_t& seq, std::uint64_t& fence) noexcept {
   if (!granted_) return false;
   granted_ = false;
   notified_ = false;  // consumed: a grant is never passed on to another waiter
+  released_ = false;
   seq = grant_seq_;
   fence = grant_fence_;
   return true;
@@ -159,11 +160,12 @@ void WakeSlot::relocated() noexcept {
   std::lock_guard<std::mutex> guard(mutex_);
   relocate_ = false;
   notified_ = false;  // the attempt made after relocating covers what it announced
+  released_ = false;
 }
 
 void WakeSlot::spend_release_wake() noexcept {
   std::lock_guard<std::mutex> guard(mutex_);
-  if (!granted_ && !relocate_) notified_ = false;
+  if (!granted_ && !relocate_) notified_ = released_ = false;
 }
 
 void WakeSlot::deafen() noexcept {
@@ -172,7 +174,7 @@ void WakeSlot::deafen() noexcept {
   // token): it is the newer news, and it made this waiter a watcher.
   if (noticed_) return;
   deaf_ = true;
-  if (!granted_ && !relocate_) notified_ = false;
+  if (!granted_ && !relocate_) notified_ = released_ = false;
 }
 
 bool WakeSlot::offer_release() noexcept {
@@ -180,6 +182,7 @@ bool WakeSlot::offer_release() noexcept {
     std::lock_guard<std::mutex> guard(mutex_);
     if (deaf_) return false;
     notified_ = true;
+    released_ = true;
     interrupt();
   }
   cv_.notify_all();
@@ -196,21 +199,32 @@ bool WakeSlot::waited() noexcept {
   return waited_;
 }
 
+bool WakeSlot::consume() noexcept {
+  const bool was = notified_;
+  heard_ = heard_ || (was && released_);
+  notified_ = released_ = false;
+  return was;
+}
+
 bool WakeSlot::take() noexcept {
   std::lock_guard<std::mutex> guard(mutex_);
   waited_ = true;
-  const bool was = notified_;
-  notified_ = false;
-  return was;
+  return consume();
 }
 
 bool WakeSlot::wait_until(std::chrono::steady_clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
   waited_ = true;
   cv_.wait_until(lock, deadline, [this] { return notified_ || noticed_; });
-  const bool was = notified_;
-  notified_ = false;
-  return was;
+  return consume();
+}
+
+void WakeSlot::give_up() noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  // Only this slot's waiter calls it, as it leaves: nobody waits on the slot any more, so the
+  // wake-up is made pending without waking anyone; unwatching offers it to another waiter.
+  if (heard_) notified_ = released_ = true;
+  heard_ = false;
 }
 
 }  // namespace detail

@@ -138,9 +138,15 @@ class PgLeaseBackend final : public PgBackendBase {
 
 }  // namespace
 
+void check_pg_text(std::string_view value, const char* argument) {
+  if (value.find('\0') == std::string_view::npos) return;
+  throw std::invalid_argument(std::string("redlock: ") + argument + " must not contain a NUL byte");
+}
+
 std::shared_ptr<LeaseBackend> make_pg_backend(const std::shared_ptr<PgDatabase>& db,
                                               std::string name, const LockOptions& options) {
   validate_lock_options(name, options);
+  check_pg_text(name, "name");
   if (options.fair.value_or(false) && db->options().mode == postgres::Mode::session) {
     throw std::invalid_argument("options.fair: not supported in session mode (advisory locks)");
   }
@@ -176,6 +182,7 @@ namespace {
 std::unique_ptr<detail::RwSides> make_sides(const std::shared_ptr<detail::PgDatabase>& db,
                                             const std::string& name, const LockOptions& options) {
   detail::validate_lock_options(name, options);
+  detail::check_pg_text(name, "name");
   if (options.fair.value_or(false)) {
     throw std::invalid_argument("options.fair: not supported by postgres::ReadWriteLock");
   }

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include <redlock/options.hpp>
 
@@ -77,8 +78,14 @@ class PgBackendBase : public LeaseBackend {
   std::string channel_;  // where session mode's releases are announced; its hash names the lock
 };
 
+// Names and ids are stored as text, which holds no NUL byte, and libpq sends them as C strings
+// (`k\0a` would become `k`): throws std::invalid_argument naming `argument` if `value` has a NUL
+// byte.
+void check_pg_text(std::string_view value, const char* argument);
+
 // The lease backend of a lock named `name` in `db`'s mode (lease: a row; session: an advisory
-// lock). Throws std::invalid_argument for options a Lock rejects (pg_backend.cpp).
+// lock). Throws std::invalid_argument for options a Lock rejects and a name with a NUL byte
+// (pg_backend.cpp).
 std::shared_ptr<LeaseBackend> make_pg_backend(const std::shared_ptr<PgDatabase>& db,
                                               std::string name, const LockOptions& options);
 // Which advisory lock a session-mode backend takes: a Lock's, or a ReadWriteLock's writer

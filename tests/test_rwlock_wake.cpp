@@ -1,0 +1,130 @@
+// Waiters of one Client on a ReadWriteLock's key (issue 42, defects 4 and 5): a reader woken by
+// a release that it cannot use (a writer's marker refuses it) and that then gives up passes the
+// wake-up on to the next waiter of the process (a plain Lock, a writer), and a writer that waits
+// behind readers of its own Client still sets the writer-waiting marker (writer preference).
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <redlock/redlock.hpp>
+
+#include "rw_test_support.hpp"
+
+using namespace std::chrono_literals;
+using namespace redlock::test::rw;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+long long ms(Clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
+// Issue 42's setup of defect 4. W1 (another Client) holds the writer side; T1, a reader on
+// `setup.client`, waits with try_lock_shared_for(300 ms); T2, `wait_in_lock` on the same
+// Client, waits from +50 ms; W2 (a third Client) waits as a writer and gives up at ~+150 ms,
+// leaving its marker (1 s); W1 (ttl 3 s) releases at +250 ms. T1 is woken first, refused by the
+// marker, and times out. Returns how long after the release T2 held (hours(1): never, in 10 s).
+Clock::duration second_waiter_after_release(Setup& setup,
+                                            const std::function<bool()>& wait_in_lock) {
+  redlock::Client w1_client(setup.server.endpoint());
+  redlock::Client w2_client(setup.server.endpoint());
+  redlock::ReadWriteLock w1(w1_client, setup.k, fast(3s));
+  REQUIRE(w1.try_lock());
+  auto w2_options = fast();
+  w2_options.retry_delay = 200ms;  // the marker lives 5 * retry_delay: 1 s
+  redlock::ReadWriteLock w2(w2_client, setup.k, w2_options);
+  redlock::ReadWriteLock t1(setup.client, setup.k, fast());
+
+  const auto start = Clock::now();
+  auto reader = std::async(std::launch::async, [&] { return t1.try_lock_shared_for(300ms); });
+  std::this_thread::sleep_until(start + 50ms);
+  auto second = std::async(std::launch::async, [&] {
+    const bool held = wait_in_lock();
+    return held ? Clock::now() : Clock::time_point::max();
+  });
+  CHECK_FALSE(w2.try_lock_for(100ms));  // gives up; its marker stays
+  std::this_thread::sleep_until(start + 250ms);
+  const auto released = Clock::now();
+  REQUIRE(w1.release());
+  CHECK_FALSE(reader.get());  // refused by W2's marker until its deadline
+  const auto held_at = second.get();
+  if (held_at == Clock::time_point::max()) return std::chrono::hours(1);
+  return held_at - released;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "ReadWriteLock: a reader of one Client that gives up after the release it was woken for "
+    "passes the wake-up on to the Client's next waiter",
+    "[redis][rwlock]") {
+  Setup setup("rw-pass-wake");
+  // Without a wake-up T2 sleeps until its own ttl or (a fair Lock, watching) W1's lease ends:
+  // 3 s, well past the bound below.
+  auto t2_options = fast(3s);
+  SECTION("T2 is a Lock (fair = false)") {
+    t2_options.fair = false;
+    redlock::Lock t2(setup.client, setup.k, t2_options);
+    const auto after = second_waiter_after_release(setup, [&] { return t2.try_lock_for(10s); });
+    CHECK(ms(after) < 1500);
+    t2.unlock();
+  }
+  SECTION("T2 is a Lock (fair, the default)") {
+    redlock::Lock t2(setup.client, setup.k, t2_options);
+    const auto after = second_waiter_after_release(setup, [&] { return t2.try_lock_for(10s); });
+    CHECK(ms(after) < 1500);
+    t2.unlock();
+  }
+  SECTION("T2 is a ReadWriteLock writer") {
+    redlock::ReadWriteLock t2(setup.client, setup.k, t2_options);
+    const auto after = second_waiter_after_release(setup, [&] { return t2.try_lock_for(10s); });
+    CHECK(ms(after) < 1500);
+    t2.unlock();
+  }
+}
+
+TEST_CASE(
+    "ReadWriteLock: a writer waiting behind readers of its own Client still keeps new readers "
+    "out (writer preference)",
+    "[redis][rwlock]") {
+  Setup setup("rw-pref-local");
+  redlock::ReadWriteLock w1(setup.client, setup.k, fast());
+  REQUIRE(w1.try_lock());
+  constexpr int kReaders = 6;
+  std::atomic<int> entered{0};
+  std::vector<std::thread> readers;
+  for (int i = 0; i < kReaders; ++i) {
+    readers.emplace_back([&] {
+      redlock::ReadWriteLock r(setup.client, setup.k, fast());
+      if (!r.try_lock_shared_for(10s)) return;
+      entered.fetch_add(1);
+      std::this_thread::sleep_for(1s);
+      r.unlock_shared();
+    });
+  }
+  std::this_thread::sleep_for(50ms);  // the readers wait (watching) before W2 arrives
+  redlock::ReadWriteLock w2(setup.client, setup.k, fast());
+  auto writer = std::async(std::launch::async, [&] {
+    const bool held = w2.try_lock_for(10s);
+    const int readers_in = entered.load();
+    const auto at = Clock::now();
+    if (held) w2.unlock();
+    return std::make_tuple(held, readers_in, at);
+  });
+  std::this_thread::sleep_for(250ms);
+  const auto released = Clock::now();
+  REQUIRE(w1.release());
+  const auto [held, readers_in, at] = writer.get();
+  for (auto& t : readers) t.join();
+  CHECK(held);
+  CHECK(readers_in == 0);             // no reader that came before it passed the waiting writer
+  CHECK(at - released < 700ms);       // not the readers' whole hold (1 s)
+  CHECK(entered.load() == kReaders);  // and the readers got in after it
+}
