@@ -19,19 +19,28 @@
 
 // Fair mode: the server's FIFO of waiters (KEYS[2], a list of tokens in arrival order; KEYS[3],
 // a hash token -> "<ttl ms>:<seq>:<fenced 0/1>:<channel>"), shared by both fair scripts, whose
-// ARGV[3] is the SPUBLISH flag. Liveness needs no heartbeat: a waiter's channel is its process's
-// own (one per Client), so no subscriber of it on this node means that process is gone (its
-// subscription went with its socket); the entry is dropped and the next one tried. `deliver`
-// counts them (PUBSUB [SHARD]NUMSUB) and publishes only to a live one: PUBLISH's own answer
-// counts this node's subscribers alone, yet the message also reaches the shard's other nodes (a
-// cluster) or the replicas (replication); a waiter subscribed on a replica (a demoted master
+// ARGV[3] is the SPUBLISH flag. A waiter's channel is its process's own (one per Client), so no
+// subscriber of it on this node means that process is gone (its subscription went with its
+// socket); the entry is dropped and the next one tried. An empty channel is a waiter that
+// polls (it cannot be woken): its info's second field is then its claim window, and a
+// hand-over to it sets the key for that long, with no message; its next attempt re-arms it.
+// `deliver` counts them (PUBSUB [SHARD]NUMSUB) and publishes only to a live one: PUBLISH's own
+// answer counts this node's subscribers alone, yet the message also reaches the shard's other nodes
+// (a cluster) or the replicas (replication); a waiter subscribed on a replica (a demoted master
 // accepts SSUBSCRIBE) heard a grant that the master took for unheard and gave to the next. A
 // waiter that gave up deletes only its hash field (lazy: its list entry is skipped when popped), so
 // no O(N) LREM runs. The first two live waiters ("watchers") are told the holder's lease: they
 // sleep until it ends and then advance the queue (an expiry announces nothing), the second one
-// later, in case the first died too. No script reads TIME. The queue's keys are the fq_ locals:
-// the lock's scripts keep KEYS[1..4]; a Semaphore's permit scripts (protocol/permits.cpp) point
-// fq_list, fq_info and fq_fence at the semaphore's queue and fq_key at the permit slot in play.
+// later, in case the first died too; every queued waiter also re-attempts once per stall guard
+// (AcquireLoop::turn_wake), so nobody relies on the watchers alone (#41). `hand_over(self,
+// lapsed)`: a hand-over because the key was found free with a queue (a lease that lapsed, a
+// grant nobody claimed) sets the key for a claim window only (claim_window) and publishes
+// "grant:0:...", a grant numbering no attempt, which the grantee takes with an attempt (the
+// acquire re-arms a key holding the caller's token to its ttl); a holder's own release hands
+// over with the full ttl, taken on the message alone. No script reads TIME. The queue's keys are
+// the fq_ locals: the lock's scripts keep KEYS[1..4]; a Semaphore's permit scripts
+// (protocol/permits.cpp) point fq_list, fq_info and fq_fence at the semaphore's queue and fq_key at
+// the permit slot in play.
 #define REDLOCK_FAIR_QUEUE_LUA                                                                     \
   "local fq_key, fq_list, fq_info, fq_fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]\n"                \
   "local function deliver(channel, message)\n"                                                     \
@@ -52,7 +61,9 @@
   "    local heard = 0\n"                                                                          \
   "    if info then\n"                                                                             \
   "      local channel = string.match(info, '^%d+:%d+:[01]:(.*)$')\n"                              \
-  "      if channel then\n"                                                                        \
+  "      if channel == '' then\n"                                                                  \
+  "        heard = 1  -- a waiter that polls: it needs no notice\n"                                \
+  "      elseif channel then\n"                                                                    \
   "        heard = deliver(channel, 'head:' .. (pos + 1) .. ':' .. pttl .. ':' ..\n"               \
   "                        redis.sha1hex(w))\n"                                                    \
   "      end\n"                                                                                    \
@@ -71,7 +82,11 @@
   "    end\n"                                                                                      \
   "  end\n"                                                                                        \
   "end\n"                                                                                          \
-  "local function hand_over(self)\n"                                                               \
+  "local function claim_window(ttl)\n"                                                             \
+  "  ttl = tonumber(ttl)\n"                                                                        \
+  "  return math.min(ttl, math.max(100, math.min(1000, math.floor(ttl / 5))))\n"                   \
+  "end\n"                                                                                          \
+  "local function hand_over(self, lapsed)\n"                                                       \
   "  local fence = nil\n"                                                                          \
   "  while true do\n"                                                                              \
   "    local w = redis.call('lpop', fq_list)\n"                                                    \
@@ -82,6 +97,11 @@
   "      if w == self then return w end\n"                                                         \
   "      local ttl, seq, fenced, channel = string.match(info, '^(%d+):(%d+):([01]):(.*)$')\n"      \
   "      if ttl then\n"                                                                            \
+  "        if channel == '' then\n"                                                                \
+  "          ttl = math.min(tonumber(ttl), math.max(tonumber(seq), 1))\n"                          \
+  "        elseif lapsed then\n"                                                                   \
+  "          ttl, seq = claim_window(ttl), '0'\n"                                                  \
+  "        end\n"                                                                                  \
   "        redis.call('set', fq_key, w, 'PX', ttl)\n"                                              \
   "        if fenced == '1' and not fence then\n"                                                  \
   "          redis.call('incr', fq_fence)\n"                                                       \
@@ -89,7 +109,8 @@
   "        end\n"                                                                                  \
   "        local f = '0'\n"                                                                        \
   "        if fenced == '1' then f = fence end\n"                                                  \
-  "        if deliver(channel, 'grant:' .. seq .. ':' .. f .. ':' .. redis.sha1hex(w)) > 0 then\n" \
+  "        if channel == '' or\n"                                                                  \
+  "           deliver(channel, 'grant:' .. seq .. ':' .. f .. ':' .. redis.sha1hex(w)) > 0 then\n" \
   "          notify_watchers(ttl)\n"                                                               \
   "          return w\n"                                                                           \
   "        end\n"                                                                                  \
@@ -140,10 +161,12 @@ struct Scripts {
   // queue when refused (or update the place's info), ARGV[5] attempt sequence number, ARGV[6]
   // "1" with fencing, ARGV[7] the channel to hand the lock over on (this process's own). Takes
   // the lock if it is free and nobody live is queued ahead; a key already holding the token (a
-  // hand-over whose message was missed or came too late to trust) is re-armed to the full ttl.
-  // Returns {1, fence (0 without fencing)} or {0, pttl of the holder, position}: position 1 for
-  // the head of the queue, 2 for the next one (both watch the holder's lease), 3 further back,
-  // 0 not queued (ARGV[4] not "1").
+  // hand-over whose message was missed or came too late to trust, or a grant after a lapse) is
+  // re-armed to the full ttl. Empty ARGV[7]: the caller polls, and ARGV[5] is its claim window
+  // (ms). Returns {1, fence (0 without fencing)} or {0, pttl of the holder, position}: position
+  // 1 for the head of the queue, 2 for the next one (both watch the holder's lease), 3 further
+  // back, 0 not queued (ARGV[4] not "1"); position 1 also when this call found the key free and
+  // handed it to another waiter (the caller watches that grant's claim window).
   Script fair_acquire;
   // Fair mode. KEYS as fair_acquire; ARGV[1] token, ARGV[2] release channel, ARGV[3] the
   // SPUBLISH flag. If the key holds the token: hands it to the first live queued waiter (SET PX
