@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -20,6 +21,7 @@
 
 #include "support/fair_queue.hpp"
 #include "support/redis_server.hpp"
+#include "util/key_slot.hpp"  // helper_key: the names of the queue's keys
 
 using namespace std::chrono_literals;
 using redlock::test::fair_lock_options;
@@ -250,4 +252,79 @@ TEST_CASE("Fair bound: a waiter that cannot be woken (wake_on_release = false) i
   const pid_t poller = fork_survivor(server, k, deaf, 2500ms);
   CHECK(exit_by(poller, Clock::now() + 5s) == 0);
   for (const pid_t b : busy) CHECK(exit_by(b, end + 5s) == 0);
+}
+
+TEST_CASE("Fair bound: the queue's keys expire once every waiter is gone",
+          "[redis][fair][liveness][fault]") {
+  RedisServer server;
+  const std::string k = key("fair-bound-expiry");
+  const pid_t gone = fork_holders(server, k, 1, 2);
+  REQUIRE(key_held(server, k));
+  REQUIRE(wait_for_queue(server, k, 2));
+  std::this_thread::sleep_for(200ms);
+  const std::string list = redlock::detail::helper_key(k, ":waiters");
+  const std::string info = redlock::detail::helper_key(k, ":waiters:info");
+  // While waiters are queued, both keys carry an expiry their joins and guards refresh.
+  CHECK(server.raw({"PTTL", list}).integer() > 0);
+  CHECK(server.raw({"PTTL", info}).integer() > 0);
+  kill_all({gone});
+  // Nobody is left to clean up: at most 3 ttl after the last join, both are gone.
+  const auto end = Clock::now() + 3 * kTtl + kSlack;
+  while (server.raw({"EXISTS", list, info}).integer() != 0 && Clock::now() < end) {
+    std::this_thread::sleep_for(20ms);
+  }
+  CHECK(server.raw({"EXISTS", list, info}).integer() == 0);
+}
+
+TEST_CASE("Fair bound: a waiter that gives up frees its place in the list",
+          "[redis][fair][liveness]") {
+  RedisServer server;
+  const std::string k = key("fair-bound-give-up");
+  redlock::Client client(server.endpoint());
+  redlock::Lock holder(client, k, fair_lock_options(10s, 60s));  // held throughout
+  holder.lock();
+  // Two that stay (the watchers): the quitters queue behind them, at position 3.
+  const pid_t stays = fork_holders(server, k, 0, 2);
+  REQUIRE(wait_for_queue(server, k, 2));
+  redlock::Client other(server.endpoint());
+  for (int i = 0; i < 5; ++i) {
+    redlock::Lock quitter(other, k, options());
+    const long long before = redlock::test::queue_length(server, k);
+    auto gave_up =
+        std::async(std::launch::async, [&quitter] { return !quitter.try_lock_for(300ms); });
+    CHECK(wait_for_queue(server, k, before + 1));  // it took a place
+    CHECK(gave_up.get());
+  }
+  // The two that stay, and nothing of the five that left.
+  CHECK(redlock::test::queue_length(server, k) == 2);
+  kill_all({stays});
+}
+
+TEST_CASE("Fair bound: one release examines a bounded number of dead entries",
+          "[redis][fair][liveness]") {
+  RedisServer server;
+  const std::string k = key("fair-bound-dead");
+  auto ep = server.endpoint();
+  ep.command_timeout = 10s;  // today's release pops every entry: let it finish
+  redlock::Client client(ep);
+  redlock::Lock holder(client, k, fair_lock_options(10s, 60s));  // held until the unlock
+  holder.lock();
+  const std::string list = redlock::detail::helper_key(k, ":waiters");
+  const std::string info = redlock::detail::helper_key(k, ":waiters:info");
+  // 100,000 entries of processes that are gone (nobody subscribes to their channels).
+  const long long dead = 100000;
+  server.raw({"EVAL",
+              "for i = 1, tonumber(ARGV[1]) do\n"
+              "  redis.call('rpush', KEYS[1], 'dead' .. i)\n"
+              "  redis.call('hset', KEYS[2], 'dead' .. i, '1000:1:0:gone-channel-' .. i)\n"
+              "end",
+              "2", list, info, std::to_string(dead)},
+             10s);
+  REQUIRE(server.raw({"LLEN", list}).integer() == dead);
+  holder.unlock();
+  // The release examined a bounded share; the rest is left to later calls.
+  const long long examined = dead - server.raw({"LLEN", list}).integer();
+  INFO("entries the release examined: " << examined);
+  CHECK(examined >= 1);
+  CHECK(examined <= 100);
 }

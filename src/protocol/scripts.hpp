@@ -28,13 +28,16 @@
 // answer counts this node's subscribers alone, yet the message also reaches the shard's other nodes
 // (a cluster) or the replicas (replication); a waiter subscribed on a replica (a demoted master
 // accepts SSUBSCRIBE) heard a grant that the master took for unheard and gave to the next. A
-// waiter that gave up deletes only its hash field (lazy: its list entry is skipped when popped), so
-// no O(N) LREM runs. The first two live waiters ("watchers") are told the holder's lease: they
-// sleep until it ends and then advance the queue (an expiry announces nothing), the second one
-// later, in case the first died too; every queued waiter also re-attempts once per stall guard
-// (AcquireLoop::turn_wake), so nobody relies on the watchers alone (#41). `hand_over(self,
-// lapsed)`: a hand-over because the key was found free with a queue (a lease that lapsed, a
-// grant nobody claimed) sets the key for a claim window only (claim_window) and publishes
+// waiter that gave up deletes its hash field, and its list entry only when it is among the last
+// 64 (`forget`: bounded); a deeper one is skipped when popped. No call examines more than 64
+// entries (`examine`): a hand-over that runs out returns false, true (more left for later
+// calls). Every join keeps the queue's keys for 3 x the joiner's ttl (`keep_queue`), so they
+// expire once no waiter attempts any more. The first two live waiters ("watchers") are told the
+// holder's lease: they sleep until it ends and then advance the queue (an expiry announces
+// nothing), the second one later, in case the first died too; every queued waiter also re-attempts
+// once per stall guard (AcquireLoop::turn_wake), so nobody relies on the watchers alone (#41).
+// `hand_over(self, lapsed)`: a hand-over because the key was found free with a queue (a lease that
+// lapsed, a grant nobody claimed) sets the key for a claim window only (claim_window) and publishes
 // "grant:0:...", a grant numbering no attempt, which the grantee takes with an attempt (the
 // acquire re-arms a key holding the caller's token to its ttl); a holder's own release hands
 // over with the full ttl, taken on the message alone. No script reads TIME. The queue's keys are
@@ -43,6 +46,22 @@
 // the permit slot in play.
 #define REDLOCK_FAIR_QUEUE_LUA                                                                     \
   "local fq_key, fq_list, fq_info, fq_fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]\n"                \
+  "local fq_budget = 64  -- queue entries one call examines; the rest is left to later calls\n"    \
+  "local function examine()\n"                                                                     \
+  "  fq_budget = fq_budget - 1\n"                                                                  \
+  "  return fq_budget >= 0\n"                                                                      \
+  "end\n"                                                                                          \
+  "local function keep_queue(ttl)\n"                                                               \
+  "  local keep = 3 * tonumber(ttl)\n"                                                             \
+  "  if redis.call('pttl', fq_info) < 2 * tonumber(ttl) then\n"                                    \
+  "    redis.call('pexpire', fq_info, keep)\n"                                                     \
+  "    redis.call('pexpire', fq_list, keep)\n"                                                     \
+  "  end\n"                                                                                        \
+  "end\n"                                                                                          \
+  "local function forget(token)\n"                                                                 \
+  "  local at = redis.pcall('lpos', fq_list, token, 'RANK', -1, 'MAXLEN', 64)\n"                   \
+  "  if type(at) == 'number' then redis.call('lrem', fq_list, -1, token) end\n"                    \
+  "end\n"                                                                                          \
   "local function deliver(channel, message)\n"                                                     \
   "  local subs = nil\n"                                                                           \
   "  if ARGV[3] == '1' then subs = redis.pcall('pubsub', 'shardnumsub', channel) end\n"            \
@@ -54,7 +73,7 @@
   "end\n"                                                                                          \
   "local function notify_watchers(pttl)\n"                                                         \
   "  local pos = 0\n"                                                                              \
-  "  while pos < 2 do\n"                                                                           \
+  "  while pos < 2 and examine() do\n"                                                             \
   "    local w = redis.call('lindex', fq_list, pos)\n"                                             \
   "    if not w then return end\n"                                                                 \
   "    local info = redis.call('hget', fq_info, w)\n"                                              \
@@ -89,6 +108,10 @@
   "local function hand_over(self, lapsed)\n"                                                       \
   "  local fence = nil\n"                                                                          \
   "  while true do\n"                                                                              \
+  "    if not examine() then\n"                                                                    \
+  "      redis.call('del', fq_key)\n"                                                              \
+  "      return false, true\n"                                                                     \
+  "    end\n"                                                                                      \
   "    local w = redis.call('lpop', fq_list)\n"                                                    \
   "    if not w then break end\n"                                                                  \
   "    local info = redis.call('hget', fq_info, w)\n"                                              \
@@ -121,8 +144,12 @@
   "  return false\n"                                                                               \
   "end\n"                                                                                          \
   "local function join(token, info)\n"                                                             \
-  "  if redis.call('hset', fq_info, token, info) == 1 then\n"                                      \
-  "    return math.min(redis.call('rpush', fq_list, token), 3)\n"                                  \
+  "  local added = redis.call('hset', fq_info, token, info) == 1\n"                                \
+  "  local length = 0\n"                                                                           \
+  "  if added then length = redis.call('rpush', fq_list, token) end\n"                             \
+  "  keep_queue(string.match(info, '^(%d+):'))\n"                                                  \
+  "  if added then\n"                                                                              \
+  "    return math.min(length, 3)\n"                                                               \
   "  elseif redis.call('lindex', fq_list, 0) == token then\n"                                      \
   "    return 1\n"                                                                                 \
   "  elseif redis.call('lindex', fq_list, 1) == token then\n"                                      \
@@ -166,7 +193,8 @@ struct Scripts {
   // (ms). Returns {1, fence (0 without fencing)} or {0, pttl of the holder, position}: position
   // 1 for the head of the queue, 2 for the next one (both watch the holder's lease), 3 further
   // back, 0 not queued (ARGV[4] not "1"); position 1 also when this call found the key free and
-  // handed it to another waiter (the caller watches that grant's claim window).
+  // handed it to another waiter (the caller watches that grant's claim window), with pttl 0
+  // when it left dead entries to examine (the caller comes back at once).
   Script fair_acquire;
   // Fair mode. KEYS as fair_acquire; ARGV[1] token, ARGV[2] release channel, ARGV[3] the
   // SPUBLISH flag. If the key holds the token: hands it to the first live queued waiter (SET PX
