@@ -29,7 +29,7 @@
 // (a cluster) or the replicas (replication); a waiter subscribed on a replica (a demoted master
 // accepts SSUBSCRIBE) heard a grant that the master took for unheard and gave to the next. A
 // waiter that gave up deletes its hash field, and its list entry only when it is among the last
-// 64 (`forget`: bounded); a deeper one is skipped when popped. No call examines more than 64
+// 64 (`forget`: bounded); a deeper one is skipped when popped. No call examines more than 32
 // entries (`examine`): a hand-over that runs out returns false, true (more left for later
 // calls). Every join keeps the queue's keys for 3 x the joiner's ttl (`keep_queue`), so they
 // expire once no waiter attempts any more. The first two live waiters ("watchers") are told the
@@ -46,7 +46,7 @@
 // the permit slot in play.
 #define REDLOCK_FAIR_QUEUE_LUA                                                                     \
   "local fq_key, fq_list, fq_info, fq_fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]\n"                \
-  "local fq_budget = 64  -- queue entries one call examines; the rest is left to later calls\n"    \
+  "local fq_budget = 32  -- queue entries one call examines; the rest is left to later calls\n"    \
   "local function examine()\n"                                                                     \
   "  fq_budget = fq_budget - 1\n"                                                                  \
   "  return fq_budget >= 0\n"                                                                      \
