@@ -38,6 +38,10 @@ struct AcquireRequest {
   Attempt attempt{Attempt::first};
   Queue queue{Queue::none};
   std::uint64_t seq{0};  // fair mode: numbers the attempt; a hand-over names the last one seen
+  // Fair mode, a waiter that cannot be woken (it polls: wake_on_release = false, or its
+  // subscription is not live): a hand-over to it sets the key for this claim window, which its
+  // next attempt picks up; no message. Zero for a waiter that hears its grants.
+  std::chrono::milliseconds polls{0};
 };
 
 struct AcquireResult {

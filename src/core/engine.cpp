@@ -32,7 +32,8 @@ struct LeaseEngine::Round {
   Round(const AcquireRequest& r, std::size_t n)
       : request(r),
         token(*r.token),
-        seq_text(std::to_string(r.seq)),
+        // A polling waiter's place carries its claim window where a grant's number would be.
+        seq_text(std::to_string(r.polls.count() > 0 ? std::uint64_t(r.polls.count()) : r.seq)),
         batches(n),
         commands(n),
         dialects(n, AcquireDialect::script),
@@ -82,8 +83,12 @@ void LeaseEngine::build(Round& a) const {
                     Send::eval, pubsub);
     }
   }
-  FairAttempt fair{ttl_ms_, a.request.queue == Queue::join ? "1" : "0", "0", a.seq_text,
-                   fencing_ ? "1" : "0"};
+  FairAttempt fair{ttl_ms_,
+                   a.request.queue == Queue::join ? "1" : "0",
+                   "0",
+                   a.seq_text,
+                   fencing_ ? "1" : "0",
+                   a.request.polls.count() > 0 ? std::string_view("") : keys_.grant_channel};
   // Fair mode, a first attempt that does not queue: the default mode's SET NX, and EXISTS on the
   // queue in the same round trip (read_node gives back a grant that jumped a queue).
   a.fast_fair = fair_ && nodes_.size() == 1 && !fencing_ && a.request.attempt == Attempt::first &&

@@ -153,12 +153,22 @@ SteadyClock::time_point AcquireLoop::next_wake(SteadyClock::time_point now) cons
 // A queued fair waiter's wake: the first two in the server's queue watch the holder's lease (an
 // expiry announces nothing) and advance the queue when it ends, the second one a hand-over
 // later (in case the first is gone too); the others sleep until a hand-over or a notice that
-// they moved up, with no command meanwhile.
+// they moved up. A holder with no expiry (PTTL -1: another client's plain SET) is polled by
+// the watchers at jittered retry_delay. Every queued waiter, watcher or not, also attempts
+// again once per stall guard (jittered, 1.125 to 1.375 of its ttl): the holder and both
+// watchers may be dead, or the grantee paused, and the attempt advances a free key's queue.
 SteadyClock::time_point AcquireLoop::turn_wake(SteadyClock::time_point now) const {
-  if (watcher_ > 2 || holder_pttl_.count() < 0) return deadline_;
-  SteadyClock::duration wait = holder_pttl_ + std::chrono::milliseconds(1);
-  if (watcher_ == 2) wait += std::chrono::milliseconds(250) + 4 * answer_time(round_trip_);
-  return deadline_ == kNoDeadline ? now + wait : std::min(now + wait, deadline_);
+  const auto ttl = std::chrono::nanoseconds(who_.options.ttl);
+  auto until = now + ttl + jittered(ttl / 4);  // the stall guard
+  if (watcher_ <= 2) {
+    SteadyClock::duration wait = jittered(std::chrono::nanoseconds(who_.options.retry_delay));
+    if (holder_pttl_.count() >= 0) {
+      wait = holder_pttl_ + std::chrono::milliseconds(1);
+      if (watcher_ == 2) wait += std::chrono::milliseconds(250) + 4 * answer_time(round_trip_);
+    }
+    until = std::min(until, now + wait);
+  }
+  return deadline_ == kNoDeadline ? until : std::min(until, deadline_);
 }
 
 bool AcquireLoop::took_notice() {

@@ -11,8 +11,8 @@
 namespace redlock {
 namespace detail {
 
-FairWait::FairWait(LeaseBackend& backend, FairWake wake)
-    : backend_(backend), wake_(wake), token_(make_token()) {}
+FairWait::FairWait(LeaseBackend& backend, FairWake wake, std::chrono::milliseconds retry_delay)
+    : backend_(backend), wake_(wake), retry_delay_(retry_delay), token_(make_token()) {}
 
 FairWait::~FairWait() = default;
 
@@ -26,7 +26,7 @@ Try FairWait::attempt(Attempt how) {
   sent_[seq_ % kKept] = out.sent;
   ++seq_;
   const Queue queue = how == Attempt::contended ? Queue::join : Queue::none;
-  out.result = backend_.acquire(AcquireRequest{&token_, how, queue, seq_});
+  out.result = backend_.acquire(AcquireRequest{&token_, how, queue, seq_, claim_window()});
   // Held: the wait is over and the token becomes the hold's (no copy). Otherwise the Try's
   // token is not used.
   if (out.result.held) out.token = std::move(token_);
@@ -36,6 +36,14 @@ Try FairWait::attempt(Attempt how) {
     retire_token();
   }
   return out;
+}
+
+// A waiter that cannot be woken (wake_on_release = false, or no live subscription) polls at
+// jittered retry_delay (at most 1.5 of it) or its holder's lease end: a hand-over to it waits
+// that long plus a round trip for its next attempt, which re-arms the key to its ttl.
+std::chrono::milliseconds FairWait::claim_window() const noexcept {
+  if (hears_releases()) return std::chrono::milliseconds(0);
+  return 2 * retry_delay_ + std::chrono::milliseconds(100);
 }
 
 void FairWait::retire_token() {

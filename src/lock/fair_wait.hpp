@@ -1,11 +1,14 @@
 // src/lock/fair_wait.hpp: fair mode's wait strategy, the one place fair waiting lives: one token
 // is the waiter's place in the server's queue for the whole wait (unless an attempt of it may
-// still be undone: see below), nothing refreshes it (the waiter's subscription is its liveness),
-// a release hands the lock over without a round trip, the first two waiters watch the holder's
-// lease (AcquireLoop::turn_wake), and a waiter that gives up leaves the queue.
+// still be undone: see below), the waiter's subscription is its liveness, a release hands the
+// lock over without a round trip, the first two waiters watch the holder's lease and every
+// waiter re-attempts once per stall guard (AcquireLoop::turn_wake), a waiter that cannot be
+// woken polls and picks a hand-over up within its claim window, and a waiter that gives up
+// leaves the queue.
 #ifndef REDLOCK_SRC_LOCK_FAIR_WAIT_HPP
 #define REDLOCK_SRC_LOCK_FAIR_WAIT_HPP
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -28,8 +31,9 @@ enum class FairWake { timer, releases };
 // for. Later attempts queue with a new token, which nothing in flight can end.
 class FairWait final : public WaitStrategy {
  public:
-  // Makes the waiter's token. Throws what token generation throws.
-  FairWait(LeaseBackend& backend, FairWake wake);
+  // Makes the waiter's token; `retry_delay` is the pace it polls at when it cannot be woken.
+  // Throws what token generation throws.
+  FairWait(LeaseBackend& backend, FairWake wake, std::chrono::milliseconds retry_delay);
   ~FairWait() override;
 
   Try attempt(Attempt how) override;
@@ -51,9 +55,13 @@ class FairWait final : public WaitStrategy {
   static constexpr std::uint64_t kKept = 8;
 
   void retire_token();
+  // Zero for a waiter that hears its grants; otherwise how long a hand-over waits for its next
+  // attempt (AcquireRequest::polls).
+  std::chrono::milliseconds claim_window() const noexcept;
 
   LeaseBackend& backend_;
   const FairWake wake_;
+  const std::chrono::milliseconds retry_delay_;
   std::string token_;  // moved into the hold once an attempt is granted
   std::uint64_t seq_{0};
   std::uint64_t void_through_{0};        // hand-overs naming attempts up to this are void

@@ -148,7 +148,8 @@ AcquireLoop::Waiter LockCore::handle_waiter() noexcept {
 std::unique_ptr<WaitStrategy> LockCore::new_wait() {
   if (backend_->fair()) {
     return std::make_unique<FairWait>(
-        *backend_, options_.wake_on_release ? FairWake::releases : FairWake::timer);
+        *backend_, options_.wake_on_release ? FairWake::releases : FairWake::timer,
+        options_.retry_delay);
   }
   if (options_.wake_on_release) return std::make_unique<WakeOnReleaseWait>(*backend_);
   return std::make_unique<PollingWait>(*backend_);

@@ -33,7 +33,7 @@ void build_fair_acquire(AcquireCommand& c, const LockKeys& keys, std::string_vie
                         const FairAttempt& attempt) noexcept {
   fair_keys(c.evalsha(Scripts::get().fair_acquire), keys);
   c.arg(token).arg(attempt.ttl_ms).arg(attempt.spublish).arg(attempt.join).arg(attempt.seq);
-  c.arg(attempt.fenced).arg(keys.grant_channel);
+  c.arg(attempt.fenced).arg(attempt.grant_channel);
 }
 
 void build_release(ReleaseCommand& c, const LockKeys& keys, std::string_view token,

@@ -56,6 +56,9 @@ struct FairAttempt {
   std::string_view spublish;  // publish_flag() of the node it is sent to
   std::string_view seq;
   std::string_view fenced;  // "1" with fencing
+  // The channel a hand-over is published on; empty for a waiter that polls (then `seq` is the
+  // claim window, in ms, that its next attempt comes within).
+  std::string_view grant_channel;
 };
 
 using AcquireCommand = Command<14>;

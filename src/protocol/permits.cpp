@@ -81,15 +81,16 @@ for i = 1, n do
 end
 for at, i in ipairs(free) do
   fq_key = KEYS[i]
-  local got = false
-  if redis.call('exists', fq_list) == 1 then got = hand_over(ARGV[1]) end
-  if not got or got == ARGV[1] then
+  local got, more = false, false
+  if redis.call('exists', fq_list) == 1 then got, more = hand_over(ARGV[1]) end
+  if (not got and not more) or got == ARGV[1] then
     redis.call('set', KEYS[i], ARGV[1], 'PX', ARGV[2])
     -- The other free slots (leases that ended unannounced) go to the next live waiters now;
     -- a hand-over tells the watchers, otherwise the caller's own lease is their lease end.
     if not hand_over_free(free, at + 1) and got then notify_watchers(ARGV[2]) end
     return {i, fence()}
   end
+  if more then pttl = 0 end  -- dead entries left for later calls: come back at once
   lease_of(i)
 end
 local position = 0

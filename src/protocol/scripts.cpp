@@ -64,19 +64,28 @@ if holder == ARGV[1] then
   redis.call('hdel', KEYS[3], ARGV[1])
   return {1, fence(false)}
 end
+-- A free key with a queue: a lease that lapsed, or a grant nobody claimed. The caller advances
+-- the queue; a grant it makes to another lapses after a claim window unless claimed, and the
+-- caller watches it (position 1) to advance again.
+local advanced, more = false, false
 if not holder then
-  local got = hand_over(ARGV[1])
-  if not got or got == ARGV[1] then
+  local got
+  got, more = hand_over(ARGV[1], true)
+  if (not got and not more) or got == ARGV[1] then
     redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
     notify_watchers(ARGV[2])
     return {1, fence(true)}
   end
+  advanced = true
 end
 local position = 0
 if ARGV[4] == '1' then
   -- Concatenated, never %s: Lua 5.1's format cuts a string at its first NUL (keys are binary).
   position = join(ARGV[1], ARGV[2] .. ':' .. ARGV[5] .. ':' .. ARGV[6] .. ':' .. ARGV[7])
+  if advanced then position = 1 end
 end
+-- Dead entries left for later calls: the caller comes back at once to examine more.
+if more then return {0, 0, position} end
 return {0, redis.call('pttl', KEYS[1]), position})";
 
 // The holder's release hands the lock to the oldest live waiter, or (nobody live queued)
@@ -86,12 +95,14 @@ const char kFairReleaseLua[] =
         REDLOCK_FAIR_QUEUE_LUA R"(local holder = redis.call('get', KEYS[1])
 if holder ~= ARGV[1] then
   if redis.call('hdel', KEYS[3], ARGV[1]) == 1 then
+    local watched = redis.call('lindex', KEYS[2], 0) == ARGV[1] or
+        redis.call('lindex', KEYS[2], 1) == ARGV[1]
+    forget(ARGV[1])
     if not holder then
-      hand_over(false)
+      hand_over(false, true)
     elseif redis.call('hlen', KEYS[3]) == 0 then
       redis.call('del', KEYS[2])  -- nobody waits: what is left is entries that left
-    elseif redis.call('lindex', KEYS[2], 0) == ARGV[1] or
-        redis.call('lindex', KEYS[2], 1) == ARGV[1] then
+    elseif watched then
       notify_watchers(redis.call('pttl', KEYS[1]))
     end
   end
