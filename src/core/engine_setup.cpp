@@ -111,7 +111,9 @@ LeaseEngine::LeaseEngine(std::vector<std::shared_ptr<ClientImpl>> nodes, std::st
       ttl_(options.ttl),
       drift_factor_(options.clock_drift_factor),
       fencing_(options.fencing),
-      fair_(options.fair.value_or(true)) {
+      // Unset: fair on one server; a Redlock waits on release (include/redlock/options.hpp says
+      // why: an orderer's FIFO needs its refusal to override a majority).
+      fair_(options.fair.value_or(nodes_.size() == 1)) {
   check_nodes(nodes_);
   validate_lock_options(key, options);
   for (const auto& node : nodes_) {
