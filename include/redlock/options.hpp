@@ -74,7 +74,10 @@ struct LockOptions {
   // from its Client's own channel without another round trip. Nobody refreshes a place: a waiter
   // whose process is gone has no subscriber left on its channel, so a release skips it. The
   // first two waiters watch the holder's lease, so a crashed holder's lease passes on when it
-  // expires.
+  // expires. While nobody contends, a Lock (without fencing) attempts with a plain SET NX PX
+  // like fair = false: a client whose last grant found no queue and whose release nobody heard
+  // skips the attempt's queue check until it meets contention (a cycle costs the server 6
+  // commands, fair = false's 5; its release still checks the queue and hands over).
   //
   // A Redlock is fair only when asked (true), at a cost: its queue lives on one of its servers
   // (the orderer, the same for every client), and an order kept by one server holds only if that
