@@ -39,8 +39,8 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 // These cases are about the plain quorum: any quorum grants, and a slow or silent node is cut
-// and backed off. In fair mode (the default) the server that orders the waiters is awaited
-// whatever the others say (its refusal vetoes), so when the sick node is that server the
+// and backed off (a Redlock's default). With fair = true the server that orders the waiters is
+// awaited whatever the others say (its refusal vetoes), so when the sick node is that server the
 // outcome differs by design (docs/ARCHITECTURE.md, the waiter model).
 redlock::LockOptions plain_quorum() {
   redlock::LockOptions o;

@@ -31,8 +31,8 @@ std::vector<redlock::Client> clients_for(const std::vector<redlock::Endpoint>& e
 }
 
 // These cases are about the quorum itself: plain wake-on-release, where a grant by any quorum
-// holds. In fair mode (the default) the node that orders the waiters can also veto a grant
-// (test_fair.cpp and test_fleet.cpp).
+// holds (the default of a Redlock). With fair = true the node that orders the waiters can also
+// veto a grant (test_fair.cpp and test_fleet.cpp).
 redlock::LockOptions fast(std::chrono::milliseconds ttl = 10s) {
   redlock::LockOptions o;
   o.ttl = ttl;

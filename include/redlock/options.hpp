@@ -62,20 +62,30 @@ struct LockOptions {
   // instead of only sleeping retry_delay. Costs one subscriber connection per Client.
   bool wake_on_release{true};
   // First come, first served across processes, and a release wakes exactly one waiter. Unset
-  // (the default): on for a Lock, a Redlock and a Semaphore on Redis (standalone, TLS, Sentinel,
-  // Cluster; a Semaphore's waiters share one queue, `{<key>}:permit:waiters`, and a released
-  // permit goes to the longest-waiting live one), off for a MultiLock and a ReadWriteLock, which
-  // throw std::invalid_argument for true; a PostgreSQL lease-mode lock always queues and a
-  // ZooKeeper lock is fair by its recipe. false turns it off (then every waiting process retries on
-  // each release: wake-on-release).
+  // (the default): on for a Lock and a Semaphore on Redis (standalone, TLS, Sentinel, Cluster; a
+  // Semaphore's waiters share one queue, `{<key>}:permit:waiters`, and a released permit goes to
+  // the longest-waiting live one), off for a Redlock over several servers (wake-on-release, see
+  // below), a MultiLock and a ReadWriteLock (the last two throw std::invalid_argument for true); a
+  // PostgreSQL lease-mode lock always queues and a ZooKeeper lock is fair by its recipe. false
+  // turns it off (then every waiting process retries on each release: wake-on-release).
   //
   // Waiters queue on the server (`{<key>}:waiters`, `{<key>}:waiters:info`, in the key's slot)
   // and a release hands the lock straight to the longest-waiting live waiter, which learns it
   // from its Client's own channel without another round trip. Nobody refreshes a place: a waiter
   // whose process is gone has no subscriber left on its channel, so a release skips it. The
   // first two waiters watch the holder's lease, so a crashed holder's lease passes on when it
-  // expires. A Redlock keeps its queue on one of its servers, the same for every client, whose
-  // refusal vetoes a grant (docs/ARCHITECTURE.md). Every client of a key should use the same
+  // expires. While nobody contends, a Lock (without fencing) attempts with a plain SET NX PX
+  // like fair = false: a client whose last grant found no queue and whose release nobody heard
+  // skips the attempt's queue check until it meets contention (a cycle costs the server 6
+  // commands, fair = false's 5; its release still checks the queue and hands over).
+  //
+  // A Redlock is fair only when asked (true), at a cost: its queue lives on one of its servers
+  // (the orderer, the same for every client), and an order kept by one server holds only if that
+  // server's refusal overrides the others' grants. So with fair = true that one server vetoes:
+  // a stale key of another holder on it refuses every attempt until its ttl ends, even when a
+  // majority is free, and every attempt waits for its answer however slow it is (a silent one
+  // times out and is skipped). Without it (the default), any majority grants, and a slow or stale
+  // minority costs nothing (docs/ARCHITECTURE.md). Every client of a key should use the same
   // setting: mixing is safe, but not fair.
   std::optional<bool> fair;
   // How long a wait (lock(), try_lock_for(), try_lock_until()) rides out servers that cannot be

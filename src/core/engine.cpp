@@ -51,6 +51,7 @@ struct LeaseEngine::Round {
   KeyCommand get;
   KeyCommand queued;       // fair mode's first attempt: EXISTS on the queue, after the SET
   bool fast_fair{false};   // fair mode's first attempt is the plain SET NX of the default mode
+  bool quiet{false};       // ... without the queue check (LeaseEngine::quiet_)
   ReleaseCommand undo[2];  // by PubSub: how the node announces (fair mode's undo may hand over)
   ReleaseCommand plain_undo[2];  // fair mode, the nodes that do not order the waiters
   bool vetoed{false};            // fair mode: the orderer refused (its queue is ahead)
@@ -91,12 +92,13 @@ void LeaseEngine::build(Round& a) const {
                    a.request.polls.count() > 0 ? std::string_view("") : keys_.grant_channel};
   // Fair mode, a first attempt that does not queue: the default mode's SET NX, and EXISTS on the
   // queue in the same round trip (read_node gives back a grant that jumped a queue).
-  a.fast_fair = fair_ && nodes_.size() == 1 && !fencing_ && a.request.attempt == Attempt::first &&
-                a.request.queue == Queue::none;
+  a.quiet = quiet_attempt(a.request);
+  a.fast_fair = !a.quiet && fair_ && nodes_.size() == 1 && !fencing_ &&
+                a.request.attempt == Attempt::first && a.request.queue == Queue::none;
   if (a.fast_fair) build_key_command(a.queued, "EXISTS", keys_.queue);
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     AcquireCommand& c = a.commands[i];
-    if (orders(i) && !a.fast_fair) {
+    if (orders(i) && !a.fast_fair && !a.quiet) {
       fair.spublish = publish_flag(nodes_[i]->pubsub());
       build_fair_acquire(c, keys_, a.token, fair);
     } else if (fencing_) {
@@ -225,6 +227,31 @@ void LeaseEngine::read(Round& a, AcquireResult& result) const {
   result.granted = a.tally.yes();
 }
 
+bool LeaseEngine::quiet_attempt(const AcquireRequest& request) const noexcept {
+  return quiet_capable_ && request.attempt == Attempt::first && request.queue == Queue::none &&
+         quiet_.load(std::memory_order_relaxed);
+}
+
+// A grant with no queue (the fast attempt's EXISTS found none) or a quiet one may make the
+// engine quiet at its release; anything else (a refusal, a contended attempt) ends quiet.
+void LeaseEngine::learn_from_attempt(const Round& a, bool held) {
+  if (!quiet_capable_) return;
+  const bool clear = (a.fast_fair || a.quiet) && held;
+  if (!clear) quiet_.store(false, std::memory_order_relaxed);
+  clear_grant_.store(clear, std::memory_order_relaxed);
+}
+
+// Quiet from now on if such a grant was released with nobody listening (a waiter of another
+// process is subscribed to the release channel); anything else ends quiet. A release that handed
+// the key over also answers 1: the next plain attempt is then refused by the grantee, which ends
+// quiet.
+void LeaseEngine::learn_from_release(const ReleaseResult& result) {
+  if (!quiet_capable_) return;
+  const bool clear_grant = clear_grant_.exchange(false, std::memory_order_relaxed);
+  const bool nobody = result.released == 1 && result.listeners == 0 && !result.failure;
+  quiet_.store(clear_grant && nobody, std::memory_order_relaxed);
+}
+
 // Redlock fencing: the token is max+1 over the granting nodes' counters (each INCRed), written
 // back to them, so any later majority intersects one node whose counter is already >= ours.
 std::uint64_t LeaseEngine::raise_fence(const Round& a, Decision& decision) {
@@ -332,6 +359,7 @@ AcquireResult LeaseEngine::acquire(const AcquireRequest& request) {
   // plain quorum decides then).
   if (a.vetoed || (fair_ && n > 1 && a.batches[orderer_].abandoned)) decision.held = false;
   if (decision.held && fencing_) result.fence = raise_fence(a, decision);
+  learn_from_attempt(a, decision.held);
   if (decision.held) {
     const bool skipped = std::any_of(a.batches.begin(), a.batches.end(),
                                      [](const NodeBatch& b) { return b.skipped; });
@@ -492,6 +520,7 @@ ReleaseResult LeaseEngine::release_on(const std::string& token, const bool* only
   // A node that did not answer is unknown, not a loss.
   result.quorum_kept = !refusals_lose_quorum(nodes_.size(), result.refused);
   result.reason = refusal_reason(nodes_.size());
+  learn_from_release(result);
   return result;
 }
 

@@ -89,6 +89,10 @@ class LeaseEngine final : public LeaseBackend {
   void read_node(Round& a, std::size_t i, AcquireResult& result) const;
   bool jumped_queue(const Round& a, std::size_t i) const noexcept;
   bool queue_check_vetoes(Round& a, std::size_t i, Answer answer) const;
+  // Fair mode's quiet cycle (one server, the key's own queue): see quiet_ below.
+  bool quiet_attempt(const AcquireRequest& request) const noexcept;
+  void learn_from_attempt(const Round& a, bool held);
+  void learn_from_release(const ReleaseResult& result);
   std::uint64_t raise_fence(const Round& a, Decision& decision);
   void roll_back(const Round& a, AcquireResult& result);
   void report(const Round& a, AcquireResult& result) const;
@@ -111,6 +115,16 @@ class LeaseEngine final : public LeaseBackend {
     std::string token;
     PerNode<bool> nodes;
   };
+  // Fair mode on one server with the key's own queue (a Lock; not a Semaphore's permit): while
+  // quiet, this engine's last grant found no queue and its release no listener, so its next
+  // first attempt is the default mode's plain SET NX PX, without the EXISTS on the queue (the
+  // release still checks the queue and hands over). A refusal, a contended attempt, a listener
+  // or a failed release ends it. What quiet gives up: a free key with a queue (a holder that
+  // died with waiters, before the head advances the queue) can be taken by a quiet client's
+  // plain attempt, once; its release then hands the key to the head.
+  bool quiet_capable_{false};
+  std::atomic<bool> quiet_{false};
+  std::atomic<bool> clear_grant_{false};  // the last grant found no queue (or was quiet)
   std::mutex unsent_mutex_;
   Unsent unsent_;
   std::atomic<bool> has_unsent_{false};

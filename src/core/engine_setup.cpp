@@ -111,7 +111,9 @@ LeaseEngine::LeaseEngine(std::vector<std::shared_ptr<ClientImpl>> nodes, std::st
       ttl_(options.ttl),
       drift_factor_(options.clock_drift_factor),
       fencing_(options.fencing),
-      fair_(options.fair.value_or(true)) {
+      // Unset: fair on one server; a Redlock waits on release (include/redlock/options.hpp says
+      // why: an orderer's FIFO needs its refusal to override a majority).
+      fair_(options.fair.value_or(nodes_.size() == 1)) {
   check_nodes(nodes_);
   validate_lock_options(key, options);
   for (const auto& node : nodes_) {
@@ -126,6 +128,7 @@ LeaseEngine::LeaseEngine(std::vector<std::shared_ptr<ClientImpl>> nodes, std::st
   keys_.channel = channel.empty() ? helper_key(keys_.key, ":released") : std::move(channel);
   if (fair_) orderer_ = choose_orderer(nodes_, keys_.key);
   keys_.grant_channel = keys_.channel + ":" + nodes_[orderer_]->waiter_id();
+  quiet_capable_ = fair_ && nodes_.size() == 1 && queue.list.empty() && !fencing_;
   keys_.queue = queue.list.empty() ? helper_key(keys_.key, ":waiters") : std::move(queue.list);
   keys_.queue_info =
       queue.info.empty() ? helper_key(keys_.key, ":waiters:info") : std::move(queue.info);
