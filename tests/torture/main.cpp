@@ -51,7 +51,7 @@ options:
                           what the workers take on the mode's store (default lock):
                           rwlock: a ReadWriteLock, 1 thread in 4 a writer (writers overlap
                           nobody, readers only readers, no reader enters ahead of a waiting
-                          writer: enforced on one store, reported on a quorum);
+                          writer: reported, not yet enforced);
                           multilock: MultiLocks over 3 of 4 keys mixed with plain Locks on
                           single keys (no key held twice; in lock mode an observer MGETs the
                           keys and fails the run on a partly held set; modes lock, sentinel,
