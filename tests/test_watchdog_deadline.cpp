@@ -80,7 +80,7 @@ TEST_CASE(
     "next leader starts",
     "[redis][election][watchdog][deadline][fault]") {
   RedisServer server;
-  FaultProxy proxy("127.0.0.1", server.port());
+  FaultProxy proxy("127.0.0.1", server.endpoint().port);  // the TLS port with REDLOCK_TEST_TLS
   auto via_proxy = server.endpoint();
   via_proxy.port = proxy.port();
   redlock::Client client_a(via_proxy);
@@ -89,7 +89,21 @@ TEST_CASE(
   redlock::Election a(client_a, name, "a", with_ttl(1s));
   redlock::Election b(client_b, name, "b", with_ttl(1s));
   Moment a_started, a_stopped, b_started;
-  std::thread run_a([&] {
+  std::thread run_a, run_b;
+  // However the case ends (a failed REQUIRE throws), the elections stop and their threads join.
+  struct Joiner {
+    redlock::Election& a;
+    redlock::Election& b;
+    std::thread& run_a;
+    std::thread& run_b;
+    ~Joiner() {
+      a.stop();
+      b.stop();
+      if (run_a.joinable()) run_a.join();
+      if (run_b.joinable()) run_b.join();
+    }
+  } joiner{a, b, run_a, run_b};
+  run_a = std::thread([&] {
     a.run([&](redlock::StopToken stop, std::uint64_t) {
       stop.on_stop([&] { a_stopped.mark(); });
       a_started.mark();
@@ -98,7 +112,7 @@ TEST_CASE(
     });
   });
   REQUIRE(eventually([&] { return a_started.get().has_value(); }, 5s));
-  std::thread run_b([&] {
+  run_b = std::thread([&] {
     b.run([&](redlock::StopToken stop, std::uint64_t) {
       b_started.mark();
       while (!stop.wait_for(1s)) {
@@ -120,11 +134,7 @@ TEST_CASE(
        << std::chrono::duration_cast<std::chrono::microseconds>(stop_before_b).count() << " us");
   CHECK(stop_late <= kWake);
   CHECK(stop_before_b > 0ms);
-  a.stop();
-  b.stop();
   proxy.clear();
-  run_a.join();
-  run_b.join();
 }
 
 // Issue 42, defect 1, for a plain Lock: on_lost and LeaseToken::on_lost fire by the validity
@@ -136,7 +146,7 @@ TEST_CASE(
     "confirmation does not revive the hold",
     "[redis][watchdog][deadline][fault]") {
   RedisServer server;
-  FaultProxy proxy("127.0.0.1", server.port());
+  FaultProxy proxy("127.0.0.1", server.endpoint().port);  // the TLS port with REDLOCK_TEST_TLS
   auto ep = server.endpoint();
   ep.port = proxy.port();
   ep.command_timeout = 3s;

@@ -611,7 +611,7 @@ std::vector<std::string> minimal_acl_rules() {
           "+evalsha", "+publish", "+subscribe", "+unsubscribe", "+ping",
           // fair mode's queue scripts
           "+lindex", "+lpop", "+lpush", "+rpush", "+hget", "+hset", "+hdel", "+hlen", "+exists",
-          "+pubsub|numsub",
+          "+pubsub|numsub", "+lpos", "+lrem",
           // a ReadWriteLock's readers
           "+time", "+zadd", "+zrem", "+zscore", "+zcard", "+zrange", "+zremrangebyscore"};
 }
