@@ -5,7 +5,7 @@
 #   2. build-asan/   the suite under AddressSanitizer + UndefinedBehaviorSanitizer (clang)
 #   3. build-tsan/   the suite under ThreadSanitizer (clang)
 #   4. valgrind memcheck on a subset (the plain build's test binary)
-#   5. libFuzzer on Endpoint::parse and the reply handling, 60 s each (build-fuzz/)
+#   5. libFuzzer on Endpoint::parse and the reply handling, 30 s each (build-fuzz/)
 #   6. consumers: the library built and used as a user would (find_package, add_subdirectory,
 #      FetchContent, pkg-config; static and shared), and the .deb installed, used and removed
 #      (tests/consumers/run.sh --deb, build-consumers/)
@@ -67,7 +67,8 @@ plain() {
     redlock_build "$dir" && (cd "$dir" && ctest --output-on-failure -j2 --timeout 600)
   fi
 }
-# The sanitizer stages run the cases that can find races and memory errors, not the re-runs:
+# The sanitizer stages run the cases that can find races and memory errors, not the re-runs nor
+# the [slow] cases (long fleet, fault and liveness timings that the plain stage runs once):
 # everything but the torture runs, the lock suites' re-runs over TLS (label tls: they keep the
 # suites' 200 ms connect timeout for the handshake too, which a sanitized build's handshake CPU
 # can exceed; the TLS cases of test_tls.cpp, with 1 s timeouts, run) and as the minimal ACL user
@@ -78,7 +79,7 @@ sanitized() {  # sanitized DIR SANITIZERS
   local dir="$REDLOCK_ROOT/$1"
   redlock_build "$dir" -DCMAKE_CXX_COMPILER=clang++ -DREDLOCK_SANITIZE="$2" \
     -DREDLOCK_BUILD_BENCH=OFF >/dev/null &&
-    (cd "$dir" && ctest --output-on-failure -j2 --timeout 900 -LE 'torture|tls|acl|docs')
+    (cd "$dir" && ctest --output-on-failure -j2 --timeout 900 -LE 'torture|tls|acl|docs|slow')
 }
 memcheck() {
   # Threads, sockets and child processes under valgrind are slow: a subset without timing bounds.
@@ -100,7 +101,7 @@ fuzz() {
   for target in endpoint replies; do
     corpus="$(mktemp -d)"
     cp "$REDLOCK_ROOT/tests/fuzz/corpus/$target/"* "$corpus/"
-    (cd "$corpus" && "$dir/tests/fuzz/fuzz_$target" -max_total_time=60 -max_len=65536 \
+    (cd "$corpus" && "$dir/tests/fuzz/fuzz_$target" -max_total_time=30 -max_len=65536 \
       -print_final_stats=1 "$corpus" 2>&1 | tail -4) || rc=1
     ls "$corpus" | grep -q '^crash-' && rc=1
     rm -rf "$corpus"
@@ -123,7 +124,7 @@ if [ $quick -eq 0 ]; then
   stage "ASan+UBSan build + ctest" sanitized build-asan address,undefined
   stage "TSan build + ctest" sanitized build-tsan thread
   stage "valgrind memcheck (subset)" memcheck
-  stage "libFuzzer (60 s per target)" fuzz
+  stage "libFuzzer (30 s per target)" fuzz
   stage "consumers (static + shared) and .deb" bash "$REDLOCK_ROOT/tests/consumers/run.sh" --deb
   stage "API reference (doxygen)" api_reference
   stage "documentation (mkdocs, snippets, screenshots)" documentation
