@@ -192,7 +192,9 @@ TEST_CASE("postgres::Lock: a waiter that gives up as it is handed the lock passe
   int passed_on = 0;
   for (int i = 0; i < 12; ++i) {
     REQUIRE(holder.try_lock());
-    const auto release_at = Clock::now() + 300ms;
+    // Long enough for both waiters to queue before the release on a loaded machine (under ASan
+    // the second one took over 300 ms to queue, after the first had given up).
+    const auto release_at = Clock::now() + 1500ms;
     std::thread quitting([&] {
       // Gives up within a few ms either side of the release (and of the grant).
       const auto deadline = release_at + std::chrono::milliseconds((i % 6) * 2 - 5);
