@@ -40,7 +40,7 @@
 
 #include "support/postgres_server.hpp"
 #endif
-#include "util/key_slot.hpp"     // helper_key: the names of a lock's helper keys
+#include "util/key_slot.hpp"  // helper_key: the names of a lock's helper keys
 
 using namespace std::chrono_literals;
 using redlock::detail::helper_key;
