@@ -23,6 +23,7 @@
 
 #include "io/tls_describe.hpp"
 #include "util/log_internal.hpp"
+#include "util/sha1.hpp"  // init_crypto
 
 namespace redlock {
 namespace detail {
@@ -154,8 +155,16 @@ void load_client_certificate(SSL_CTX* ctx, const TlsOptions& options, const std:
 
 int on_new_session(SSL* ssl, SSL_SESSION* session);
 
+namespace {
+// libcrypto initialised first without its exit-time cleanup (util/sha1.hpp, init_crypto).
+SSL_CTX* new_client_context() {
+  init_crypto();
+  return SSL_CTX_new(TLS_client_method());
+}
+}  // namespace
+
 TlsContext::TlsContext(const TlsOptions& options, const std::string& address)
-    : ctx_(SSL_CTX_new(TLS_client_method())) {
+    : ctx_(new_client_context()) {
   if (!ctx_) config_error(address, "cannot create an OpenSSL context");
   SSL_CTX* ctx = ctx_.get();
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);

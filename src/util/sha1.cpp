@@ -9,7 +9,13 @@
 namespace redlock {
 namespace detail {
 
+void init_crypto() noexcept {
+  static const bool once = OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr) == 1;
+  (void)once;
+}
+
 std::string sha1_hex(std::string_view data) {
+  init_crypto();
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   // EVP_Digest fails only when out of memory (a provider cannot be set up).

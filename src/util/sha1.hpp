@@ -19,6 +19,13 @@ std::string sha1_hex(std::string_view data);
 // next libcrypto call on the thread sets it up again. Never throws.
 void release_thread_crypto_state() noexcept;
 
+// Initialises libcrypto, unless something in the process did first, without OpenSSL's exit-time
+// cleanup: the library's threads (a subscriber reconnecting over TLS, a renewal) may still use
+// it while the process exits, and that cleanup frees its locks under them (ThreadSanitizer saw a
+// subscriber's handshake race it). What it leaves is memory still reachable at exit. Called
+// before the library's first libcrypto or libssl use. Never throws. Thread-safe.
+void init_crypto() noexcept;
+
 }  // namespace detail
 }  // namespace redlock
 
