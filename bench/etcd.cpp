@@ -5,7 +5,7 @@
 #include <fcntl.h>       // open, O_WRONLY
 #include <netinet/in.h>  // sockaddr_in
 #include <poll.h>        // poll
-#include <signal.h>      // kill, SIGKILL
+#include <signal.h>      // kill, signal, sigprocmask
 #include <sys/prctl.h>   // prctl, PR_SET_PDEATHSIG
 #include <sys/socket.h>  // socket, bind, getsockname
 #include <sys/wait.h>    // waitpid
@@ -44,6 +44,13 @@ Child::Child(const std::vector<std::string>& argv, Stderr err) : program_(argv.a
   pid_ = ::fork();
   if (pid_ < 0) fail("fork");
   if (pid_ == 0) {  // only async-signal-safe calls until exec
+    // Default signal handling: a bench started in the background by a shell ignores SIGINT and
+    // SIGQUIT (and the bench ignores SIGPIPE), and ignored signals are inherited through exec;
+    // a command of redlock-run's that ignored SIGINT would cost a hand-over its --grace.
+    for (const int sig : {SIGINT, SIGQUIT, SIGPIPE, SIGHUP, SIGTERM}) ::signal(sig, SIG_DFL);
+    sigset_t none;
+    ::sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(127);
     ::dup2(fds[1], 1);
