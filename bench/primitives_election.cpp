@@ -14,9 +14,9 @@
 #include <hiredis/hiredis.h>
 
 #include <algorithm>   // std::swap
-#include <atomic>      // std::atomic
 #include <chrono>      // std::chrono
 #include <cstdio>      // std::printf, std::fflush
+#include <exception>   // std::exception_ptr, std::rethrow_exception
 #include <functional>  // std::function
 #include <iostream>    // std::cout
 #include <string>      // std::string
@@ -93,6 +93,36 @@ std::int64_t redlock_run_round(const std::string& run, const std::string& uri,
   return took;
 }
 
+// A campaign on a thread of its own; led() joins it and returns when it led (now_ns()), or
+// rethrows what campaign() threw.
+class Campaign {
+ public:
+  explicit Campaign(redlock::Election& e)
+      : thread_([this, &e] {
+          try {
+            e.campaign();
+            led_ = now_ns();
+          } catch (...) {
+            error_ = std::current_exception();
+          }
+        }) {}
+  ~Campaign() {
+    if (thread_.joinable()) thread_.join();
+  }
+  Campaign(const Campaign&) = delete;
+  Campaign& operator=(const Campaign&) = delete;
+  std::int64_t led() {
+    thread_.join();
+    if (error_) std::rethrow_exception(error_);
+    return led_;
+  }
+
+ private:
+  std::int64_t led_{0};
+  std::exception_ptr error_;
+  std::thread thread_;  // last: started once the members it writes exist
+};
+
 // resign() of one Election until another's campaign() returns; the roles alternate. The first
 // round (connections, scripts, subscriptions) is not counted.
 std::vector<std::int64_t> graceful(const redlock::Endpoint& endpoint, const std::string& name,
@@ -106,15 +136,11 @@ std::vector<std::int64_t> graceful(const redlock::Endpoint& endpoint, const std:
   lead->campaign();
   std::vector<std::int64_t> out;
   for (int r = -1; r < rounds; ++r) {
-    std::atomic<std::int64_t> led{0};
-    std::thread standby([&] {
-      next->campaign();
-      led = now_ns();
-    });
+    Campaign standby(*next);
     std::this_thread::sleep_for(milliseconds(50));  // it waits, subscribed
     const std::int64_t t0 = now_ns();
     lead->resign();
-    standby.join();
+    const std::int64_t led = standby.led();
     if (r >= 0) out.push_back(led - t0);
     std::swap(lead, next);
   }
@@ -135,16 +161,11 @@ std::vector<std::int64_t> crash(const redlock::Endpoint& endpoint, const std::st
     Child leader(
         {"/proc/self/exe", "--elect-leader", uri, name, std::to_string(kCrashTtl.count())});
     leader.read_until("leading", until);
-    std::atomic<std::int64_t> led{0};
-    std::thread standby([&] {
-      b.campaign();
-      led = now_ns();
-    });
+    Campaign standby(b);
     std::this_thread::sleep_for(milliseconds(50) + kCrashTtl / 3 * r / rounds);
     const std::int64_t t0 = now_ns();
     leader.signal(SIGKILL);
-    standby.join();
-    out.push_back(led - t0);
+    out.push_back(standby.led() - t0);
     leader.wait(until);
     b.resign();
   }
