@@ -75,6 +75,10 @@
 //      waiting on one key (threads, heap per waiting operation against a timer, hand-off against
 //      the blocking one, FIFO order); 10,000 acquires cancelled at random stages (keys and queue
 //      entries left). The goals of #33 as PASS or MISS.
+//   14. Primitives (bench/primitives.cpp): Election's hand-over against `etcdctl elect` (etcd 3.4)
+//      and `redlock-run --elect`, crash failover, leader() against a GET; ReadWriteLock against
+//      Kazoo on ZooKeeper and against a Lock on Redis, 8 readers + 1 writer; MultiLock of 4 keys.
+//      Rows whose programs are not installed print "skipped: ...".
 //
 // Nothing here asserts timing: a benchmark is not a test. The exit status is 1 only if a
 // measurement failed (an exception, a server that would not start, an uncontended attempt that
@@ -109,6 +113,7 @@
 
 #include "bench.hpp"
 #include "common.hpp"
+#include "primitives.hpp"  // elect_leader_main
 #include "raw.hpp"
 #include "support/redis_server.hpp"
 
@@ -1049,7 +1054,8 @@ void usage(std::ostream& out) {
          "  --quick        short runs (smoke test): 0.25 s, 2 rounds, 1,000 leases\n"
          "  --section N    run section N only (1 uncontended, 2 redlock, 3 contended,\n"
          "                 4 watchdog, 5 degraded, 6 load, 7 tls, 8 sentinel, 9 backends,\n"
-         "                 10 zookeeper, 11 cluster, 12 fleet, 13 async); repeatable\n"
+         "                 10 zookeeper, 11 cluster, 12 fleet, 13 async, 14 primitives);\n"
+         "                 repeatable\n"
          "  --seconds S    length of each timed measurement (default 1.0)\n"
          "  --rounds R     interleaved rounds in sections 1, 2 and 13 (default 7)\n"
          "  --threads LIST client threads in sections 1, 2 and 5 (default 1,4)\n"
@@ -1100,7 +1106,7 @@ int parse(int argc, char** argv, Config& config) {
       config.quick = true;
     } else if (arg == "--section") {
       const int n = std::stoi(value());
-      if (n < 1 || n > 13) throw std::invalid_argument("--section must be 1..13");
+      if (n < 1 || n > 14) throw std::invalid_argument("--section must be 1..14");
       config.sections.push_back(n);
     } else if (arg == "--seconds") {
       seconds = std::stod(value());
@@ -1234,6 +1240,7 @@ int run(int argc, char** argv) {
 #if defined(REDLOCK_BENCH_ASYNC)
     {13, section_async},
 #endif
+    {14, section_primitives},
   };
   const std::string load_at_start = load_average();
   const std::int64_t start = now_ns();
@@ -1291,6 +1298,9 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--contended-worker") {
     return bench::contended_worker_main(argc, argv);
+  }
+  if (argc > 1 && std::string(argv[1]) == "--elect-leader") {
+    return bench::elect_leader_main(argc, argv);
   }
   try {
     return bench::run(argc, argv);

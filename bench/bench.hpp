@@ -24,7 +24,7 @@ struct Config {
   double seconds{1.0};
   // Sections 1 and 2: interleaved rounds per variant; the table shows their median.
   int rounds{7};
-  // Sections to run (1..5); empty: all.
+  // Sections to run (1..14); empty: all.
   std::vector<int> sections;
   // Sections 1, 2 and 5: client thread counts.
   std::vector<int> threads{1, 4};
@@ -80,6 +80,8 @@ void section_load(const Config& config, Report& report);
 void section_fleet(const Config& config, Report& report);
 // Section 13 (async.cpp, built with the redlock::asio target).
 void section_async(const Config& config, Report& report);
+// Section 14 (primitives.cpp, primitives_election.cpp).
+void section_primitives(const Config& config, Report& report);
 // Section 3's hand-off path alone (contended.cpp): 2 workers strictly alternating on `key`, each
 // with its own Client and a Lock with wake_on_release (fair = false), or in fair mode, hold 1 ms;
 // each hand-off (a release to the other's acquire) in nanoseconds.

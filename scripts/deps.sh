@@ -7,7 +7,9 @@
 #   REDLOCK_DEPS_REDIS   run redis-server (standalone, Sentinel, Cluster: redis-cli --cluster)
 #   REDLOCK_DEPS_TLS     make throwaway certificates (the demo's --tls, the TLS tests)
 #   REDLOCK_DEPS_TEST    what the test suite adds: the above, faketime, PostgreSQL 15, ZooKeeper
-#                        and its JRE, standalone asio (redlock::asio and its [async] suite)
+#                        and its JRE, standalone asio (redlock::asio and its [async] suite),
+#                        etcd (server and etcdctl) and python3-kazoo (the bench's section 14
+#                        measures against them; without them its rows print "skipped")
 # redlock_install_deps installs BUILD and REDIS, plus the packages named as its arguments
 # (test.sh passes "${REDLOCK_DEPS_TEST[@]}" and its stage tools; the demo passes openssl for
 # --tls and nothing else: no Java, no ZooKeeper, no PostgreSQL for any of its topologies).
@@ -16,7 +18,8 @@ REDLOCK_DEPS_BUILD=(g++ cmake make pkg-config libhiredis-dev libssl-dev catch2 l
 REDLOCK_DEPS_REDIS=(redis-server redis-tools)
 REDLOCK_DEPS_TLS=(openssl)
 REDLOCK_DEPS_TEST=("${REDLOCK_DEPS_TLS[@]}" faketime postgresql-15 libpq-dev libzookeeper-mt-dev
-                   zookeeper default-jre-headless libasio-dev)
+                   zookeeper default-jre-headless libasio-dev etcd-server etcd-client
+                   python3-kazoo)
 
 # Prints the packages among "$@" that are not installed, one per line.
 redlock_missing_packages() {
