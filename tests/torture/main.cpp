@@ -58,6 +58,8 @@ options:
                           cluster); election: every thread a candidate of one Election, run():
                           terms grow, no two workers run at once, each stop reaches its worker
                           within 50 ms of is_leader() turning false
+                          (PostgreSQL: rwlock in postgres-session mode, election in
+                          postgres mode)
   --wait-replicas N       sentinel and cluster modes: Endpoint::wait_replicas of every worker
                           (default 0)
   --duration D            how long workers take the lock: 500ms, 30s, 2m (default 60s)
@@ -248,10 +250,18 @@ int main(int argc, char** argv) {
   }
   using redlock::torture::Mode;
   using redlock::torture::Primitive;
-  if (o.primitive != Primitive::lock &&
-      (o.async || o.unsafe != redlock::torture::Unsafe::none || o.mode == Mode::postgres_session)) {
+  if (o.primitive != Primitive::lock && (o.async || o.unsafe != redlock::torture::Unsafe::none)) {
     return usage_error("--primitive " + std::string(to_string(o.primitive)) +
-                       " takes neither --async, --unsafe nor --mode postgres-session");
+                       " takes neither --async nor --unsafe");
+  }
+  // PostgreSQL's ReadWriteLock is on advisory locks (session mode only), its Election on the
+  // lease table (lease mode only).
+  if (o.primitive == Primitive::rwlock && o.mode == Mode::postgres) {
+    return usage_error("--primitive rwlock on PostgreSQL needs --mode postgres-session");
+  }
+  if (o.primitive != Primitive::lock && o.primitive != Primitive::rwlock &&
+      o.mode == Mode::postgres_session) {
+    return usage_error("--mode postgres-session takes --primitive lock or rwlock");
   }
   if (o.primitive == Primitive::multilock && o.mode != Mode::lock && o.mode != Mode::sentinel &&
       o.mode != Mode::cluster) {
