@@ -85,6 +85,11 @@ options:
   --kill-clients          kill -9 a worker process every 3-6 s and start a new one in its place
                           (its open hold ends at its death; it must not let anyone in early,
                           nor block the lock for good)
+  --client-faults         each worker reaches the store through proxies of its own; one worker
+                          at a time is partitioned (its proxies black-holed) or paused
+                          (SIGSTOP) for the lease (ttl; zookeeper: the session timeout) +
+                          0.2-1 s, beside the mode's faults (modes lock, redlock, postgres,
+                          zookeeper; not with --kill-clients)
   --data-dir DIR          where the servers keep their AOF (default /dev/shm if writable:
                           kill -9 keeps the page cache, so tmpfs is as durable as a disk here)
   --keep                  keep the run directory (always kept when the run fails)
@@ -148,6 +153,8 @@ int main(int argc, char** argv) {
       o.fair = -1;
     } else if (a == "--kill-clients") {
       o.kill_clients = true;
+    } else if (a == "--client-faults") {
+      o.client_faults = true;
     } else if (a == "--async") {
 #ifndef REDLOCK_TORTURE_ASYNC
       return usage_error("--async: built without the asio component or C++20 coroutines");
@@ -268,6 +275,11 @@ int main(int argc, char** argv) {
     return usage_error(
         "--primitive multilock needs --mode lock, sentinel or cluster (a MultiLock "
         "is on one Redis instance)");
+  }
+  if (o.client_faults && (o.kill_clients || o.mode == Mode::sentinel || o.mode == Mode::cluster)) {
+    return usage_error(
+        "--client-faults needs --mode lock, redlock, postgres or zookeeper (the client must reach "
+        "fixed endpoints) and takes no --kill-clients");
   }
   return redlock::torture::run_controller(o);
 }
