@@ -112,16 +112,17 @@ int ClientNemesis::pick() {
 
 void ClientNemesis::inject(std::int64_t now) {
   active_ = pick();
-  active_pause_ = rng_() % 2 == 0;
-  heal_at_ = now + (lease_ms_ + 200 + static_cast<std::int64_t>(rng_() % 801)) * kMs;
   ClientSeat& seat = seats_[static_cast<std::size_t>(active_)];
+  active_pause_ = rng_() % 2 == 0 && seat.pid > 0;  // an exited worker's pid is not its own
+  heal_at_ = now + (lease_ms_ + 200 + static_cast<std::int64_t>(rng_() % 801)) * kMs;
   if (active_pause_) {
+    const std::int64_t sent = mono_ns();  // not later than the moment it stopped
     if (seat.pid <= 0 || ::kill(seat.pid, SIGSTOP) != 0) {
       own_problems_.push_back("SIGSTOP of worker " + std::to_string(active_) + " failed");
       active_ = -1;
       return;
     }
-    paused_[active_].emplace_back(mono_ns(), 0);
+    paused_[active_].emplace_back(sent, 0);
   } else {
     for (auto& proxy : seat.proxies) proxy->set_blackhole(true);
   }
@@ -133,8 +134,9 @@ void ClientNemesis::inject(std::int64_t now) {
 void ClientNemesis::heal(std::int64_t now) {
   ClientSeat& seat = seats_[static_cast<std::size_t>(active_)];
   if (active_pause_) {
-    ::kill(seat.pid, SIGCONT);  // the worker is not reaped before the run's end: the pid is its
-    paused_[active_].back().second = mono_ns();
+    // No worker exits before the run's end, after the last heal: the pid is still its own.
+    ::kill(seat.pid, SIGCONT);
+    paused_[active_].back().second = mono_ns();  // not earlier than the moment it ran again
   } else {
     for (auto& proxy : seat.proxies) proxy->clear();
   }

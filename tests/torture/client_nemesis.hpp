@@ -35,7 +35,8 @@
 
 namespace redlock::torture {
 
-// One worker process's own proxies, its hold log and, once spawned, its pid.
+// One worker process's own proxies, its hold log and its pid while it runs (-1 once reaped: the
+// controller resets it, so that no signal goes to a pid reused by another process).
 struct ClientSeat {
   pid_t pid{-1};
   std::string log_path;

@@ -418,6 +418,9 @@ int run_controller(const Options& o) {
         kill_workers(workers, SIGKILL);
         continue;
       }
+      for (const Worker& w : workers) {  // an exited worker's pid may be reused: never signal it
+        if (w.done && static_cast<std::size_t>(w.index) < seats.size()) seats[w.index].pid = -1;
+      }
       std::int64_t next = nemesis.step(now);
       if (o.kill_clients) {
         try {
