@@ -105,6 +105,41 @@ void check_stops(const std::vector<Hold>& holds, Report& r) {
   }
 }
 
+// (7): whether process p was paused at some time in [from, to].
+bool paused_during(const RunInfo& info, int p, std::int64_t from, std::int64_t to) {
+  const auto it = info.paused.find(p);
+  if (it == info.paused.end()) return false;
+  for (const auto& [stop, cont] : it->second) {
+    if (stop <= to && (cont == 0 || cont >= from)) return true;
+  }
+  return false;
+}
+
+// (7): no term starts while an earlier term's worker still runs (see checker.hpp).
+void check_runs(const std::vector<const Hold*>& windows, const RunInfo& info, Report& r) {
+  std::vector<std::pair<const Hold*, std::int64_t>> running;  // hold, end of its run
+  for (const Hold* h : windows) {
+    std::int64_t end = h->end == EndKind::none ? h->window_end() : h->t_rel;
+    if (paused_during(info, h->process, h->t_acq, end)) {
+      ++r.paused_runs;
+      end = h->window_end();
+    }
+    for (const auto& [w, w_end] : running) {
+      if (w_end <= h->t_acq) continue;
+      ++r.run_overlaps;
+      r.max_run_overlap_ns = std::max(r.max_run_overlap_ns, w_end - h->t_acq);
+      if (r.run_examples.size() < kMaxExamples) {
+        r.run_examples.push_back(HoldPair{*w, *h, std::min(w_end, end) - h->t_acq});
+      }
+      break;
+    }
+    running.erase(std::remove_if(running.begin(), running.end(),
+                                 [h](const auto& w) { return w.second <= h->t_acq; }),
+                  running.end());
+    running.emplace_back(h, end);
+  }
+}
+
 // Fences must grow in hold order (see checker.hpp).
 void check_fence_order_of_holds(const std::vector<const Hold*>& windows, Report& r) {
   for (std::size_t i = 1; i < windows.size(); ++i) {
@@ -286,6 +321,7 @@ Report check(const LogContents& given, const StoreState& store, const RunInfo& i
   }
   if (info.fenced) check_fence_order_of_holds(windows, r);
   check_stops(logs.holds, r);
+  if (info.primitive == Primitive::election) check_runs(windows, info, r);
   r.observer_reads = logs.observer_reads;
   r.partial_sets = logs.partial_sets;
 
@@ -344,6 +380,8 @@ Report check(const LogContents& given, const StoreState& store, const RunInfo& i
     }
     require(r.partial_sets == 0, "observer reads that showed a MultiLock set partly held: " +
                                      std::to_string(r.partial_sets));
+    require(r.run_overlaps == 0, "terms started while another term's worker still ran: " +
+                                     std::to_string(r.run_overlaps));
     require(r.late_stops == 0,
             "worker stops later than " + std::to_string(kStopSlackNs / 1'000'000) +
                 " ms after is_leader() turned false: " + std::to_string(r.late_stops));
@@ -438,6 +476,9 @@ void print_report(const Report& r, std::FILE* out) {
     row("(7) terms stopped by the library", r.stops);
     check_row("    stops late after is_leader() turned false", r.late_stops, model);
     row("    latest stop after is_leader() false (us)", r.max_stop_late_ns / 1000);
+    check_row("    terms started while a worker still ran", r.run_overlaps, model);
+    row("    longest such overlap (us)", r.max_run_overlap_ns / 1000);
+    row("    terms whose process was paused (SIGSTOP)", r.paused_runs);
   }
   for (const std::string& note : r.accounting_notes)
     std::fprintf(out, "  note: %s\n", note.c_str());
@@ -457,6 +498,7 @@ void print_report(const Report& r, std::FILE* out) {
   };
   print_pairs("overlapping holds, one pair per incident", r.violation_examples);
   print_pairs("fence inversions", r.inversion_examples);
+  print_pairs("terms started while a worker still ran (its window shown)", r.run_examples);
   print_pairs("readers ahead of a waiting writer (writer, reader)", r.pass_examples);
   std::fprintf(out,
                "summary: holds = %" PRId64 ", violations = %" PRId64 ", lost updates = %" PRId64
@@ -530,6 +572,9 @@ std::string to_json(const Report& r) {
   num("stops", r.stops);
   num("late_stops", r.late_stops);
   num("max_stop_late_ns", r.max_stop_late_ns);
+  num("run_overlaps", r.run_overlaps);
+  num("max_run_overlap_ns", r.max_run_overlap_ns);
+  num("paused_runs", r.paused_runs);
   num("counter", r.counter);
   num("applied_in_store", r.applied_in_store);
   num("shadow", r.shadow);

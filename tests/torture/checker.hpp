@@ -19,7 +19,12 @@
 //  (6) multilock: two holds overlap only if they share no key (check (1) per key), and no
 //      observer read showed 2 of a MultiLock's 3 keys under one token (a partial set).
 //  (7) election: terms are holds (fence = term), checked by (1)-(4); a stop must reach the
-//      worker within kStopSlackNs of is_leader() turning false.
+//      worker within kStopSlackNs of is_leader() turning false; and no term starts while another
+//      term's worker still runs: its run is [t_acq, the stop or its return], not only the
+//      window it believed valid. A worker paused (SIGSTOP, RunInfo::paused) during its run could
+//      do nothing while stopped, and what it does after SIGCONT lies outside the term it
+//      believed in: its run is then its believed window (checked by (1)), and the fence must
+//      reject its late write wherever the next leader has already used the store ((2), (3)).
 //  Also, in the fault model: every hold carries a fence, and fences grow in hold order (holds
 //  with non-empty windows, sorted by start). An inversion there means either an overlap the
 //  conservative windows could not see, or a fence counter that went backwards.
@@ -71,6 +76,8 @@ struct RunInfo {
   // Worker processes the controller killed (-9) on purpose (--kill-clients), and when each was
   // dead for sure (CLOCK_MONOTONIC ns): their open holds end then; no stats line is expected.
   std::map<int, std::int64_t> killed;
+  // Worker processes paused on purpose (--client-faults): index -> [SIGSTOP, SIGCONT] (mono ns).
+  std::map<int, std::vector<std::pair<std::int64_t, std::int64_t>>> paused;
   std::vector<std::string> notes;  // anything else worth printing
 };
 
@@ -141,6 +148,10 @@ struct Report {
   std::int64_t stops{0};                // election: terms whose worker the library stopped
   std::int64_t late_stops{0};           // ... more than kStopSlack after is_leader() turned false
   std::int64_t max_stop_late_ns{0};
+  std::int64_t run_overlaps{0};  // election: terms started while another's worker still ran
+  std::int64_t max_run_overlap_ns{0};
+  std::vector<HoldPair> run_examples;
+  std::int64_t paused_runs{0};  // election: terms whose process was paused during the run
 
   bool pass{false};
   std::vector<std::string> failures;  // why it did not pass

@@ -2,7 +2,6 @@
 #include "controller.hpp"
 
 #include <signal.h>    // sigaction, kill, SIGINT, SIGTERM, SIGKILL, SIGPIPE
-#include <spawn.h>     // posix_spawn
 #include <stdlib.h>    // mkdtemp, setenv, unsetenv, getenv
 #include <sys/wait.h>  // waitpid
 #include <unistd.h>    // readlink, getpid, access
@@ -23,6 +22,7 @@
 #include <vector>      // std::vector
 
 #include "checker.hpp"
+#include "client_nemesis.hpp"
 #include "cluster_nemesis.hpp"
 #include "hold_log.hpp"
 #include "nemesis.hpp"
@@ -31,11 +31,10 @@
 #include "pg_nemesis.hpp"
 #include "support/postgres_server.hpp"
 #endif
+#include "processes.hpp"
 #include "support/zookeeper_server.hpp"
 #include "worker.hpp"
 #include "zookeeper_nemesis.hpp"
-
-extern "C" char** environ;  // NOLINT(readability-redundant-declaration)
 
 namespace redlock::torture {
 
@@ -75,124 +74,6 @@ std::string make_run_dir() {
     throw std::runtime_error(std::string("mkdtemp: ") + std::strerror(errno));
   }
   return pattern;
-}
-
-struct Worker {
-  int index{0};
-  pid_t pid{-1};
-  bool done{false};
-  int status{0};
-};
-
-// posix_spawn, not fork: this process has threads (one per FaultProxy), and a fork()ed copy of a
-// threaded process may only call async-signal-safe functions. glibc's posix_spawn uses
-// clone(CLONE_VM|CLONE_VFORK) and execs at once, which is safe here.
-pid_t spawn_worker(const std::string& exe, const WorkerConfig& config) {
-  std::vector<std::string> args = config.to_args();
-  args.insert(args.begin(), exe);
-  std::vector<char*> argv;
-  argv.reserve(args.size() + 1);
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), environ);
-  if (rc != 0) throw std::runtime_error(std::string("posix_spawn: ") + std::strerror(rc));
-  return pid;
-}
-
-// Reaps finished workers. Returns how many are still running.
-std::size_t reap(std::vector<Worker>& workers) {
-  std::size_t running = 0;
-  for (Worker& w : workers) {
-    if (w.done) continue;
-    int status = 0;
-    const pid_t r = ::waitpid(w.pid, &status, WNOHANG);
-    if (r == w.pid || (r < 0 && errno == ECHILD)) {
-      w.done = true;
-      w.status = r == w.pid ? status : 0;
-    } else {
-      ++running;
-    }
-  }
-  return running;
-}
-
-void kill_workers(std::vector<Worker>& workers, int sig) {
-  for (Worker& w : workers) {
-    if (!w.done) ::kill(w.pid, sig);
-  }
-}
-
-// Stops every worker still running: SIGTERM, up to 2 s, then SIGKILL.
-void stop_workers(std::vector<Worker>& workers) {
-  kill_workers(workers, SIGTERM);
-  const std::int64_t give_up = mono_ns() + 2000 * kMs;
-  while (reap(workers) > 0 && mono_ns() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  kill_workers(workers, SIGKILL);
-  for (Worker& w : workers) {
-    if (w.done) continue;
-    int status = 0;
-    while (::waitpid(w.pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    w.done = true;
-    w.status = status;
-  }
-}
-
-// --kill-clients: every 3-6 s, until 3 s before the end, one running worker is killed (-9) and
-// reaped, and a new worker with the next index takes its place. Its open hold, if any, ends when
-// it was dead for sure (after waitpid): what a crashed client leaves behind (a lease, an
-// ephemeral znode, a row) must not let anyone in early, and must not block everyone for good.
-struct ClientKills {
-  std::mt19937_64 rng;
-  std::int64_t next{0};
-  std::int64_t stop{0};
-  std::map<int, std::int64_t> killed;  // worker index -> dead by (CLOCK_MONOTONIC ns)
-};
-
-// Returns when to be called next.
-std::int64_t kill_a_client(ClientKills& k, std::vector<Worker>& workers, const WorkerConfig& base,
-                           const std::string& exe, const std::string& run_dir,
-                           std::vector<std::string>& log_paths, std::FILE* log, std::int64_t now) {
-  if (now < k.next || now >= k.stop) return k.next > now ? k.next : k.stop;
-  k.next = now + static_cast<std::int64_t>(3000 + k.rng() % 3001) * kMs;
-  std::vector<std::size_t> running;
-  for (std::size_t i = 0; i < workers.size(); ++i) {
-    if (!workers[i].done) running.push_back(i);
-  }
-  if (running.empty()) return k.next;
-  Worker& victim = workers[running[k.rng() % running.size()]];
-  ::kill(victim.pid, SIGKILL);
-  int status = 0;
-  while (::waitpid(victim.pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  victim.done = true;
-  victim.status = status;
-  const int victim_index = victim.index;
-  const std::int64_t dead = mono_ns();
-  k.killed[victim_index] = dead;
-  WorkerConfig c = base;
-  c.index = static_cast<int>(workers.size());
-  c.log_path = run_dir + "/worker-" + std::to_string(c.index) + ".log";
-  log_paths.push_back(c.log_path);
-  workers.push_back(Worker{c.index, spawn_worker(exe, c)});  // `victim` is stale from here
-  if (log != nullptr) {
-    std::fprintf(log, "%lld kill_worker worker=%d replaced_by=%d\n", static_cast<long long>(dead),
-                 victim_index, c.index);
-    std::fflush(log);
-  }
-  return k.next;
-}
-
-std::string describe_exit(int status) {
-  if (WIFEXITED(status)) return "exit code " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) {
-    return std::string("killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
-           strsignal(WTERMSIG(status)) + ")";
-  }
-  return "status " + std::to_string(status);
 }
 
 StoreState read_store(const test::RedisServer& store) {
@@ -346,6 +227,11 @@ int run_controller(const Options& o) {
         "zookeeper: one server (tick 200 ms), session timeout 2 s; the faults are SIGSTOP of "
         "the server (0.3-3.5 s) and kill -9 + restart");
   }
+  if (o.client_faults) {
+    info.notes.emplace_back(
+        "client faults: one worker at a time partitioned (its own proxies black-holed) or "
+        "paused (SIGSTOP) for the lease + 0.2-1 s");
+  }
   if (o.mode == Mode::cluster) {
     info.exclusion_enforced = false;
     info.notes.emplace_back(
@@ -473,13 +359,19 @@ int run_controller(const Options& o) {
       base.wait_replicas = o.wait_replicas;
     }
     std::vector<std::string> log_paths;
+    // --client-faults: each worker through proxies of its own (client_nemesis.hpp).
+    std::vector<ClientSeat> seats(o.client_faults ? static_cast<std::size_t>(o.processes) : 0);
     try {
       for (int p = 0; p < o.processes; ++p) {
-        WorkerConfig c = base;
+        WorkerConfig c = o.client_faults ? route_through_own_proxies(base, seats[p]) : base;
         c.index = p;
         c.log_path = run_dir + "/worker-" + std::to_string(p) + ".log";
         log_paths.push_back(c.log_path);
         workers.push_back(Worker{p, spawn_worker(exe, c)});
+        if (o.client_faults) {
+          seats[p].pid = workers.back().pid;
+          seats[p].log_path = c.log_path;
+        }
       }
     } catch (const std::exception& e) {
       std::fprintf(stderr, "redlock-torture: cannot start the workers: %s\n", e.what());
@@ -504,6 +396,15 @@ int run_controller(const Options& o) {
     } else {
       faults = std::make_unique<Nemesis>(nodes, o.unsafe, seed, nemesis_log);
     }
+    ClientNemesis* client_faults = nullptr;
+    if (o.client_faults) {
+      const std::int64_t lease_ms = o.mode == Mode::zookeeper ? 2000 : o.ttl_ms;
+      auto both =
+          std::make_unique<ClientNemesis>(std::move(faults), seats, lease_ms, start + 1000 * kMs,
+                                          until - (lease_ms + 1500) * kMs, seed, nemesis_log);
+      client_faults = both.get();
+      faults = std::move(both);
+    }
     Faults& nemesis = *faults;
     ClientKills kills{
         std::mt19937_64(seed ^ 0x6b696c6cULL), start + 2000 * kMs, until - 3000 * kMs, {}};
@@ -516,6 +417,9 @@ int run_controller(const Options& o) {
         hung = true;
         kill_workers(workers, SIGKILL);
         continue;
+      }
+      for (const Worker& w : workers) {  // an exited worker's pid may be reused: never signal it
+        if (w.done && static_cast<std::size_t>(w.index) < seats.size()) seats[w.index].pid = -1;
       }
       std::int64_t next = nemesis.step(now);
       if (o.kill_clients) {
@@ -533,6 +437,7 @@ int run_controller(const Options& o) {
     }
     if (const int sig = g_signal.load(); sig != 0) {
       std::fprintf(stderr, "redlock-torture: interrupted by signal %d; cleaning up\n", sig);
+      nemesis.heal_all();  // a paused worker is resumed while its pid is still its own
       stop_workers(workers);
       if (nemesis_log != nullptr) std::fclose(nemesis_log);
       return finish(128 + sig);  // servers and proxies are destroyed on the way out
@@ -552,6 +457,7 @@ int run_controller(const Options& o) {
       info.faults["kill_worker"] = static_cast<std::int64_t>(kills.killed.size());
     }
     info.killed = kills.killed;
+    if (client_faults != nullptr) info.paused = client_faults->paused();
     info.processes = static_cast<int>(workers.size());
     for (const std::string& p : nemesis.problems()) info.notes.push_back("nemesis: " + p);
     for (const Worker& w : workers) {

@@ -40,8 +40,10 @@ struct Options {
   int wake_on_release{2};    // 1 every thread, 0 none, 2 even-numbered threads (see worker.hpp)
   int fair{0};               // LockOptions::fair: 1 on, -1 off, 0 the default (lock: on)
   bool kill_clients{false};  // kill -9 a worker every 3-6 s and start a new one in its place
-  bool async{false};         // the workers are coroutines on an io_context (worker.hpp)
-  int wait_replicas{0};      // sentinel mode: Endpoint::wait_replicas of every worker
+  // Partition (black-hole its own proxies) or SIGSTOP one worker at a time (client_nemesis.hpp).
+  bool client_faults{false};
+  bool async{false};     // the workers are coroutines on an io_context (worker.hpp)
+  int wait_replicas{0};  // sentinel mode: Endpoint::wait_replicas of every worker
   // Where the servers keep their directories (AOF). Empty: /dev/shm if writable, else $TMPDIR.
   // A kill -9 never loses the page cache, so an AOF with appendfsync always on tmpfs keeps every
   // acknowledged grant across kill -9 + restart exactly as a disk does, without the disk's

@@ -58,6 +58,8 @@ options:
                           cluster); election: every thread a candidate of one Election, run():
                           terms grow, no two workers run at once, each stop reaches its worker
                           within 50 ms of is_leader() turning false
+                          (PostgreSQL: rwlock in postgres-session mode, election in
+                          postgres mode)
   --wait-replicas N       sentinel and cluster modes: Endpoint::wait_replicas of every worker
                           (default 0)
   --duration D            how long workers take the lock: 500ms, 30s, 2m (default 60s)
@@ -83,6 +85,11 @@ options:
   --kill-clients          kill -9 a worker process every 3-6 s and start a new one in its place
                           (its open hold ends at its death; it must not let anyone in early,
                           nor block the lock for good)
+  --client-faults         each worker reaches the store through proxies of its own; one worker
+                          at a time is partitioned (its proxies black-holed) or paused
+                          (SIGSTOP) for the lease (ttl; zookeeper: the session timeout) +
+                          0.2-1 s, beside the mode's faults (modes lock, redlock, postgres,
+                          zookeeper; not with --kill-clients)
   --data-dir DIR          where the servers keep their AOF (default /dev/shm if writable:
                           kill -9 keeps the page cache, so tmpfs is as durable as a disk here)
   --keep                  keep the run directory (always kept when the run fails)
@@ -146,6 +153,8 @@ int main(int argc, char** argv) {
       o.fair = -1;
     } else if (a == "--kill-clients") {
       o.kill_clients = true;
+    } else if (a == "--client-faults") {
+      o.client_faults = true;
     } else if (a == "--async") {
 #ifndef REDLOCK_TORTURE_ASYNC
       return usage_error("--async: built without the asio component or C++20 coroutines");
@@ -248,16 +257,29 @@ int main(int argc, char** argv) {
   }
   using redlock::torture::Mode;
   using redlock::torture::Primitive;
-  if (o.primitive != Primitive::lock &&
-      (o.async || o.unsafe != redlock::torture::Unsafe::none || o.mode == Mode::postgres_session)) {
+  if (o.primitive != Primitive::lock && (o.async || o.unsafe != redlock::torture::Unsafe::none)) {
     return usage_error("--primitive " + std::string(to_string(o.primitive)) +
-                       " takes neither --async, --unsafe nor --mode postgres-session");
+                       " takes neither --async nor --unsafe");
+  }
+  // PostgreSQL's ReadWriteLock is on advisory locks (session mode only), its Election on the
+  // lease table (lease mode only).
+  if (o.primitive == Primitive::rwlock && o.mode == Mode::postgres) {
+    return usage_error("--primitive rwlock on PostgreSQL needs --mode postgres-session");
+  }
+  if (o.primitive != Primitive::lock && o.primitive != Primitive::rwlock &&
+      o.mode == Mode::postgres_session) {
+    return usage_error("--mode postgres-session takes --primitive lock or rwlock");
   }
   if (o.primitive == Primitive::multilock && o.mode != Mode::lock && o.mode != Mode::sentinel &&
       o.mode != Mode::cluster) {
     return usage_error(
         "--primitive multilock needs --mode lock, sentinel or cluster (a MultiLock "
         "is on one Redis instance)");
+  }
+  if (o.client_faults && (o.kill_clients || o.mode == Mode::sentinel || o.mode == Mode::cluster)) {
+    return usage_error(
+        "--client-faults needs --mode lock, redlock, postgres or zookeeper (the client must reach "
+        "fixed endpoints) and takes no --kill-clients");
   }
   return redlock::torture::run_controller(o);
 }

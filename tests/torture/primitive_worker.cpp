@@ -203,14 +203,15 @@ void run_term(Seat& seat, Election& election, StopToken stop, std::uint64_t term
   counters.acquired.fetch_add(1);
   auto t_stop = std::make_shared<std::atomic<std::int64_t>>(0);
   stop.on_stop([t_stop] { t_stop->store(mono_ns()); });
-  const milliseconds ttl(seat.config.ttl_ms);
-  // While is_leader() is true the term is valid for at most one ttl from now: the hold's deadline
-  // grows with each look, and ends when it turns false.
+  // The term's validity as its candidate sees it (Election::validity(): the lease's, less the
+  // drift allowance): the hold's deadline grows with each look, and ends when it turns false.
+  // Not "a ttl from any look at is_leader()": a worker SIGSTOPped just after a look would then
+  // seem to hold up to a ttl from it, past the lease the server kept (renewed up to a third of
+  // a ttl before the look).
   std::int64_t t_unled = 0;
   const auto validity = [&] {
-    const bool leading = election.is_leader();
-    if (!leading && t_unled == 0) t_unled = mono_ns();
-    return leading ? ttl : milliseconds(0);
+    if (!election.is_leader() && t_unled == 0) t_unled = mono_ns();
+    return election.validity();
   };
   HoldTrack track(log, seat.config.index, seat.index, ++seat.seq, validity, term);
   read_sleep_write(seat, track, true, [&] {

@@ -246,13 +246,20 @@ void primitive_cases() {
     c.logs.partial_sets = 1;
     expect(!run(c).pass, "multilock: a partly held set seen by the observer fails");
   }
-  {
-    Hold term = hold(0, 0, 1, 1, 0, 990, 500);
+  // Term 1 of process 0, from 0 ms, believed valid for `validity` ms, lost (is_leader() false
+  // at `unled`, stopped at `stop`, its window ending there), then term 2 from `next` ms.
+  const auto two_terms = [](std::int64_t validity, std::int64_t unled, std::int64_t stop,
+                            std::int64_t next) {
+    Hold term = hold(0, 0, 1, 1, 0, validity, stop);
     term.end = EndKind::lost;
-    term.t_unled = 400 * kMs;
-    term.t_stop = 420 * kMs;
-    Case c = make_case({term, hold(1, 0, 1, 2, 600, 990, 700)});
+    term.t_unled = unled * kMs;
+    term.t_stop = stop * kMs;
+    Case c = make_case({term, hold(1, 0, 1, 2, next, 990, next + 100)});
     c.info.primitive = Primitive::election;
+    return c;
+  };
+  {
+    Case c = two_terms(990, 400, 420, 600);
     Report r = run(c);
     expect(r.pass && r.stops == 1, "election: a stop 20 ms after is_leader() false passes");
     c.logs.holds[0].t_stop = 560 * kMs;
@@ -261,6 +268,20 @@ void primitive_cases() {
     c.logs.holds[0].t_stop = 420 * kMs;
     c.logs.holds[1].fence = 1;  // a term that did not grow
     expect(!run(c).pass, "election: a term that does not grow fails");
+  }
+  {
+    // Term 1 believed valid until 600 ms, but its worker ran until 700 ms (its stop), and
+    // term 2 started at 650 ms: the windows do not overlap, the runs do.
+    Case c = two_terms(600, 690, 700, 650);
+    Report r = run(c);
+    expect(!r.pass && r.violations == 0 && r.run_overlaps == 1,
+           "election: a term started while the last term's worker still ran fails");
+    // The same worker SIGSTOPped from 300 to 680 ms: it did nothing while stopped, and after
+    // SIGCONT it was outside the term it believed in (fencing's part).
+    c.info.paused[0] = {{300 * kMs, 680 * kMs}};
+    r = run(c);
+    expect(r.pass && r.paused_runs == 1,
+           "election: a paused worker's run counts up to its believed deadline");
   }
 }
 

@@ -64,7 +64,9 @@ void ZooKeeperNemesis::heal(std::int64_t now) {
       log_line(log_, "SIGCONT of the server");
     }
     active_ = Kind::none;
-    next_inject_ = now + uniform_ms(1000, 3000);
+    // From the end of the heal: a restart blocks until the JVM listens (about 2 s here), and
+    // counting from `now` let the next kill come 40 ms after it, so a 10 s run saw no service.
+    next_inject_ = mono_ns() + uniform_ms(1000, 3000);
   } catch (const std::exception& e) {
     problems_.push_back(std::string("heal: ") + e.what());
     heal_at_ = now + 500 * kMs;
