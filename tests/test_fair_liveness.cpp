@@ -24,6 +24,7 @@ using redlock::detail::helper_key;
 using redlock::test::fair_lock_options;
 using redlock::test::key;
 using redlock::test::RedisServer;
+using redlock::test::wait_for_waiters;
 
 namespace {
 
@@ -31,16 +32,6 @@ int reap(pid_t pid) {
   int status = 0;
   ::waitpid(pid, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-// Waits until the hash `info` (a queue's waiters) has `n` fields; false after 5 s.
-bool wait_for_waiters(const RedisServer& server, const std::string& info, long long n) {
-  const auto end = std::chrono::steady_clock::now() + 5s;
-  while (server.raw({"HLEN", info}).integer() != n) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(2ms);
-  }
-  return true;
 }
 
 // A process that waits up to `wait` for a permit of `k` (a Semaphore of `limit`) and exits 0
