@@ -24,19 +24,17 @@
 #include "util/key_slot.hpp"  // helper_key: the names of the queue's keys
 
 using namespace std::chrono_literals;
+using namespace redlock::test::bound;
+using redlock::test::exit_by;
 using redlock::test::fair_lock_options;
 using redlock::test::key;
+using redlock::test::key_held;
+using redlock::test::kill_all;
 using redlock::test::RedisServer;
 using redlock::test::wait_for_queue;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-constexpr auto kTtl = 1s;
-constexpr auto kClaim = 200ms;          // the claim window at ttl 1 s: ttl / 5
-constexpr auto kGuard = kTtl * 11 / 8;  // the longest stall guard: 1.375 ttl
-constexpr auto kSlack = 1500ms;         // a busy 2-core machine
-constexpr auto kDeadline = 20s;         // the survivors' own deadline: far past every bound
 
 // retry_delay far longer than the bound: polling alone could not pass.
 redlock::LockOptions options() { return fair_lock_options(10s, kTtl); }
@@ -85,34 +83,6 @@ pid_t fork_survivor(const RedisServer& server, const std::string& k,
     rc = 2;
   }
   ::_exit(rc);
-}
-
-bool key_held(const RedisServer& server, const std::string& k) {
-  const auto end = Clock::now() + 5s;
-  while (server.raw({"EXISTS", k}).integer() == 0) {
-    if (Clock::now() > end) return false;
-    std::this_thread::sleep_for(2ms);
-  }
-  return true;
-}
-
-// The exit code of `pid` if it exits by `until`; otherwise kills it and returns -1.
-int exit_by(pid_t pid, Clock::time_point until) {
-  int status = 0;
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (Clock::now() > until) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(5ms);
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-void kill_all(const std::vector<pid_t>& pids) {
-  for (const pid_t pid : pids) ::kill(pid, SIGKILL);
-  for (const pid_t pid : pids) ::waitpid(pid, nullptr, 0);
 }
 
 }  // namespace

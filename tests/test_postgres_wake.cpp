@@ -64,6 +64,23 @@ pid_t spawn(Body body) {
   return pid;
 }
 
+// Forks a waiter for `name` (deadline 60 s) that unlocks at once and exits 0, or, with a
+// `held_fd` >= 0, writes 'y' to it once it holds and keeps the lock until killed.
+pid_t spawn_waiter(const PostgresServer& server, const std::string& name,
+                   const redlock::LockOptions& options, int held_fd) {
+  return spawn([&] {
+    redlock::postgres::Database mine(server.uri());
+    redlock::postgres::Lock lock(mine, name, options);
+    if (!lock.try_lock_for(60s)) return 1;
+    if (held_fd >= 0) {
+      (void)!::write(held_fd, "y", 1);
+      ::pause();  // until killed
+    }
+    lock.unlock();
+    return 0;
+  });
+}
+
 int exit_code(pid_t pid) {
   int status = 0;
   ::waitpid(pid, &status, 0);
@@ -276,17 +293,7 @@ TEST_CASE("postgres::Lock: a holder and the head killed -9 together: the second 
   int held[2];
   REQUIRE(::pipe(held) == 0);
   const auto waiter = [&](bool holds) {
-    return spawn([&, holds] {
-      redlock::postgres::Database mine(server.uri());
-      redlock::postgres::Lock lock(mine, "pair", options);
-      if (!lock.try_lock_for(60s)) return 1;
-      if (holds) {
-        (void)!::write(held[1], "y", 1);
-        ::pause();  // until killed
-      }
-      lock.unlock();
-      return 0;
-    });
+    return spawn_waiter(server, "pair", options, holds ? held[1] : -1);
   };
   const pid_t holder = waiter(true);  // the head, then the holder
   REQUIRE(eventually([&] { return server.psql(kQueued) == "1"; }, 10s));
@@ -351,4 +358,41 @@ TEST_CASE("postgres::Lock: waiters whose LISTEN sessions are terminated queue ag
   CHECK(served == 2);
   CHECK(Clock::now() - released < 20s);  // not at the 30 s deadline
   CHECK(server.psql(kQueued) == "0");
+}
+
+// #41: a paused process keeps its sessions (its place looks alive). The holder and the head
+// SIGSTOPped together: the holder's lease ends unrenewed, the grant to the paused head is not
+// claimed within its claim window, and the next waiter is served, not at its deadline.
+TEST_CASE("postgres::Lock: a holder and the head paused (SIGSTOP) together: the next follows",
+          "[postgres][liveness][fault][slow]") {
+  REQUIRE_POSTGRES();
+  PostgresServer server;
+  redlock::postgres::Database(server.uri()).ensure_table();
+  redlock::LockOptions options;
+  options.ttl = 2s;  // the claim window is min(ttl, 2 x statement_timeout (2 s)) = 2 s
+  int held[2];
+  REQUIRE(::pipe(held) == 0);
+  const auto waiter = [&](bool holds) {
+    return spawn_waiter(server, "paused", options, holds ? held[1] : -1);
+  };
+  const pid_t holder = waiter(true);
+  char c = 0;
+  REQUIRE(::read(held[0], &c, 1) == 1);
+  const pid_t head = waiter(false);
+  REQUIRE(eventually([&] { return server.psql(kQueued) == "1"; }, 10s));
+  const pid_t next = waiter(false);
+  REQUIRE(eventually([&] { return server.psql(kQueued) == "2"; }, 10s));
+  ::kill(holder, SIGSTOP);
+  ::kill(head, SIGSTOP);
+  const auto paused = Clock::now();
+  CHECK(exit_code(next) == 0);
+  const auto took = Clock::now() - paused;
+  WARN("served " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                 << " ms after the holder and the head were paused (ttl 2 s)");
+  // ttl + a claim window + a bound for a busy machine; unserved, it would wait 60 s.
+  CHECK(took < options.ttl + 2s + 6s);
+  ::kill(holder, SIGKILL);
+  ::kill(head, SIGKILL);
+  CHECK(exit_code(holder) == -1);
+  CHECK(exit_code(head) == -1);
 }

@@ -31,24 +31,14 @@
 #include "support/fault_proxy.hpp"
 #include "support/redis_server.hpp"
 #include "support/zookeeper_server.hpp"
-
-extern char** environ;
+#include "zk_test_support.hpp"  // fresh_chroot, uri_of, spawn, spawn_child, wait_child
 
 using namespace std::chrono_literals;
 using redlock::test::ZooKeeperServer;
+using namespace redlock::test::zk;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-// A chroot no other case (or run) uses.
-std::string fresh_chroot() {
-  static std::atomic<int> n{0};
-  return "/redlock-test-" + std::to_string(::getpid()) + "-" + std::to_string(++n);
-}
-
-std::string uri_of(const ZooKeeperServer& server, const std::string& chroot, int timeout_ms) {
-  return server.uri(chroot + "?session_timeout=" + std::to_string(timeout_ms));
-}
 
 // The lock znodes under <chroot>/<name>, read with the component's own plain calls.
 std::size_t queue_length(const std::string& uri, const std::string& path) {
@@ -56,35 +46,6 @@ std::size_t queue_length(const std::string& uri, const std::string& path) {
   std::vector<std::string> children;
   redlock::detail::zk_children(*session.conn(), path, &children);
   return redlock::detail::zk_queue_of(children).size();
-}
-
-// Starts `args` (args[0] is the path) with this process's environment plus `env`; returns
-// its pid.
-pid_t spawn(std::vector<std::string> args, const std::vector<std::string>& env) {
-  std::vector<std::string> envs;
-  for (char** e = environ; *e != nullptr; ++e) envs.emplace_back(*e);
-  envs.insert(envs.end(), env.begin(), env.end());
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : envs) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  pid_t pid = -1;
-  if (::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), envp.data()) != 0) {
-    throw std::runtime_error("posix_spawn " + args[0] + " failed");
-  }
-  return pid;
-}
-
-// Runs this binary's "[.zkchild]" case with `env` added; returns its pid.
-pid_t spawn_child(const std::vector<std::string>& env) {
-  return spawn({"/proc/self/exe", "[.zkchild]", "--use-colour", "no"}, env);
-}
-
-int wait_child(pid_t pid) {
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 std::string env_or(const char* name, const char* fallback) {

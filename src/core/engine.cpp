@@ -12,6 +12,7 @@
 #include "core/extend.hpp"
 #include "core/tally.hpp"
 #include "protocol/features.hpp"
+#include "protocol/permits.hpp"  // build_permit_release
 #include "protocol/replies.hpp"
 #include "util/log_internal.hpp"
 #include "watch/release_watch.hpp"
@@ -474,6 +475,13 @@ ReleaseResult LeaseEngine::release_on(const std::string& token, const bool* only
                     Send::evalsha, pubsub);
     }
   }
+  // A Semaphore's permit (one node) passes every slot key: its watchers hear the earliest end.
+  VarCommand with_peers[2];
+  if (fair_ && peers_) {
+    for (const PubSub pubsub : {PubSub::classic, PubSub::sharded}) {
+      build_permit_release(with_peers[static_cast<int>(pubsub)], keys_, *peers_, token, pubsub);
+    }
+  }
   PerNode<NodeBatch> batches;
   batches.reserve(nodes_.size());
   PerNode<std::size_t> index;
@@ -482,7 +490,9 @@ ReleaseResult LeaseEngine::release_on(const std::string& token, const bool* only
     batches.emplace_back();
     batches.back().node = nodes_[i].get();
     const ReleaseCommand* chosen = fair_ && !orders(i) ? others : commands;
-    batches.back().commands.push_back(chosen[static_cast<int>(nodes_[i]->pubsub())].view());
+    const int kind = static_cast<int>(nodes_[i]->pubsub());
+    batches.back().commands.push_back(peers_ && orders(i) ? with_peers[kind].view()
+                                                          : chosen[kind].view());
     index.push_back(i);
   }
   const std::size_t n = batches.size();

@@ -33,6 +33,9 @@ namespace detail {
 struct WaiterQueue {
   std::string list;
   std::string info;
+  // A Semaphore's slot keys (shared by its permits): the release passes them, so the watchers
+  // are told the earliest lease end among the permits. Null: a lock's own key only.
+  std::shared_ptr<const std::vector<std::string>> peers;
 };
 
 class LeaseEngine final : public LeaseBackend {
@@ -100,6 +103,7 @@ class LeaseEngine final : public LeaseBackend {
 
   std::vector<std::shared_ptr<ClientImpl>> nodes_;
   LockKeys keys_;
+  std::shared_ptr<const std::vector<std::string>> peers_;  // WaiterQueue::peers
   std::chrono::milliseconds ttl_;
   std::string ttl_ms_;
   double drift_factor_;

@@ -132,6 +132,7 @@ LeaseEngine::LeaseEngine(std::vector<std::shared_ptr<ClientImpl>> nodes, std::st
   keys_.queue = queue.list.empty() ? helper_key(keys_.key, ":waiters") : std::move(queue.list);
   keys_.queue_info =
       queue.info.empty() ? helper_key(keys_.key, ":waiters:info") : std::move(queue.info);
+  peers_ = std::move(queue.peers);
   ttl_ms_ = std::to_string(ttl_.count());
 }
 

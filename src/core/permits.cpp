@@ -34,7 +34,8 @@ class RedisPermits final : public PermitBackend {
         limit_text_(std::to_string(limit)),
         fair_(options.fair.value_or(true)),
         grant_channel_(fair_ ? keys_.channel + ":" + node_->waiter_id() : std::string()),
-        leases_(limit) {
+        leases_(limit),
+        slot_keys_(std::make_shared<const std::vector<std::string>>(keys_.slots)) {
     permit(1);  // validates the options as a Lock's engine does
     if (node_->router() != nullptr && !helpers_share_slot(key_)) {
       throw std::invalid_argument(
@@ -74,6 +75,8 @@ class RedisPermits final : public PermitBackend {
   std::string grant_channel_;  // fair mode: channel + ":" + the Client's waiter_id (else empty)
   std::mutex mutex_;
   std::vector<std::shared_ptr<LeaseEngine>> leases_;  // per slot, made when first held; mutex_
+  // keys_.slots, shared with the permits' engines (their release passes every slot key).
+  std::shared_ptr<const std::vector<std::string>> slot_keys_;
 };
 
 std::shared_ptr<LeaseBackend> RedisPermits::permit(std::size_t slot) {
@@ -86,7 +89,7 @@ std::shared_ptr<LeaseBackend> RedisPermits::permit(std::size_t slot) {
     slot_options.fair = fair_;
     lease = std::make_shared<LeaseEngine>(std::vector<std::shared_ptr<ClientImpl>>{node_},
                                           keys_.slots[slot - 1], slot_options, keys_.channel,
-                                          WaiterQueue{keys_.queue, keys_.queue_info});
+                                          WaiterQueue{keys_.queue, keys_.queue_info, slot_keys_});
   }
   return lease;
 }

@@ -48,6 +48,7 @@ const char kTakeLua[] =
         REDLOCK_FAIR_QUEUE_LUA REDLOCK_HAND_OVER_FREE_LUA R"(local m = #KEYS - 4
 local n = tonumber(ARGV[4])
 fq_fence, fq_list, fq_info = KEYS[m + 1], KEYS[m + 3], KEYS[m + 4]
+for i = 1, math.min(n, m) do fq_peers[i] = KEYS[i] end
 local stored = tonumber(redis.call('get', KEYS[m + 2]))
 if stored ~= n then
   if stored then
@@ -86,8 +87,8 @@ for at, i in ipairs(free) do
   if (not got and not more) or got == ARGV[1] then
     redis.call('set', KEYS[i], ARGV[1], 'PX', ARGV[2])
     -- The other free slots (leases that ended unannounced) go to the next live waiters now;
-    -- a hand-over tells the watchers, otherwise the caller's own lease is their lease end.
-    if not hand_over_free(free, at + 1) and got then notify_watchers(ARGV[2]) end
+    -- a hand-over tells the watchers, otherwise the earliest lease end of the permits.
+    if not hand_over_free(free, at + 1) and got then notify_watchers(lease_end(ARGV[2])) end
     return {i, fence()}
   end
   if more then pttl = 0 end  -- dead entries left for later calls: come back at once
@@ -107,6 +108,7 @@ const char kLeaveLua[] =
     "if redis.replicate_commands then redis.replicate_commands() end\n" REDLOCK_PUBLISH_LUA
         REDLOCK_FAIR_QUEUE_LUA REDLOCK_HAND_OVER_FREE_LUA R"(local m = #KEYS - 3
 fq_list, fq_info, fq_fence = KEYS[m + 1], KEYS[m + 2], KEYS[m + 3]
+for i = 1, m do fq_peers[i] = KEYS[i] end
 for i = 1, m do
   if redis.call('get', KEYS[i]) == ARGV[1] then
     fq_key = KEYS[i]
@@ -177,8 +179,7 @@ VarCommand& VarCommand::evalsha(const Script& script) {
 }
 
 CommandView VarCommand::view() const noexcept {
-  return CommandView{static_cast<int>(argv_.size()), argv_.data(), lens_.data(), script_,
-                     Resend::never};
+  return CommandView{static_cast<int>(argv_.size()), argv_.data(), lens_.data(), script_, resend_};
 }
 
 void build_take_permit(VarCommand& c, const PermitKeys& keys, std::string_view token,
@@ -200,6 +201,15 @@ void build_leave_permits(VarCommand& c, const PermitKeys& keys, std::string_view
   c.key_count(keys.slots.size() + 3);
   for (const auto& slot : keys.slots) c.arg(slot);
   c.arg(keys.queue).arg(keys.queue_info).arg(keys.fence);
+  c.arg(token).arg(keys.channel).arg(publish_flag(pubsub));
+}
+
+void build_permit_release(VarCommand& c, const LockKeys& keys,
+                          const std::vector<std::string>& slots, std::string_view token,
+                          PubSub pubsub) {
+  c.evalsha(Scripts::get().fair_release).key_count(slots.size() + 4).allow_resend();
+  c.arg(keys.key).arg(keys.queue).arg(keys.queue_info).arg(keys.fence);
+  for (const auto& slot : slots) c.arg(slot);
   c.arg(token).arg(keys.channel).arg(publish_flag(pubsub));
 }
 

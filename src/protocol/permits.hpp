@@ -46,6 +46,11 @@ class VarCommand {
   VarCommand& key_count(std::size_t n);
   // EVALSHA of `script`: re-sent as EVAL with its body on NOSCRIPT.
   VarCommand& evalsha(const Script& script);
+  // The command may be sent again (Resend::allowed; default never): an idempotent script.
+  VarCommand& allow_resend() noexcept {
+    resend_ = Resend::allowed;
+    return *this;
+  }
   CommandView view() const noexcept;
 
  private:
@@ -53,6 +58,7 @@ class VarCommand {
   std::vector<std::size_t> lens_;
   const Script* script_{nullptr};
   std::string numkeys_;
+  Resend resend_{Resend::never};
 };
 
 // The take script's arguments beyond the keys and the token. Views into strings the caller keeps.
@@ -75,6 +81,13 @@ void build_take_permit(VarCommand& c, const PermitKeys& keys, std::string_view t
 // place in the queue, if any, is left.
 void build_leave_permits(VarCommand& c, const PermitKeys& keys, std::string_view token,
                          PubSub pubsub, Send send);
+// EVALSHA of fair_release (protocol/scripts.hpp) on the permit `keys` (its slot key, the
+// semaphore's queue and fence) with every slot key of the semaphore (`slots`, which the caller
+// keeps alive): a hand-over tells the watchers the earliest lease end among the permits. Safe to
+// send again, as the lock's release.
+void build_permit_release(VarCommand& c, const LockKeys& keys,
+                          const std::vector<std::string>& slots, std::string_view token,
+                          PubSub pubsub);
 
 // The take script's reply: granted `slot` (1..limit) with `fence`, or refused (slot 0) with the
 // earliest expiry of a held slot and the place taken in the queue (`watcher`, as

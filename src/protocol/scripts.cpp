@@ -90,9 +90,12 @@ return {0, redis.call('pttl', KEYS[1]), position})";
 
 // The holder's release hands the lock to the oldest live waiter, or (nobody live queued)
 // deletes it and announces the release. Anyone else's call is a waiter leaving the queue.
+// KEYS[5..]: a Semaphore permit's slot keys (fq_peers), so the watchers hear the earliest lease
+// end among the permits, not the new holder's.
 const char kFairReleaseLua[] =
     "if redis.replicate_commands then redis.replicate_commands() end\n" REDLOCK_PUBLISH_LUA
-        REDLOCK_FAIR_QUEUE_LUA R"(local holder = redis.call('get', KEYS[1])
+        REDLOCK_FAIR_QUEUE_LUA R"(for i = 5, #KEYS do fq_peers[i - 4] = KEYS[i] end
+local holder = redis.call('get', KEYS[1])
 if holder ~= ARGV[1] then
   if redis.call('hdel', KEYS[3], ARGV[1]) == 1 then
     local watched = redis.call('lindex', KEYS[2], 0) == ARGV[1] or
@@ -103,7 +106,7 @@ if holder ~= ARGV[1] then
     elseif redis.call('hlen', KEYS[3]) == 0 then
       redis.call('del', KEYS[2])  -- nobody waits: what is left is entries that left
     elseif watched then
-      notify_watchers(redis.call('pttl', KEYS[1]))
+      notify_watchers(lease_end(redis.call('pttl', KEYS[1])))
     end
   end
   return 0

@@ -43,7 +43,8 @@
 // over with the full ttl, taken on the message alone. No script reads TIME. The queue's keys are
 // the fq_ locals: the lock's scripts keep KEYS[1..4]; a Semaphore's permit scripts
 // (protocol/permits.cpp) point fq_list, fq_info and fq_fence at the semaphore's queue and fq_key at
-// the permit slot in play.
+// the permit slot in play. A Semaphore's watchers are told the earliest lease end among its
+// permits (`lease_end`, over the slot keys its scripts put in fq_peers; a free slot counts as 0).
 #define REDLOCK_FAIR_QUEUE_LUA                                                                     \
   "local fq_key, fq_list, fq_info, fq_fence = KEYS[1], KEYS[2], KEYS[3], KEYS[4]\n"                \
   "local fq_budget = 32  -- queue entries one call examines; the rest is left to later calls\n"    \
@@ -101,6 +102,16 @@
   "    end\n"                                                                                      \
   "  end\n"                                                                                        \
   "end\n"                                                                                          \
+  "local fq_peers = {}  -- a Semaphore's slot keys: watchers hear their earliest lease end\n"      \
+  "local function lease_end(pttl)\n"                                                               \
+  "  pttl = tonumber(pttl)\n"                                                                      \
+  "  for _, peer in ipairs(fq_peers) do\n"                                                         \
+  "    local left = redis.call('pttl', peer)\n"                                                    \
+  "    if left == -2 then left = 0 end  -- free: a lease that ended unannounced\n"                 \
+  "    if left >= 0 and (pttl < 0 or left < pttl) then pttl = left end\n"                          \
+  "  end\n"                                                                                        \
+  "  return pttl\n"                                                                                \
+  "end\n"                                                                                          \
   "local function claim_window(ttl)\n"                                                             \
   "  ttl = tonumber(ttl)\n"                                                                        \
   "  return math.min(ttl, math.max(100, math.min(1000, math.floor(ttl / 5))))\n"                   \
@@ -134,7 +145,7 @@
   "        if fenced == '1' then f = fence end\n"                                                  \
   "        if channel == '' or\n"                                                                  \
   "           deliver(channel, 'grant:' .. seq .. ':' .. f .. ':' .. redis.sha1hex(w)) > 0 then\n" \
-  "          notify_watchers(ttl)\n"                                                               \
+  "          notify_watchers(lease_end(ttl))\n"                                                    \
   "          return w\n"                                                                           \
   "        end\n"                                                                                  \
   "      end\n"                                                                                    \
@@ -196,10 +207,12 @@ struct Scripts {
   // handed it to another waiter (the caller watches that grant's claim window), with pttl 0
   // when it left dead entries to examine (the caller comes back at once).
   Script fair_acquire;
-  // Fair mode. KEYS as fair_acquire; ARGV[1] token, ARGV[2] release channel, ARGV[3] the
-  // SPUBLISH flag. If the key holds the token: hands it to the first live queued waiter (SET PX
-  // its ttl, publish "grant:<seq>:<fence>:<sha1 of token>" on that waiter's channel, and tell the
-  // next two waiters "head:<position>:<pttl>:<sha1>") or deletes it and publishes the token on
+  // Fair mode. KEYS as fair_acquire, then (a Semaphore's permit) every slot key of the
+  // semaphore; ARGV[1] token, ARGV[2] release channel, ARGV[3] the SPUBLISH flag. If the key
+  // holds the token: hands it to the first live queued waiter (SET PX its ttl, publish
+  // "grant:<seq>:<fence>:<sha1 of token>" on that waiter's channel, and tell the next two
+  // waiters "head:<position>:<pttl>:<sha1>", pttl the earliest lease end among KEYS[1] and the
+  // slot keys) or deletes it and publishes the token on
   // ARGV[2]. Otherwise the waiter leaves the queue. Returns 0 if it was not ours, 1 if handed
   // over, 1 + the number of subscribers if deleted. Messages name a waiter by SHA1(token): a
   // live holder's token is never published.
