@@ -15,6 +15,8 @@
 #include <redlock/redlock.hpp>
 
 #include "rw_test_support.hpp"
+#include "support/eventually.hpp"
+#include "support/fault_proxy.hpp"
 
 using namespace std::chrono_literals;
 using namespace redlock::test::rw;
@@ -127,4 +129,43 @@ TEST_CASE(
   CHECK(readers_in == 0);             // no reader that came before it passed the waiting writer
   CHECK(at - released < 700ms);       // not the readers' whole hold (1 s)
   CHECK(entered.load() == kReaders);  // and the readers got in after it
+}
+
+// Issue 42, writer preference under faults: a writer whose Client has no live subscription yet
+// (a fresh Client, or its subscriber reconnecting after a fault) made its first attempt without
+// the marker, then waited for its subscription's confirmation (up to connect + command timeout)
+// before the attempt that marks: readers arriving meanwhile passed it. Here the confirmation
+// never comes (the proxy black-holes from the SUBSCRIBE on) and the marker must already be there.
+TEST_CASE(
+    "ReadWriteLock: a waiting writer marks itself from its first attempt, before its "
+    "subscription is confirmed",
+    "[redis][rwlock][fault]") {
+  Setup setup("rw-first-mark");
+  redlock::ReadWriteLock reader(setup.client, setup.k, fast(30s));
+  REQUIRE(reader.try_lock_shared());
+  redlock::test::FaultProxy proxy("127.0.0.1", setup.server.port());
+  redlock::Endpoint through = setup.server.endpoint();
+  through.port = proxy.port();
+  through.command_timeout = 500ms;
+  redlock::Client writer_client(through);  // fresh: nothing subscribed yet
+  auto options = fast(30s);
+  options.retry_delay = 1s;  // the marker lives 5 * retry_delay: 5 s
+  redlock::ReadWriteLock writer(writer_client, setup.k, options);
+  proxy.set_blackhole_on("SUBSCRIBE");
+  auto waiting = std::async(std::launch::async, [&] {
+    try {
+      return writer.try_lock_for(1s);
+    } catch (const redlock::Error&) {
+      return false;
+    }
+  });
+  REQUIRE(redlock::test::eventually([&] { return proxy.blackholed(); }, 3s));
+  const std::string marker = redlock::detail::helper_key(setup.k, ":writer-waiting");
+  CHECK(setup.server.raw({"EXISTS", marker}).integer() == 1);
+  redlock::Client late_client(setup.server.endpoint());
+  redlock::ReadWriteLock late(late_client, setup.k, fast(30s));
+  CHECK_FALSE(late.try_lock_shared());  // arrived after the writer: it waits behind it
+  proxy.clear();
+  CHECK_FALSE(waiting.get());  // the reader holds throughout
+  CHECK(reader.release_shared());
 }

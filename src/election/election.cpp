@@ -56,7 +56,7 @@ std::shared_ptr<detail::ElectionCore> make_redis_election(std::vector<Client> in
   nodes.reserve(instances.size());
   for (const Client& client : instances) nodes.push_back(detail::Access::client(client));
   auto engine = detail::make_lease_engine(std::move(nodes), std::move(key), lock_options);
-  auto board = std::make_shared<detail::RedisBoard>(std::move(instances), engine);
+  auto board = std::make_shared<detail::RedisBoard>(engine);
   return std::make_shared<detail::ElectionCore>(std::move(engine), lock_options, std::move(board),
                                                 std::move(name), std::move(id), std::move(options));
 }

@@ -5,20 +5,23 @@
 // channel; leader() is one script that answers only while the lock key holds the recorded
 // token, so an expired or released leader (key gone) or a grant not yet claimed is never
 // reported. The record has no expiry, like the fence counter beside it: one small key per name.
+// On a quorum both scripts go to every node at once through the fan-out executor (io/executor),
+// with the early finish of a Redlock attempt: done once a quorum settles the outcome, the other
+// nodes given the executor's grace.
 #include "election/redis_board.hpp"
 
 #include <algorithm>
 #include <charconv>
-#include <exception>
-#include <stdexcept>
 #include <string_view>
 #include <utility>
 
 #include <redlock/errors.hpp>
 
-#include "api/access.hpp"
 #include "core/engine.hpp"
+#include "core/tally.hpp"
+#include "io/executor.hpp"
 #include "io/pool.hpp"
+#include "protocol/commands.hpp"
 #include "protocol/scripts.hpp"
 #include "util/key_slot.hpp"
 
@@ -27,7 +30,7 @@ namespace detail {
 namespace {
 
 // KEYS[1] lock key, KEYS[2] leader record; ARGV[1] token, ARGV[2] channel, ARGV[3] the SPUBLISH
-// flag, ARGV[4] the record. Returns 1 if claimed.
+// flag, ARGV[4] the record. Returns 1 if claimed. Safe to run twice (Resend::allowed).
 const Script& claim_script() {
   static const Script script(REDLOCK_PUBLISH_LUA
                              R"(if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
@@ -50,6 +53,9 @@ return {string.sub(record, 1, a - 1), string.sub(record, b + 1), pttl})");
   return script;
 }
 
+// EVALSHA sha 2 key record, and at most four arguments.
+using BoardCommand = Command<9>;
+
 std::uint64_t to_u64(const std::string& text) {
   std::uint64_t value = 0;
   const auto end = text.data() + text.size();
@@ -69,54 +75,88 @@ Sighting decode(const Reply& reply) {
   return seen;
 }
 
-}  // namespace
-
-RedisBoard::RedisBoard(std::vector<Client> nodes, std::shared_ptr<LeaseEngine> engine)
-    : nodes_(std::move(nodes)),
-      engine_(std::move(engine)),
-      record_(helper_key(engine_->key(), ":id")) {}
-
-// Runs `each` on every node (one at a time); a node's failure is kept. Throws when fewer than
-// a quorum answered: the first failure (QuorumUnavailableError on a quorum).
-template <class Each>
-void RedisBoard::on_nodes(Each&& each) const {
-  std::exception_ptr failure;
-  std::size_t answered = 0;
-  for (std::size_t i = 0; i < nodes_.size(); ++i) {
-    try {
-      each(i);
-      ++answered;
-    } catch (...) {
-      if (!failure) failure = std::current_exception();
+// Sends commands[i] to node i of `engine`, every node at once, and finishes early once `yes`
+// replies from a quorum, or "no" replies from so many that a quorum of `yes` is impossible,
+// settle it; the other nodes get the executor's grace, as in a Redlock attempt. Returns each
+// node's reply (null where the node failed or answered an error). Throws when fewer than a
+// quorum answered (a node cut by the grace was reachable): for one node its own failure, else
+// QuorumUnavailableError (or a node's error reply to `operation`).
+PerNode<ReplyPtr> fan_out(const LeaseEngine& engine, const PerNode<BoardCommand>& commands,
+                          bool (*yes)(const redisReply*), std::string_view operation) {
+  const auto& nodes = engine.nodes();
+  const std::size_t n = nodes.size();
+  PerNode<NodeBatch> batches(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    batches[i].node = nodes[i].get();
+    batches[i].commands.push_back(commands[i].view());
+  }
+  EarlyFinish early;
+  early.needed = quorum_of(n);
+  const auto settles = [yes](std::size_t, const redisReply* reply) { return yes(reply); };
+  early.succeed_when(settles);
+  execute(batches.data(), n, &early);
+  Tally tally(n);
+  std::size_t cut = 0;
+  PerNode<ReplyPtr> replies(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (batches[i].error) {
+      tally.failed(i, batches[i].error);
+      cut += batches[i].abandoned ? 1 : 0;
+    } else if (is_error_reply(batches[i].replies[0].get())) {
+      tally.server_error(i, *nodes[i], operation, error_text(batches[i].replies[0].get()));
+    } else {
+      tally.answered(yes(batches[i].replies[0].get()));
+      replies[i] = std::move(batches[i].replies[0]);
     }
   }
-  const std::size_t quorum = quorum_of(nodes_.size());
-  if (answered >= quorum) return;
-  if (nodes_.size() == 1) std::rethrow_exception(failure);
-  throw QuorumUnavailableError("redlock: fewer than " + std::to_string(quorum) + " of " +
-                               std::to_string(nodes_.size()) + " nodes answered for " +
-                               engine_->key());
+  if (tally.answers() + cut < quorum_of(n)) std::rethrow_exception(tally.unavailable(nodes));
+  return replies;
 }
+
+}  // namespace
+
+RedisBoard::RedisBoard(std::shared_ptr<LeaseEngine> engine)
+    : engine_(std::move(engine)), record_(helper_key(engine_->key(), ":id")) {}
 
 bool RedisBoard::claim(const std::string& token, std::uint64_t fence, const std::string& id) {
   const std::string record = std::to_string(fence) + ' ' + token + ' ' + id;
-  std::size_t confirmed = 0;
-  on_nodes([&](std::size_t i) {
-    const bool sharded = Access::client(nodes_[i])->pubsub() == PubSub::sharded;
-    const Reply reply = nodes_[i].eval(claim_script(), {engine_->key(), record_},
-                                       {token, engine_->channel(), sharded ? "1" : "0", record});
-    if (reply.integer() == 1) ++confirmed;
-  });
-  return confirmed >= quorum_of(nodes_.size());
+  const auto& nodes = engine_->nodes();
+  PerNode<BoardCommand> commands(nodes.size());
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    commands[i]
+        .evalsha(claim_script())
+        .arg("2")
+        .arg(engine_->key())
+        .arg(record_)
+        .arg(token)
+        .arg(engine_->channel())
+        .arg(publish_flag(nodes[i]->pubsub()))
+        .arg(record);
+  }
+  const PerNode<ReplyPtr> replies = fan_out(*engine_, commands, confirmed, "the leader claim");
+  const auto claimed = std::count_if(replies.begin(), replies.end(),
+                                     [](const ReplyPtr& reply) { return confirmed(reply.get()); });
+  return static_cast<std::size_t>(claimed) >= quorum_of(nodes.size());
 }
 
 // On a quorum, the leader is the one a majority of nodes names (the same term and id); its
-// lease ends at the earliest of theirs.
+// lease ends at the earliest of theirs. The read is settled early once a quorum named a leader
+// (usually the same one) or enough nodes named none that no leader can have a quorum.
 Sighting RedisBoard::read(Look) {
-  std::vector<Sighting> seen(nodes_.size());
-  on_nodes([&](std::size_t i) {
-    seen[i] = decode(nodes_[i].eval(read_script(), {engine_->key(), record_}, {}));
-  });
+  const std::size_t n = engine_->nodes().size();
+  PerNode<BoardCommand> commands(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    commands[i].evalsha(read_script()).arg("2").arg(engine_->key()).arg(record_);
+  }
+  // A leader named (an array), or none (nil).
+  const auto names_leader = [](const redisReply* reply) {
+    return to_reply(reply).type() == Reply::Type::array;
+  };
+  const PerNode<ReplyPtr> replies = fan_out(*engine_, commands, names_leader, "the leader read");
+  PerNode<Sighting> seen(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (replies[i]) seen[i] = decode(to_reply(replies[i].get()));
+  }
   for (const Sighting& candidate : seen) {
     if (!candidate.leader) continue;
     Sighting agreed = candidate;
@@ -126,7 +166,7 @@ Sighting RedisBoard::read(Look) {
       ++votes;
       agreed.expires_in = std::min(agreed.expires_in, other.expires_in);
     }
-    if (votes >= quorum_of(nodes_.size())) return agreed;
+    if (votes >= quorum_of(n)) return agreed;
   }
   return Sighting{};
 }

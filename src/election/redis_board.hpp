@@ -5,9 +5,6 @@
 
 #include <memory>
 #include <string>
-#include <vector>
-
-#include <redlock/client.hpp>
 
 #include "election/election_core.hpp"
 
@@ -18,18 +15,18 @@ class LeaseEngine;
 
 class RedisBoard final : public LeaderBoard {
  public:
-  // `engine` is the election's lease on `nodes` (the same instances, in the same order).
-  RedisBoard(std::vector<Client> nodes, std::shared_ptr<LeaseEngine> engine);
+  // The board of the election whose lease is `engine`, on the engine's nodes.
+  explicit RedisBoard(std::shared_ptr<LeaseEngine> engine);
 
+  // One script on every node at once; true once a quorum confirmed (a slower minority is cut by
+  // the executor's grace, as in a Redlock attempt). Throws when fewer than a quorum answered.
   bool claim(const std::string& token, std::uint64_t fence, const std::string& id) override;
+  // One script on every node at once; the leader a quorum names, done as soon as that is
+  // certain either way. Throws when fewer than a quorum answered.
   Sighting read(Look look) override;
   std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline) override;
 
  private:
-  template <class Each>
-  void on_nodes(Each&& each) const;
-
-  std::vector<Client> nodes_;
   std::shared_ptr<LeaseEngine> engine_;
   std::string record_;  // helper_key(lock key, ":id")
 };

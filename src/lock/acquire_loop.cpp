@@ -69,7 +69,10 @@ AcquireLoop::Step AcquireLoop::begin() {
         return next();
       }
     }
-    if (settle(wait_.attempt(wait_.watching() ? Attempt::contended : Attempt::first))) {
+    // A waiting ReadWriteLock writer marks from its first attempt: readers that arrive while
+    // its watch is being confirmed (a subscriber reconnecting after a fault) wait behind it.
+    const bool marks = call_ != Call::try_lock && wait_.marks_waiter();
+    if (settle(wait_.attempt(wait_.watching() || marks ? Attempt::contended : Attempt::first))) {
       return done(true);
     }
     if (call_ == Call::try_lock) return done(false);

@@ -61,6 +61,10 @@ class WaitStrategy {
   // queue; a ReadWriteLock writer's marker: LeaseBackend::attempt_marks_waiter), so it never
   // skips one to wait behind this process's other waiters.
   virtual bool queues() const noexcept { return false; }
+  // True if its attempts mark this call as waiting without a place in a queue (a ReadWriteLock
+  // writer's marker): a call that will wait then marks from its first attempt, not only once
+  // its watch is confirmed (which may take connect + command timeout after a fault).
+  virtual bool marks_waiter() const noexcept { return false; }
 
   // Starts watching for releases, registered with `ownership` so that cancel_waits() wakes it;
   // subscription confirmations are awaited at most until `deadline`. Attempts made after it
@@ -96,6 +100,7 @@ class PollingWait : public WaitStrategy {
  public:
   explicit PollingWait(LeaseBackend& backend) noexcept : backend_(backend) {}
   Try attempt(Attempt how) override;
+  bool marks_waiter() const noexcept override { return backend_.attempt_marks_waiter(); }
 
  protected:
   std::unique_ptr<ReleaseWatch> make_watch(SteadyClock::time_point deadline) override;

@@ -259,6 +259,8 @@ void FaultProxy::clear() {
   wake();
 }
 
+bool FaultProxy::blackholed() const { return blackhole_.load(); }
+
 std::size_t FaultProxy::connections() const { return connections_.load(); }
 
 std::uint64_t FaultProxy::bytes_forwarded() const { return bytes_forwarded_.load(); }

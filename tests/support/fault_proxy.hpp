@@ -103,6 +103,9 @@ class FaultProxy {
   // Every fault off, delay 0. Held (blackholed) data already queued is then forwarded.
   void clear();
 
+  // Whether everything is black-holed now: set_blackhole(true), or set_blackhole_on()'s pattern
+  // was seen (a test counts the proxies a request reached before any of them answered).
+  bool blackholed() const;
   // Live client connections (accepted, not refused, not yet closed).
   std::size_t connections() const;
   // Total bytes written to either side since construction (counted just after each send(), so

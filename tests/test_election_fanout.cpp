@@ -1,0 +1,151 @@
+// Election over a quorum of Redis instances ([election][redlock]): the claim and leader() go to
+// every node at once, as a Redlock attempt does, and finish at the quorum (issue 42). Each node
+// sits behind a FaultProxy: one that black-holes the request naming the claim (or the leader
+// record) shows whether every node had it before any answered; one that delays a node shows that
+// a slow minority is cut by the grace.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <redlock/redlock.hpp>
+
+#include "election_worker.hpp"  // with_ttl
+#include "support/eventually.hpp"
+#include "support/fault_proxy.hpp"
+#include "support/redis_server.hpp"
+
+using namespace std::chrono_literals;
+using redlock::test::eventually;
+using redlock::test::FaultProxy;
+using redlock::test::key;
+using redlock::test::ServerGroup;
+using redlock::test::with_ttl;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Every node of `group` behind a proxy of its own; a request not answered waits 5 s.
+struct Proxied {
+  std::vector<std::unique_ptr<FaultProxy>> proxies;
+  std::vector<redlock::Client> clients;
+
+  explicit Proxied(const ServerGroup& group) {
+    for (redlock::Endpoint endpoint : group.endpoints()) {
+      proxies.push_back(std::make_unique<FaultProxy>("127.0.0.1", endpoint.port));
+      endpoint.port = proxies.back()->port();
+      endpoint.command_timeout = 5s;
+      clients.emplace_back(endpoint);
+    }
+  }
+  // Black-holes each node from the first request that contains `pattern` (not forwarded).
+  void hold_on(const std::string& pattern) {
+    for (auto& proxy : proxies) proxy->set_blackhole_on(pattern);
+  }
+  // Waits (at most 3 s) until every proxy has had such a request, then heals and resets every
+  // connection. Returns how many had it: all of them only if the request was on the wire to
+  // every node at once (none of them answers while held).
+  std::size_t reached_then_heal() {
+    eventually([&] { return reached() == proxies.size(); }, 3s);
+    const std::size_t count = reached();
+    for (auto& proxy : proxies) {
+      proxy->clear();
+      proxy->reset_all();
+    }
+    return count;
+  }
+  std::size_t reached() const {
+    std::size_t count = 0;
+    for (const auto& proxy : proxies) count += proxy->blackholed() ? 1 : 0;
+    return count;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("Election over a quorum: the claim is on the wire to every node at once",
+          "[election][redlock][fault]") {
+  ServerGroup group(3);
+  Proxied nodes(group);
+  const std::string id = "claimant-of-" + key("claim");  // only the claim's record carries it
+  redlock::Election election(nodes.clients, key("election-claim-fanout"), id, with_ttl(60s));
+  nodes.hold_on(id);
+  std::thread campaign([&] {
+    try {
+      election.try_campaign_for(20s);
+    } catch (const redlock::Error&) {  // every node reset while held: the claim fails
+    }
+  });
+  const std::size_t reached = nodes.reached_then_heal();
+  campaign.join();
+  CHECK(reached == 3);
+}
+
+TEST_CASE("Election over a quorum: leader() is on the wire to every node at once",
+          "[election][redlock][fault]") {
+  ServerGroup group(3);
+  const auto endpoints = group.endpoints();
+  const std::vector<redlock::Client> direct(endpoints.begin(), endpoints.end());
+  const std::string name = key("election-read-fanout");
+  redlock::Election leader(direct, name, "a", with_ttl(60s));
+  leader.campaign();
+  Proxied nodes(group);
+  redlock::Election watcher(nodes.clients, name, "watcher");
+  REQUIRE(watcher.leader());    // connections open while every node is healthy
+  nodes.hold_on(":leader:id");  // the leader record, which only the claim and the read name
+  std::thread read([&] {
+    try {
+      watcher.leader();
+    } catch (const redlock::Error&) {
+    }
+  });
+  const std::size_t reached = nodes.reached_then_heal();
+  read.join();
+  CHECK(reached == 3);
+  REQUIRE(watcher.leader());
+  CHECK(watcher.leader()->id == "a");
+}
+
+TEST_CASE("Election over a quorum: a slow node, whichever it is, slows no claim or read",
+          "[election][redlock][fault]") {
+  ServerGroup group(3);
+  for (std::size_t slow = 0; slow < group.size(); ++slow) {
+    auto endpoints = group.endpoints();
+    FaultProxy proxy("127.0.0.1", endpoints[slow].port);
+    endpoints[slow].port = proxy.port();
+    const std::vector<redlock::Client> clients(endpoints.begin(), endpoints.end());
+    redlock::Election election(clients, key("election-slow-" + std::to_string(slow)), "e",
+                               with_ttl(60s));
+    REQUIRE(election.try_campaign_for(5s));  // connections open while every node is healthy
+    election.resign();
+    // 50 ms each way: a campaign or read that waits for this node takes at least 100 ms. The
+    // two others answer in well under that on loopback, and the grace after them is 3x their
+    // time.
+    proxy.set_delay(50ms);
+    int quick_claims = 0;
+    int quick_reads = 0;
+    int led = 0;
+    for (int i = 0; i < 7; ++i) {
+      auto start = Clock::now();
+      const auto term = election.try_campaign_for(5s);
+      quick_claims += Clock::now() - start < 100ms ? 1 : 0;
+      if (!term) continue;
+      ++led;
+      start = Clock::now();
+      const auto seen = election.leader();
+      quick_reads += Clock::now() - start < 100ms ? 1 : 0;
+      CHECK((seen && seen->term == *term));
+      election.resign();
+    }
+    INFO("slow node " << slow << ": " << quick_claims << " campaigns and " << quick_reads
+                      << " reads of 7 under 100 ms");
+    CHECK(led == 7);
+    CHECK(quick_claims >= 4);
+    CHECK(quick_reads >= 4);
+    proxy.clear();
+  }
+}
