@@ -44,6 +44,7 @@ class FairWait final : public WaitStrategy {
   // (a watcher) the holder's lease end, with no periodic attempt.
   bool hears_releases() const noexcept override;
   bool queues() const noexcept override { return true; }
+  bool wakes_queued_only() const noexcept override { return true; }
 
  protected:
   std::unique_ptr<ReleaseWatch> make_watch(SteadyClock::time_point deadline) override;
