@@ -141,13 +141,16 @@ AcquireLoop::Step AcquireLoop::attempt_after(bool woken) {
 // Jittered retry_delay, never past the holder's lease end (it may end by expiry, unannounced)
 // nor past the deadline. A wait that hears releases sleeps until the lease end (a release wakes
 // it sooner); retry_delay only when the lease end is unknown. A place in a wake-one queue: a
-// watcher sleeps until the lease end, the others until their grant (or the deadline).
+// watcher sleeps until the lease end, the others until their grant (or the deadline). A fair
+// wait refused without a place (a Redlock's orderer silent or in back-off) hears no hand-over:
+// it polls at retry_delay until an attempt queues it.
 SteadyClock::time_point AcquireLoop::next_wake(SteadyClock::time_point now) const {
   if (watcher_ != 0 && wait_.hears_releases()) return turn_wake(now);
+  const bool hears = wait_.hears_releases() && !wait_.wakes_queued_only();
   auto wait = jittered(std::chrono::nanoseconds(who_.options.retry_delay));
   if (holder_pttl_.count() >= 0) {
     const auto lease_end = std::chrono::nanoseconds(holder_pttl_ + std::chrono::milliseconds(1));
-    wait = wait_.hears_releases() ? lease_end : std::min(wait, lease_end);
+    wait = hears ? lease_end : std::min(wait, lease_end);
   }
   const auto until = now + wait;
   return deadline_ == kNoDeadline ? until : std::min(until, deadline_);

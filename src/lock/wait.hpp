@@ -57,6 +57,10 @@ class WaitStrategy {
   // every node): it then retries only when woken or when the holder's lease would end, not every
   // retry_delay.
   virtual bool hears_releases() const noexcept { return false; }
+  // True if only a place in a queue is ever woken (fair mode: a release hands over to the
+  // queue's head and announces nothing else). A refused attempt that took no place (a Redlock
+  // whose orderer was silent or skipped in back-off) then hears nothing, and the wait polls.
+  virtual bool wakes_queued_only() const noexcept { return false; }
   // True if the wait's attempts tell the server that it waits (fair mode: they join the
   // queue; a ReadWriteLock writer's marker: LeaseBackend::attempt_marks_waiter), so it never
   // skips one to wait behind this process's other waiters.
