@@ -75,7 +75,7 @@ struct Seen {
 
 }  // namespace
 
-TEST_CASE("Election: one of two candidates leads; resign hands over at once, the term grows",
+TEST_CASE("Election: one of two candidates leads, resign hands over at once, the term grows",
           "[election]") {
   RedisServer server;
   redlock::Client client(server.endpoint());
@@ -260,7 +260,7 @@ TEST_CASE("Election: run() stops the worker when the server is paused past valid
   service.join();
 }
 
-TEST_CASE("Election over a quorum: a majority decides; a paused node changes nothing",
+TEST_CASE("Election over a quorum: a majority decides, a paused node changes nothing",
           "[election][redlock]") {
   redlock::test::ServerGroup group(3);
   const auto clients = [&] {

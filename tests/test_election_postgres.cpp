@@ -37,7 +37,7 @@ TEST_CASE("postgres::Election: resign hands over at once, the term grows, leader
 }
 
 TEST_CASE(
-    "postgres::Election: a killed session keeps the lease; a taken lease stops run()'s worker",
+    "postgres::Election: a killed session keeps the lease, a taken lease stops run()'s worker",
     "[postgres][election]") {
   REQUIRE_POSTGRES();
   PostgresServer server;

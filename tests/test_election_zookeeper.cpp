@@ -62,7 +62,7 @@ TEST_CASE("zookeeper::Election: resign hands over at once, the term (czxid) grow
   redlock::test::check_hand_over(a, b, watcher);
 }
 
-TEST_CASE("zookeeper::Election: a session expiry stops run()'s worker; it leads again",
+TEST_CASE("zookeeper::Election: a session expiry stops run()'s worker, it leads again",
           "[zookeeper][election]") {
   REQUIRE_ZOOKEEPER();
   ZooKeeperServer& server = redlock::test::shared_zookeeper_server();
@@ -86,7 +86,7 @@ TEST_CASE("zookeeper::Election: a session expiry stops run()'s worker; it leads 
   CHECK_FALSE(watcher.leader());
 }
 
-TEST_CASE("zookeeper::Election: a disconnected leader steps down at once; it leads again after",
+TEST_CASE("zookeeper::Election: a disconnected leader steps down at once, it leads again after",
           "[zookeeper][election]") {
   REQUIRE_ZOOKEEPER();
   ZooKeeperServer server;  // its own: this case stops it

@@ -208,7 +208,7 @@ TEST_CASE("Hold: a handle acquire by the thread that owns the thread hold throws
   CHECK(hold->holds());
 }
 
-TEST_CASE("Hold: handle holds of one object are sequential; try_acquire_for gives up",
+TEST_CASE("Hold: handle holds of one object are sequential, try_acquire_for gives up",
           "[redis][hold]") {
   Setup s("hold-sequential");
   redlock::Lock lock(s.client, s.k, fast());

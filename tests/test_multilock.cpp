@@ -93,7 +93,7 @@ TEST_CASE("MultiLock on a cluster requires one slot, naming the key that differs
   CHECK_NOTHROW(redlock::MultiLock(cluster, Keys{"{t}:1", "{t}:2", "t"}));
 }
 
-TEST_CASE("MultiLock takes every key or none; a raw client never sees part of the set",
+TEST_CASE("MultiLock takes every key or none, a raw client never sees part of the set",
           "[redis][multilock]") {
   Setup setup("multi-atomic");
   [[maybe_unused]] auto& server = setup.server;  // not a structured binding: lambdas use them
@@ -377,7 +377,7 @@ TEST_CASE("MultiLock fences are per key and share each key's counter with a Lock
   plain.unlock();
 }
 
-TEST_CASE("MultiLock auto_renew keeps every key past its ttl; on_lost when one key goes",
+TEST_CASE("MultiLock auto_renew keeps every key past its ttl, on_lost when one key goes",
           "[redis][multilock][watchdog]") {
   Setup setup("multi-renew");
   [[maybe_unused]] auto& server = setup.server;  // not a structured binding: lambdas use them

@@ -313,7 +313,7 @@ TEST_CASE("redlock-run stops waiting on SIGTERM: 128+15, the command never runs"
   CHECK(server.raw({"GET", k}).str() == "someone-else");
 }
 
-TEST_CASE("redlock-run --leader prints the leader's id and term; exit 1 when nobody leads",
+TEST_CASE("redlock-run --leader prints the leader's id and term, exit 1 when nobody leads",
           "[redis][cli][election]") {
   RedisServer server;
   const auto k = key("cli-leader");
@@ -346,7 +346,7 @@ std::vector<std::uint64_t> terms_in(const std::string& path) {
   return terms;
 }
 
-TEST_CASE("redlock-run --elect: a standby leads again after a loss; the next takes over at once",
+TEST_CASE("redlock-run --elect: a standby leads again after a loss, the next takes over at once",
           "[redis][cli][election]") {
   RedisServer server;
   const auto k = key("cli-elect");

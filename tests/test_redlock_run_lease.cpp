@@ -259,7 +259,7 @@ TEST_CASE("redlock-run --elect -v says who leads while a standby waits", "[redis
 #ifdef REDLOCK_RUN_TESTS_WITH_ZOOKEEPER
 TEST_CASE(
     "redlock-run --zookeeper: the lease guard lets a healthy session's command run past "
-    "its timeout; --elect exports the validity left",
+    "its timeout, --elect exports the validity left",
     "[zookeeper][cli][election][slow]") {
   if (!redlock::test::ZooKeeperServer::available()) {
     if (std::getenv("CI")) FAIL("ZooKeeper is missing in CI");

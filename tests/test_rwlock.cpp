@@ -322,7 +322,7 @@ TEST_CASE("No wake-up is lost when a release races a reader starting to wait (Re
   CHECK(slow == 0);
 }
 
-TEST_CASE("A writer downgrades to a reader without a gap; fences", "[redis][rwlock]") {
+TEST_CASE("A writer downgrades to a reader without a gap, fences", "[redis][rwlock]") {
   Setup setup("rw-downgrade");
   [[maybe_unused]] auto& server = setup.server;  // not a structured binding: lambdas use them
   [[maybe_unused]] auto& client = setup.client;
@@ -362,7 +362,7 @@ TEST_CASE("A writer downgrades to a reader without a gap; fences", "[redis][rwlo
   CHECK(server.raw({"EXISTS", k, helper_key(k, ":readers")}).integer() == 0);
 }
 
-TEST_CASE("ReadWriteLock auto_renew keeps the writer and a reader; on_lost for each",
+TEST_CASE("ReadWriteLock auto_renew keeps the writer and a reader, on_lost for each",
           "[redis][rwlock][watchdog]") {
   Setup setup("rw-renew");
   [[maybe_unused]] auto& server = setup.server;  // not a structured binding: lambdas use them

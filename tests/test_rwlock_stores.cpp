@@ -29,7 +29,7 @@ using redlock::detail::helper_key;
 using redlock::test::key;
 using Clock = std::chrono::steady_clock;
 
-TEST_CASE("Cluster: a ReadWriteLock's keys share its slot; releases wake through sharded pub/sub",
+TEST_CASE("Cluster: a ReadWriteLock's keys share its slot, releases wake through sharded pub/sub",
           "[cluster][redis]") {
   using redlock::test::shared_cluster;
   auto& cluster = shared_cluster();
@@ -107,7 +107,7 @@ TEST_CASE("postgres::ReadWriteLock: readers share, a writer excludes, session mo
 }
 
 TEST_CASE(
-    "postgres::ReadWriteLock: while a writer waits no new reader enters; a killed reader "
+    "postgres::ReadWriteLock: while a writer waits no new reader enters, a killed reader "
     "frees it at once",
     "[postgres]") {
   using redlock::test::PostgresServer;
