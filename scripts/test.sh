@@ -73,15 +73,20 @@ plain() {
 # suites' 200 ms connect timeout for the handshake too, which a sanitized build's handshake CPU
 # can exceed; the TLS cases of test_tls.cpp, with 1 s timeouts, run) and as the minimal ACL user
 # (label acl: the same code paths as the plain run, only the login differs), and the docs checks.
+# TSan also leaves out the Sentinel and Cluster topologies (label sentinel, cluster: seconds of
+# failover waits each, on the I/O paths ASan runs; their threads are the ones the other cases
+# drive) and redlock-run's cases (label cli: the tool as a child process, mostly waiting for it).
 # The async suite (redlock_async_tests, label async) runs in both, whole: under a sanitizer its
 # loops run a quarter of their rounds (tests/async_fixture.hpp, rounds()), the same cases.
-# The examples and redlock-demo are not built there: their runs drive the library code that the
-# suite's own cases reach, and the plain stage runs them.
-sanitized() {  # sanitized DIR SANITIZERS
+# The examples, redlock-demo and redlock-torture are not built there: their runs drive the
+# library code that the suite's own cases reach, and the plain stage runs them.
+sanitized() {  # sanitized DIR SANITIZERS [MORE_EXCLUDED_LABELS]
   local dir="$REDLOCK_ROOT/$1"
   redlock_build "$dir" -DCMAKE_CXX_COMPILER=clang++ -DREDLOCK_SANITIZE="$2" \
-    -DREDLOCK_BUILD_BENCH=OFF -DREDLOCK_BUILD_EXAMPLES=OFF >/dev/null &&
-    (cd "$dir" && ctest --output-on-failure -j2 --timeout 900 -LE 'torture|tls|acl|docs|slow')
+    -DREDLOCK_BUILD_BENCH=OFF -DREDLOCK_BUILD_EXAMPLES=OFF -DREDLOCK_BUILD_TORTURE=OFF \
+    >/dev/null &&
+    (cd "$dir" && ctest --output-on-failure -j2 --timeout 900 \
+      -LE "torture|tls|acl|docs|slow${3:+|$3}")
 }
 memcheck() {
   # Threads, sockets and child processes under valgrind are slow: a subset without timing bounds.
@@ -124,7 +129,7 @@ documentation() {
 stage "plain build + ctest" plain
 if [ $quick -eq 0 ]; then
   stage "ASan+UBSan build + ctest" sanitized build-asan address,undefined
-  stage "TSan build + ctest" sanitized build-tsan thread
+  stage "TSan build + ctest" sanitized build-tsan thread "sentinel|cluster|cli"
   stage "valgrind memcheck (subset)" memcheck
   stage "libFuzzer (30 s per target)" fuzz
   stage "consumers (static + shared) and .deb" bash "$REDLOCK_ROOT/tests/consumers/run.sh" --deb
