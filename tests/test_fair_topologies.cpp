@@ -280,10 +280,9 @@ TEST_CASE("Redlock(3), fair: another node stopped and resumed, every process ser
   stop_and_resume(false, true);
 }
 
-// A planned failover: no new connection while the replica is promoted (the locator's gate),
-// then the old master's clients are killed at its demotion. A holder's release, or a waiter's
-// exit from its queue place, caught there fails in transport; the new master must not keep the
-// key for a whole ttl (ttl 6 s: the check is 2.5 s after the new master is up).
+// A planned failover pauses the old master's writes, then demotes it and kills its clients: a
+// release (or a hand-over) caught there has an unknown outcome. The new master must not keep
+// the released key for a whole ttl.
 TEST_CASE("Sentinel: a planned SENTINEL FAILOVER, every process served soon after the new master",
           "[sentinel][fair][liveness][slow]") {
   SentinelSet set;

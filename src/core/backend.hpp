@@ -233,11 +233,6 @@ class LeaseBackend {
   // writer's marker, which keeps new readers out while it is refreshed): a wait then makes
   // every attempt, never skipping one to wait behind this process's other waiters. Pure.
   virtual bool attempt_marks_waiter() const noexcept { return false; }
-  // True if the store's master may be replaced under a lease (one Sentinel-managed server): a
-  // release that failed in transport (the old master's connections killed at its demotion,
-  // READONLY, a failover under way) is then sent again until the new master answers (the token
-  // makes a second run harmless: lock/hold_end.cpp). Pure.
-  virtual bool master_may_move() const noexcept { return false; }
 };
 
 // A counting semaphore's store: limit() permits under one name, each a lease of its own. The

@@ -536,10 +536,6 @@ ReleaseResult LeaseEngine::release_on(const std::string& token, const bool* only
 
 bool LeaseEngine::watch_live() const noexcept { return release_watch_live(*this); }
 
-bool LeaseEngine::master_may_move() const noexcept {
-  return nodes_.size() == 1 && nodes_[0]->sentinel_managed();
-}
-
 std::unique_ptr<ReleaseWatch> LeaseEngine::watch(SteadyClock::time_point deadline,
                                                  std::string token_sha1) {
   return make_release_watch(*this, deadline, std::move(token_sha1));

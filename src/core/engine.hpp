@@ -68,7 +68,6 @@ class LeaseEngine final : public LeaseBackend {
   // a split vote does not wake every waiter straight into the next split vote.
   ReleaseResult release(const std::string& token, Announce announce) override;
   bool watch_live() const noexcept override;
-  bool master_may_move() const noexcept override;
   std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline,
                                       std::string token_sha1) override;
 

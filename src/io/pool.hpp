@@ -118,8 +118,6 @@ class ClientImpl {
   // back into this node's locator), until the returned registration is dropped. Null for
   // other endpoints (nothing is ever called). Throws std::bad_alloc.
   std::shared_ptr<void> follow_master(std::function<void()> news);
-  // Through Sentinel: true (its master may be replaced by a failover). Never throws.
-  bool sentinel_managed() const noexcept { return locator_ != nullptr; }
 
   // Through Redis Cluster (Endpoint::cluster.seeds set): the router that sends each command to
   // its slot's master (see io/cluster.hpp); null for other endpoints.

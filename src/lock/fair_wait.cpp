@@ -34,8 +34,6 @@ Try FairWait::attempt(Attempt how) {
   if (out.result.left_queue) {
     void_through_ = seq_;
     retire_token();
-  } else if (!retired_.empty() && !out.result.failure) {
-    release_retired();  // a server answers: the places a failover may have kept are left now
   }
   return out;
 }
@@ -49,10 +47,6 @@ std::chrono::milliseconds FairWait::claim_window() const noexcept {
 }
 
 void FairWait::retire_token() {
-  // Full: the newest gives way. The oldest tokens are the ones that held places before the
-  // outage (attempts that failed in it, one per retry_delay, mostly reached no server).
-  if (retired_.size() == kRetired) retired_.pop_back();
-  retired_.push_back(std::move(token_));
   token_ = make_token();
   queued_ = false;  // the old place is left by the fair_release; the new token has none yet
   if (watch_) watch_->retoken(sha1_hex(token_));
@@ -73,23 +67,7 @@ bool FairWait::hand_over(Try& out) {
   return true;
 }
 
-void FairWait::release_retired() noexcept {
-  for (auto it = retired_.begin(); it != retired_.end();) {
-    try {
-      if (backend_.release(*it, Announce::waiters).failure) return;
-      it = retired_.erase(it);
-    } catch (const std::exception& e) {
-      logf(LogLevel::debug, "redlock: leaving an old place in the queue of {}: {}", backend_.key(),
-           e.what());
-      return;
-    } catch (...) {
-      return;
-    }
-  }
-}
-
 void FairWait::leave() noexcept {
-  release_retired();
   if (!queued_ || token_.empty()) return;  // empty: it became the hold's token
   queued_ = false;
   try {

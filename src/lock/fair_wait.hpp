@@ -11,7 +11,6 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "lock/wait.hpp"
 
@@ -55,11 +54,8 @@ class FairWait final : public WaitStrategy {
   // told it moved up, or at a lease end, and a hand-over names its latest join: 8 is plenty,
   // and one older than that is refused (the next attempt re-arms the key), never trusted.
   static constexpr std::uint64_t kKept = 8;
-  static constexpr std::size_t kRetired = 4;
 
   void retire_token();
-  // Sends fair_release again for each retired token (best effort), forgetting those it reached.
-  void release_retired() noexcept;
   // Zero for a waiter that hears its grants; otherwise how long a hand-over waits for its next
   // attempt (AcquireRequest::polls).
   std::chrono::milliseconds claim_window() const noexcept;
@@ -68,11 +64,6 @@ class FairWait final : public WaitStrategy {
   const FairWake wake_;
   const std::chrono::milliseconds retry_delay_;
   std::string token_;  // moved into the hold once an attempt is granted
-  // Retired tokens whose places may still be queued: their fair_release may have failed (a
-  // failover's gate or killed connections), and a place that stays is handed the key, which
-  // nobody claims, for a whole ttl. Released again once a server answers an attempt (the token
-  // makes a second run harmless: no hold was ever made with it). At most kRetired, the oldest.
-  std::vector<std::string> retired_;
   std::uint64_t seq_{0};
   std::uint64_t void_through_{0};        // hand-overs naming attempts up to this are void
   bool queued_{false};                   // a contended attempt may have taken a place in the queue

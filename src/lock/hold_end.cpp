@@ -3,9 +3,6 @@
 
 #include <stdexcept>
 #include <string>
-#include <thread>
-
-#include <redlock/errors.hpp>
 
 #include "api/access.hpp"
 #include "core/engine.hpp"
@@ -15,42 +12,6 @@
 
 namespace redlock {
 namespace detail {
-namespace {
-
-bool server_error(const std::exception_ptr& error) noexcept {
-  try {
-    std::rethrow_exception(error);
-  } catch (const ServerError&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
-
-// A Sentinel failover under the release: the old master's connections were killed at its
-// demotion, it answered READONLY, or the new master is not known yet (the locator's gate).
-// The key then stays on the new master until its ttl, and every waiter with it. The token makes
-// a second run harmless, so the release is sent again every kPace until a master answers or the
-// hold's validity ends (the key expires by then anyway). A refusal after such a retry may be
-// our own first run's effect, replicated: not a loss.
-void release_after_failover(HoldState& hold, LeaseBackend& lease, ReleaseResult& result,
-                            HoldEnd& end) noexcept {
-  constexpr auto kPace = std::chrono::milliseconds(100);
-  bool again = false;
-  while (end.error && !server_error(end.error) && SteadyClock::now() + kPace < hold.valid_until()) {
-    std::this_thread::sleep_for(kPace);
-    again = true;
-    try {
-      result = lease.release(hold.token(), Announce::waiters);
-      end.error = result.failure;
-    } catch (...) {
-      end.error = std::current_exception();
-    }
-  }
-  if (again && !end.error) result.quorum_kept = true;
-}
-
-}  // namespace
 
 HoldEnd end_hold(HoldState& hold, LeaseBackend& lease) noexcept {
   HoldEnd end;
@@ -64,7 +25,6 @@ HoldEnd end_hold(HoldState& hold, LeaseBackend& lease) noexcept {
   } catch (...) {
     end.error = std::current_exception();
   }
-  if (end.error && lease.master_may_move()) release_after_failover(hold, lease, result, end);
   end.listeners = result.listeners;
   end.kept = was_valid && result.quorum_kept && !end.error;
   if (!end.error && !end.kept) {
