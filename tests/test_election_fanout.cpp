@@ -35,7 +35,9 @@ struct Proxied {
   std::vector<redlock::Client> clients;
 
   explicit Proxied(const ServerGroup& group) {
-    for (redlock::Endpoint endpoint : group.endpoints()) {
+    // Plain text, even in the TLS re-run (REDLOCK_TEST_TLS): the proxies match request bytes.
+    for (std::size_t i = 0; i < group.size(); ++i) {
+      redlock::Endpoint endpoint = group[i].plain_endpoint();
       proxies.push_back(std::make_unique<FaultProxy>("127.0.0.1", endpoint.port));
       endpoint.port = proxies.back()->port();
       endpoint.command_timeout = 5s;

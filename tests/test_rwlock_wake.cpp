@@ -144,7 +144,7 @@ TEST_CASE(
   redlock::ReadWriteLock reader(setup.client, setup.k, fast(30s));
   REQUIRE(reader.try_lock_shared());
   redlock::test::FaultProxy proxy("127.0.0.1", setup.server.port());
-  redlock::Endpoint through = setup.server.endpoint();
+  redlock::Endpoint through = setup.server.plain_endpoint();  // the proxy matches request bytes
   through.port = proxy.port();
   through.command_timeout = 500ms;
   redlock::Client writer_client(through);  // fresh: nothing subscribed yet
