@@ -123,7 +123,7 @@ TEST_CASE(
 // not the new holder's lease: a permit whose holder died is free at its lease end, and the head
 // waiter takes it then, not a whole lease after the hand-over (#41).
 TEST_CASE("Semaphore(2): a hand-over tells the head the earliest lease end of the permits",
-          "[redis][fair][semaphore][liveness]") {
+          "[redis][fair][semaphore][liveness][slow]") {
   RedisServer server;
   const std::string k = key("fair-liveness-earliest");
   const auto ttl = 3s;
@@ -147,6 +147,10 @@ TEST_CASE("Semaphore(2): a hand-over tells the head the earliest lease end of th
   CHECK(reap(waiters[0]) == 0);
   CHECK(reap(waiters[1]) == 0);
   // Served at the dead lease's end (ttl), not the new holder's lease after the hand-over
-  // (1.75 ttl, as before the fix); a stall guard would come later still.
-  CHECK(std::chrono::steady_clock::now() - start < ttl + ttl / 3);
+  // (1.75 ttl, as before the fix); a stall guard would come later still. The margin (0.5 ttl)
+  // is for a loaded machine: TSan once took over 1.33 ttl. Timing, so [slow]: the plain stage.
+  const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - start);
+  INFO("both waiters served " << elapsed.count() << " ms after the dead permit was written");
+  CHECK(elapsed < ttl + ttl / 2);
 }
