@@ -14,7 +14,8 @@
 #      links, every C++ block of README.md and docs/ compiled, every redlock-run line run,
 #      the versions, the built site, the benchmark plots, the CMake blocks, headless Chromium
 #      screenshots of three pages in build-docs/screenshots/)
-# and ends with one line "stages: N passed, M failed". `--quick` runs stage 1 only, without the
+# In stages 1-3 a failed ctest case runs once more; the last lines name every case that failed a
+# run (run_ctest below). The script ends with one line "stages: N passed, M failed". `--quick` runs stage 1 only, without the
 # ctest labels in quick_excluded below (torture runs, the TLS and ACL re-runs, [slow] cases,
 # the Sentinel, Cluster and PostgreSQL cases, the bench smoke run, the examples and demo runs,
 # the asio token programs, which the quick build leaves out):
@@ -36,12 +37,15 @@ jobs="$(nproc)"
 passed=0
 failed=0
 failures=()
+case_reports=()  # "stage: case (outcome)" for every case that failed a run, retried or not
+current_stage=""
 stage() {  # stage NAME COMMAND...: runs one stage, records the outcome, never stops the script
   local name="$1"
   shift
   echo
   echo "=== $name ==="
   local start=$SECONDS
+  current_stage="$name"
   if "$@"; then
     passed=$((passed + 1))
     echo "=== $name: passed ($((SECONDS - start)) s) ==="
@@ -50,6 +54,27 @@ stage() {  # stage NAME COMMAND...: runs one stage, records the outcome, never s
     failures+=("$name")
     echo "=== $name: FAILED ($((SECONDS - start)) s) ==="
   fi
+}
+
+# run_ctest DIR ARGS...: ctest -j2 in DIR, a failed case run once more (--repeat until-pass:2).
+# Every case that failed a run is named in the summary at the end, also when its second run
+# passed, so that a case that fails now and then is seen and not hidden by the retry. Returns
+# ctest's status: nonzero when a case failed both runs.
+run_ctest() {
+  local dir="$1"
+  shift
+  local log="$dir/ctest-output.log"
+  (cd "$dir" && ctest --output-on-failure -j2 --repeat until-pass:2 "$@") 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]} name outcome
+  while IFS='|' read -r name outcome; do
+    if sed -n '/^The following tests FAILED:/,$p' "$log" | grep -qF " - $name ("; then
+      case_reports+=("$current_stage: $name ($outcome, failed its second run too)")
+    else
+      case_reports+=("$current_stage: $name ($outcome, passed its second run)")
+    fi
+  done < <(sed -nE 's/.*Test +#[0-9]+: (.*[^ ]) \.+ *\*\*\*([A-Za-z ]+[a-z]).*/\1|\2/p' "$log" |
+    sort -u)
+  return "$rc"
 }
 
 # redlock_async_tests (the [async] suite) exists when asio was found: its name, or nothing.
@@ -62,9 +87,9 @@ plain() {
     cmake -S "$REDLOCK_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
       cmake --build "$dir" -j"$(nproc)" --target redlock_tests redlock_tests_cxx20 redlock-run \
         $(async_target "$dir") &&
-      (cd "$dir" && ctest --output-on-failure -j2 --timeout 600 -LE "$quick_excluded")
+      run_ctest "$dir" --timeout 600 -LE "$quick_excluded"
   else
-    redlock_build "$dir" && (cd "$dir" && ctest --output-on-failure -j2 --timeout 600)
+    redlock_build "$dir" && run_ctest "$dir" --timeout 600
   fi
 }
 # The sanitizer stages run the cases that can find races and memory errors, not the re-runs nor
@@ -85,8 +110,7 @@ sanitized() {  # sanitized DIR SANITIZERS [MORE_EXCLUDED_LABELS]
   redlock_build "$dir" -DCMAKE_CXX_COMPILER=clang++ -DREDLOCK_SANITIZE="$2" \
     -DREDLOCK_BUILD_BENCH=OFF -DREDLOCK_BUILD_EXAMPLES=OFF -DREDLOCK_BUILD_TORTURE=OFF \
     >/dev/null &&
-    (cd "$dir" && ctest --output-on-failure -j2 --timeout 900 \
-      -LE "torture|tls|acl|docs|slow${3:+|$3}")
+    run_ctest "$dir" --timeout 900 -LE "torture|tls|acl|docs|slow${3:+|$3}"
 }
 memcheck() {
   # Threads, sockets and child processes under valgrind are slow: a subset without timing bounds.
@@ -137,6 +161,10 @@ if [ $quick -eq 0 ]; then
   stage "documentation (mkdocs, snippets, screenshots)" documentation
 fi
 echo
+if [ ${#case_reports[@]} -gt 0 ]; then
+  echo "cases that failed a run:"
+  printf '  %s\n' "${case_reports[@]}"
+fi
 [ $failed -gt 0 ] && echo "failed stages: ${failures[*]}"
 echo "stages: $passed passed, $failed failed"
 [ $failed -eq 0 ]
