@@ -10,6 +10,8 @@
 
 #include <redlock/redlock.hpp>
 
+#include "api/access.hpp"
+#include "core/engine.hpp"
 #include "support/fault_proxy.hpp"
 #include "support/redis_server.hpp"
 
@@ -118,4 +120,48 @@ TEST_CASE("Redlock: a slow node, whichever it is, does not slow an attempt past 
     CHECK(quick >= 4);
     proxy.clear();
   }
+}
+
+// A fair Redlock's attempt that is not held rolls back the grants, and a rollback on the orderer
+// leaves the queue place: the attempt must say so (left_queue), whatever index the orderer has,
+// or the waiter keeps a token whose place is gone. Every placement of a refusing node (a foreign
+// key), a failing node (the key of another type) and a free node, on keys whose orderers differ.
+// Only an orderer that refused keeps the place it joined (the queue is then on that node): in
+// every other placement the attempt must report the place left.
+TEST_CASE(
+    "A fair Redlock's rolled-back attempt reports its queue place left, whatever the "
+    "orderer's index",
+    "[redis][redlock][fair]") {
+  ServerGroup group(3);
+  const auto endpoints = group.endpoints();
+  const std::vector<redlock::Client> clients(endpoints.begin(), endpoints.end());
+  std::vector<std::shared_ptr<redlock::detail::ClientImpl>> nodes;
+  for (const auto& c : clients) nodes.push_back(redlock::detail::Access::client(c));
+  redlock::LockOptions options;
+  options.fair = true;
+  const std::string token = "0123456789abcdef0123456789abcdef01234567";
+  redlock::detail::AcquireRequest request;
+  request.token = &token;
+  request.attempt = redlock::detail::Attempt::contended;
+  request.queue = redlock::detail::Queue::join;
+  request.seq = 1;
+  const std::size_t placements[6][2] = {{0, 1}, {0, 2}, {1, 0}, {1, 2}, {2, 0}, {2, 1}};
+  int must_leave = 0;
+  for (int round = 0; round < 4; ++round) {
+    for (const auto& p : placements) {
+      const std::string k = key("left-queue-" + std::to_string(round) + "-" + std::to_string(p[0]) +
+                                std::to_string(p[1]));
+      group[p[0]].raw({"SET", k, "foreign-token", "PX", "60000"});  // refuses
+      group[p[1]].raw({"RPUSH", k, "not-a-string"});                // fails (WRONGTYPE)
+      redlock::detail::LeaseEngine engine(nodes, k, options);
+      const auto result = engine.acquire(request);
+      REQUIRE_FALSE(result.held);
+      const bool kept = group[p[0]].raw({"EXISTS", "{" + k + "}:waiters"}).integer() == 1;
+      INFO("key " << k << ": refused on node " << p[0] << ", failed on node " << p[1]
+                  << "; the refusing node holds the queue: " << kept);
+      CHECK(result.left_queue == !kept);
+      must_leave += kept ? 0 : 1;
+    }
+  }
+  CHECK(must_leave >= 8);  // the orderer was not the refusing node in about 2 of 3 placements
 }
