@@ -305,7 +305,7 @@ void LeaseEngine::roll_back(const Round& a, AcquireResult& result) {
     // the turn is kept and the attempt made again at once (AcquireResult::watcher).
     if (kept_turn(a, i)) undo_on[i] = false;
     // Fair mode: a timed-out orderer got fair_release on its abandoned connection (on_timeout).
-    result.left_queue = orders(i) && (result.left_queue || undo_on[i] || late);
+    if (orders(i)) result.left_queue = undo_on[i] || late;
   }
   if (!rollback) return;
   try {
