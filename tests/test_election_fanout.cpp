@@ -151,3 +151,55 @@ TEST_CASE("Election over a quorum: a slow node, whichever it is, slows no claim 
     proxy.clear();
   }
 }
+
+// During a hand-over the nodes can name different leaders. Two quick nodes name two leaders and
+// the slow third agrees with the first: a read settled as soon as a quorum named *any* leader
+// cuts the third by the grace and finds no majority. The read may finish early only when a
+// quorum names the same leader, or none can.
+TEST_CASE("Election over a quorum: leader() waits for a majority that names the same leader",
+          "[election][redlock][fault]") {
+  ServerGroup group(3);
+  const auto endpoints = group.endpoints();
+  const std::vector<redlock::Client> direct(endpoints.begin(), endpoints.end());
+  const std::string name = key("election-disagree");
+  redlock::Election leader(direct, name, "a", with_ttl(60s));
+  REQUIRE(leader.campaign());
+  // The leader record (fence, token, id) and the lock key that holds the token, found on node 0.
+  const redlock::Reply keys = group[0].raw({"KEYS", "*" + name + "*"});  // kept: elements() below
+  std::string record_key;
+  for (const auto& k : keys.elements()) {
+    if (k.str().size() > 3 && k.str().compare(k.str().size() - 3, 3, ":id") == 0) {
+      record_key = k.str();
+    }
+  }
+  REQUIRE(!record_key.empty());
+  const std::string record = group[0].raw({"GET", record_key}).str();
+  const std::string token =
+      record.substr(record.find(' ') + 1, record.rfind(' ') - record.find(' ') - 1);
+  std::string lock_key;
+  for (const auto& k : keys.elements()) {
+    if (group[0].raw({"TYPE", k.str()}).str() == "string" &&
+        group[0].raw({"GET", k.str()}).str() == token) {
+      lock_key = k.str();
+    }
+  }
+  REQUIRE(!lock_key.empty());
+  // Node 1 names another leader, "b", with a later term.
+  group[1].raw({"SET", lock_key, "token-of-b", "PX", "60000"});
+  group[1].raw({"SET", record_key, "999999 token-of-b b"});
+  // Node 2 (which names "a", as node 0 does) answers 50 ms late each way.
+  auto slow = endpoints;
+  FaultProxy proxy("127.0.0.1", slow[2].port);
+  slow[2].port = proxy.port();
+  const std::vector<redlock::Client> clients(slow.begin(), slow.end());
+  redlock::Election watcher(clients, name, "watcher");
+  REQUIRE(watcher.leader());  // connections open while every node is quick
+  proxy.set_delay(50ms);
+  int named_a = 0;
+  for (int i = 0; i < 5; ++i) {
+    const auto seen = watcher.leader();
+    named_a += seen && seen->id == "a" ? 1 : 0;
+  }
+  proxy.clear();
+  CHECK(named_a == 5);
+}
