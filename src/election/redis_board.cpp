@@ -75,14 +75,18 @@ Sighting decode(const Reply& reply) {
   return seen;
 }
 
-// Sends commands[i] to node i of `engine`, every node at once, and finishes early once `yes`
+// Sends commands[i] to node i of `engine`, every node at once. With `early`, finishes once `yes`
 // replies from a quorum, or "no" replies from so many that a quorum of `yes` is impossible,
-// settle it; the other nodes get the executor's grace, as in a Redlock attempt. Returns each
-// node's reply (null where the node failed or answered an error). Throws when fewer than a
-// quorum answered (a node cut by the grace was reachable): for one node its own failure, else
-// QuorumUnavailableError (or a node's error reply to `operation`).
+// settle it; the other nodes get the executor's grace, as in a Redlock attempt. Without, waits
+// for every node (each bounded by its command timeout). Returns each node's reply (null where
+// the node failed or answered an error); `cut` (if given) is set to how many nodes the grace
+// cut. Throws when fewer than a quorum answered (a node cut by the grace was reachable): for
+// one node its own failure, else QuorumUnavailableError (or a node's error reply to
+// `operation`).
+enum class Settle { early, at_all };
 PerNode<ReplyPtr> fan_out(const LeaseEngine& engine, const PerNode<BoardCommand>& commands,
-                          bool (*yes)(const redisReply*), std::string_view operation) {
+                          bool (*yes)(const redisReply*), std::string_view operation,
+                          Settle settle = Settle::early, std::size_t* cut_out = nullptr) {
   const auto& nodes = engine.nodes();
   const std::size_t n = nodes.size();
   PerNode<NodeBatch> batches(n);
@@ -94,7 +98,7 @@ PerNode<ReplyPtr> fan_out(const LeaseEngine& engine, const PerNode<BoardCommand>
   early.needed = quorum_of(n);
   const auto settles = [yes](std::size_t, const redisReply* reply) { return yes(reply); };
   early.succeed_when(settles);
-  execute(batches.data(), n, &early);
+  execute(batches.data(), n, settle == Settle::early ? &early : nullptr);
   Tally tally(n);
   std::size_t cut = 0;
   PerNode<ReplyPtr> replies(n);
@@ -110,6 +114,7 @@ PerNode<ReplyPtr> fan_out(const LeaseEngine& engine, const PerNode<BoardCommand>
     }
   }
   if (tally.answers() + cut < quorum_of(n)) std::rethrow_exception(tally.unavailable(nodes));
+  if (cut_out != nullptr) *cut_out = cut;
   return replies;
 }
 
@@ -139,9 +144,40 @@ bool RedisBoard::claim(const std::string& token, std::uint64_t fence, const std:
   return static_cast<std::size_t>(claimed) >= quorum_of(nodes.size());
 }
 
-// On a quorum, the leader is the one a majority of nodes names (the same term and id); its
-// lease ends at the earliest of theirs. The read is settled early once a quorum named a leader
-// (usually the same one) or enough nodes named none that no leader can have a quorum.
+namespace {
+
+// The leader a majority of `replies` names (the same term and id), its lease ending at the
+// earliest of theirs; none if no leader has a majority. `best` is set to the most votes any
+// leader had.
+Sighting majority_leader(const PerNode<ReplyPtr>& replies, std::size_t& best) {
+  const std::size_t n = replies.size();
+  PerNode<Sighting> seen(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (replies[i]) seen[i] = decode(to_reply(replies[i].get()));
+  }
+  best = 0;
+  for (const Sighting& candidate : seen) {
+    if (!candidate.leader) continue;
+    Sighting agreed = candidate;
+    std::size_t votes = 0;
+    for (const Sighting& other : seen) {
+      if (other.leader != candidate.leader) continue;
+      ++votes;
+      agreed.expires_in = std::min(agreed.expires_in, other.expires_in);
+    }
+    best = std::max(best, votes);
+    if (votes >= quorum_of(n)) return agreed;
+  }
+  return Sighting{};
+}
+
+}  // namespace
+
+// On a quorum, the leader is the one a majority of nodes names. The read is settled early once
+// a quorum named a leader (usually the same one) or enough nodes named none that no leader can
+// have a quorum. When the first answers name different leaders (a hand-over under way) and the
+// nodes the grace cut could make a majority for one of them, every node is asked again and
+// waited for: one more round trip, only while leaders change.
 Sighting RedisBoard::read(Look) {
   const std::size_t n = engine_->nodes().size();
   PerNode<BoardCommand> commands(n);
@@ -152,23 +188,13 @@ Sighting RedisBoard::read(Look) {
   const auto names_leader = [](const redisReply* reply) {
     return to_reply(reply).type() == Reply::Type::array;
   };
-  const PerNode<ReplyPtr> replies = fan_out(*engine_, commands, names_leader, "the leader read");
-  PerNode<Sighting> seen(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    if (replies[i]) seen[i] = decode(to_reply(replies[i].get()));
-  }
-  for (const Sighting& candidate : seen) {
-    if (!candidate.leader) continue;
-    Sighting agreed = candidate;
-    std::size_t votes = 0;
-    for (const Sighting& other : seen) {
-      if (other.leader != candidate.leader) continue;
-      ++votes;
-      agreed.expires_in = std::min(agreed.expires_in, other.expires_in);
-    }
-    if (votes >= quorum_of(n)) return agreed;
-  }
-  return Sighting{};
+  std::size_t cut = 0;
+  std::size_t best = 0;
+  const Sighting first = majority_leader(
+      fan_out(*engine_, commands, names_leader, "the leader read", Settle::early, &cut), best);
+  if (first.leader || best == 0 || best + cut < quorum_of(n)) return first;
+  return majority_leader(
+      fan_out(*engine_, commands, names_leader, "the leader read", Settle::at_all), best);
 }
 
 std::unique_ptr<ReleaseWatch> RedisBoard::watch(SteadyClock::time_point deadline) {
