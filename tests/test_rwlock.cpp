@@ -430,6 +430,47 @@ TEST_CASE("A waiting writer's marker stays while it waits and goes when it gets 
   other.unlock_shared();
 }
 
+// A writer that stops waiting (its try_lock_for ran out, or it was cancelled) takes its marker
+// away, and the readers it held back wake: they do not wait out the marker's life.
+TEST_CASE("A writer that gives up its wait removes its marker, and new readers enter at once",
+          "[redis][rwlock]") {
+  Setup setup("rw-marker-give-up");
+  auto& server = setup.server;
+  const std::string marker = helper_key(setup.k, ":writer-waiting");
+  redlock::LockOptions o = fast();
+  o.ttl = 10s;  // the marker lives max(250 ms, 5 * retry_delay), at most ttl: 1 s here
+  o.retry_delay = 200ms;
+  redlock::ReadWriteLock r(setup.client, setup.k, o);
+  redlock::ReadWriteLock w(setup.client, setup.k, o);
+  redlock::ReadWriteLock late(setup.client, setup.k, o);
+  REQUIRE(r.try_lock_shared());
+  CHECK_FALSE(w.try_lock_for(300ms));  // refused by the reader: it marked, then gave up
+  CHECK(server.raw({"EXISTS", marker}).integer() == 0);
+  CHECK(late.try_lock_shared());  // the marker kept it out for up to 1 s more before
+  late.unlock_shared();
+  // A reader already held back by the marker is woken by the give-up, not by its expiry.
+  std::atomic<bool> writer_waiting{true};
+  std::thread writer([&] {
+    (void)w.try_lock_for(600ms);
+    writer_waiting = false;
+  });
+  const auto until = Clock::now() + 5s;
+  while (server.raw({"EXISTS", marker}).integer() == 0 && Clock::now() < until) {
+    std::this_thread::sleep_for(1ms);
+  }
+  const auto start = Clock::now();
+  REQUIRE(late.try_lock_shared_for(5s));  // enters when the writer gives up at 600 ms
+  const auto waited = Clock::now() - start;
+  writer.join();
+  CHECK_FALSE(writer_waiting);
+  INFO("the held-back reader entered "
+       << std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()
+       << " ms after it started");
+  CHECK(waited < 600ms + 500ms);  // the give-up, not the marker's 1 s life after it
+  late.unlock_shared();
+  r.unlock_shared();
+}
+
 TEST_CASE("A plain Lock on the key is a writer: readers exclude it and it excludes readers",
           "[redis][rwlock]") {
   Setup setup("rw-vs-lock");
