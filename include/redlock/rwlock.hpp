@@ -24,8 +24,10 @@
 // Writer preference: a writer that waits (lock(), try_lock_for(); not try_lock()) sets
 // `<key>:writer-waiting` (its token, PX max(250 ms, 5 * retry_delay) capped at ttl) and refreshes
 // it with every retry, so no new reader enters while it waits: the writer's wait is bounded by
-// the longest read hold in progress. A writer that stops waiting (gives up, crashes) holds new
-// readers back for at most that marker's life.
+// the longest read hold in progress. A writer that gives up (its timeout, cancel_waits()) takes
+// its marker away and wakes the readers it held back, on Redis (one round trip per instance,
+// bounded by the command timeout); one that crashes, or whose removal fails, holds new readers
+// back for at most that marker's life.
 //
 // Wake-up: a writer's release is announced to the waiting readers (`<key>:readable`) and writers
 // (`<key>:released`); the last reader's release to the waiting writers; a reader that entered

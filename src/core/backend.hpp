@@ -233,6 +233,10 @@ class LeaseBackend {
   // writer's marker, which keeps new readers out while it is refreshed): a wait then makes
   // every attempt, never skipping one to wait behind this process's other waiters. Pure.
   virtual bool attempt_marks_waiter() const noexcept { return false; }
+  // A wait whose attempts marked it (attempt_marks_waiter) ended without a hold: takes the mark
+  // away, and wakes the waiters it held back. Best effort (a mark not removed lapses by its
+  // own short life); each server's round trip is bounded by its command timeout. Never throws.
+  virtual void unmark_waiter() noexcept {}
 };
 
 // A counting semaphore's store: limit() permits under one name, each a lease of its own. The

@@ -4,12 +4,17 @@
 #include "core/rw_lease.hpp"
 
 #include <algorithm>
+#include <deque>
+#include <exception>
 #include <set>
 #include <stdexcept>
+#include <vector>
 
 #include "core/engine.hpp"  // validate_lock_options
 #include "io/connection.hpp"
+#include "io/executor.hpp"
 #include "util/key_slot.hpp"
+#include "util/log_internal.hpp"
 #include "util/token.hpp"
 #include "watch/release_watch.hpp"
 
@@ -138,6 +143,23 @@ ReleaseResult RwWriterLease::release(const std::string& token, Announce announce
     }
   }
   return ScriptLease::release(token, announce);
+}
+
+void RwWriterLease::unmark_waiter() noexcept {
+  try {
+    std::deque<VarCommand> commands;
+    std::vector<NodeBatch> batches(nodes().size());
+    for (std::size_t i = 0; i < nodes().size(); ++i) {
+      commands.emplace_back();
+      build_writer_unmark(commands.back(), shared_->keys, waiter_, nodes()[i]->pubsub());
+      batches[i].node = nodes()[i].get();
+      batches[i].commands.push_back(commands.back().view());
+    }
+    execute(batches.data(), batches.size());
+  } catch (const std::exception& e) {
+    logf(LogLevel::debug, "redlock: removing the writer-waiting marker of {}: {}", key(), e.what());
+  } catch (...) {
+  }
 }
 
 void RwWriterLease::build_extend(VarCommand& c, const ClientImpl& /*node*/,

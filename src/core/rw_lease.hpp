@@ -74,6 +74,8 @@ class RwWriterLease final : public RwLease {
   // The downgrade is over (converted, or given up): releases are real again.
   void downgrade_ended() noexcept;
   ReleaseResult release(const std::string& token, Announce announce) override;
+  // The wait gave up: its marker goes (if still its own) and waiting readers are woken.
+  void unmark_waiter() noexcept override;
 
  private:
   void build_extend(VarCommand& c, const ClientImpl& node, const std::string& token,

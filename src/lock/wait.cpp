@@ -21,8 +21,16 @@ Try PollingWait::attempt(Attempt how) {
   Try out;
   out.token = make_token();
   out.sent = SteadyClock::now();
+  marked_ = marked_ || (how == Attempt::contended && backend_.attempt_marks_waiter());
   out.result = backend_.acquire(AcquireRequest{&out.token, how, Queue::none, 0});
+  if (out.result.held) marked_ = false;  // the grant removed the mark
   return out;
+}
+
+void PollingWait::leave() noexcept {
+  if (!marked_) return;
+  marked_ = false;
+  backend_.unmark_waiter();
 }
 
 std::unique_ptr<ReleaseWatch> PollingWait::make_watch(SteadyClock::time_point /*deadline*/) {

@@ -105,11 +105,16 @@ class PollingWait : public WaitStrategy {
   explicit PollingWait(LeaseBackend& backend) noexcept : backend_(backend) {}
   Try attempt(Attempt how) override;
   bool marks_waiter() const noexcept override { return backend_.attempt_marks_waiter(); }
+  // A ReadWriteLock writer's wait that marked: the mark goes with it (unmark_waiter).
+  void leave() noexcept override;
 
  protected:
   std::unique_ptr<ReleaseWatch> make_watch(SteadyClock::time_point deadline) override;
 
   LeaseBackend& backend_;
+
+ private:
+  bool marked_{false};  // a contended attempt was made by a backend whose attempts mark
 };
 
 // As polling, and a release announced by the holder wakes the wait at once; while subscribed

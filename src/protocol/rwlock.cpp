@@ -67,6 +67,13 @@ redis.call('del', KEYS[1])
 local heard = publish(ARGV[2], ARGV[1])
 return 1 + math.max(heard, publish(ARGV[4], ARGV[1])))";
 
+// KEYS writer-waiting; ARGV[1] the waiter's id, [2] the readers' channel, [3] the SPUBLISH flag.
+const char kWriterUnmarkLua[] = REDLOCK_PUBLISH_LUA
+    R"(if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('del', KEYS[1])
+publish(ARGV[2], ARGV[1])
+return 1)";
+
 // KEYS key, readers, writer-waiting, fence; ARGV[1] token, [2] ttl ms, [3] the SPUBLISH flag,
 // [4] "1" fencing, [5] "1" announce the entry, [6] the writer's token to downgrade from (empty:
 // none), [7] the readers' channel.
@@ -115,6 +122,7 @@ return 1)";
 struct RwScripts {
   Script writer_acquire{kWriterAcquireLua};
   Script writer_release{kWriterReleaseLua};
+  Script writer_unmark{kWriterUnmarkLua};
   Script reader_acquire{kReaderAcquireLua};
   Script reader_release{kReaderReleaseLua};
   Script reader_extend{kReaderExtendLua};
@@ -155,6 +163,12 @@ void build_writer_release(VarCommand& c, const RwKeys& keys, std::string_view to
   head(c, scripts().writer_release, send);
   c.key_count(1).arg(keys.key);
   c.arg(token).arg(keys.released).arg(publish_flag(pubsub)).arg(keys.readable);
+}
+
+void build_writer_unmark(VarCommand& c, const RwKeys& keys, std::string_view waiter,
+                         PubSub pubsub) {
+  c.evalsha(scripts().writer_unmark).key_count(1).arg(keys.writer_waiting);
+  c.arg(waiter).arg(keys.readable).arg(publish_flag(pubsub));
 }
 
 void build_writer_extend(VarCommand& c, const RwKeys& keys, std::string_view token,

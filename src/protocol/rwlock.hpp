@@ -46,6 +46,10 @@ void build_writer_release(VarCommand& c, const RwKeys& keys, std::string_view to
 void build_writer_extend(VarCommand& c, const RwKeys& keys, std::string_view token,
                          std::string_view ttl_ms);
 
+// A writer's wait ended without the lock: its marker deleted if it is still `waiter`'s, and the
+// readers' channel told (readers held back by it try again). Replies 1 (deleted) or 0.
+void build_writer_unmark(VarCommand& c, const RwKeys& keys, std::string_view waiter, PubSub pubsub);
+
 // A reader's attempt: an entry for `token` ending `ttl_ms` from the server's now, if no writer
 // holds the key and none waits. `chain` "1" (a waiter that may have been woken with others)
 // announces the entry on `readable`, so the next waiting reader of each process tries too.
