@@ -505,6 +505,14 @@ ReleaseResult LeaseEngine::release_on(const std::string& token, const bool* only
   };
   early.succeed_when(released);
   execute(batches.data(), n, &early);
+  return read_releases(batches, index);
+}
+
+// The release replies of `batches` (batch k went to node index[k]): the tally, the listeners
+// the release reached, whether the quorum was kept and why not.
+ReleaseResult LeaseEngine::read_releases(const PerNode<NodeBatch>& batches,
+                                         const PerNode<std::size_t>& index) {
+  const std::size_t n = batches.size();
   ReleaseResult result;
   Tally tally(n);
   for (std::size_t k = 0; k < n; ++k) {

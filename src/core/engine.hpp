@@ -28,6 +28,8 @@
 namespace redlock {
 namespace detail {
 
+struct NodeBatch;
+
 // Fair mode: the wake-one queue a release hands over to (list and info hash). Empty: the key's
 // own (key + ":waiters", key + ":waiters:info"); a Semaphore's permits share the semaphore's.
 struct WaiterQueue {
@@ -84,6 +86,7 @@ class LeaseEngine final : public LeaseBackend {
   struct Round;  // one acquire attempt's commands and per-node outcome (engine.cpp)
   // Compare-and-delete on the nodes where only[i] is true (every node if null).
   ReleaseResult release_on(const std::string& token, const bool* only, Announce announce);
+  ReleaseResult read_releases(const PerNode<NodeBatch>& batches, const PerNode<std::size_t>& index);
   void build(Round& a) const;
   // Fair mode: node i keeps the queue of waiters (the orderer; every node runs the lock).
   bool orders(std::size_t i) const noexcept { return fair_ && i == orderer_; }

@@ -85,7 +85,9 @@ const std::vector<WatchdogImpl::Entry*>& WatchdogImpl::entries_of(Lane& lane) {
   return entries;
 }
 
-void WatchdogImpl::renew_batch(Lane& lane) {
+// Gathers the lane's batch: each hold whose renewal can begin (begin()) becomes a RenewItem in
+// lane.items, beside its slot in lane.renewing; the others are marked done.
+void WatchdogImpl::gather_batch(Lane& lane) {
   const std::vector<std::size_t>& slots = lane.slots;
   std::vector<Renewing>& renewing = lane.renewing;  // kept across batches: no allocation
   std::vector<RenewItem>& items = lane.items;       // once warm
@@ -98,13 +100,12 @@ void WatchdogImpl::renew_batch(Lane& lane) {
   // ended (begin() declares it expired instead).
   const auto now = SteadyClock::now();
   for (std::size_t i = 0; i < slots.size(); ++i) {
-    const std::size_t slot = slots[i];
     Entry* entry = entries[i];
     if (!begin(*entry, now)) {
       entry->done = true;
       continue;
     }
-    renewing.push_back(Renewing{slot, entry});
+    renewing.push_back(Renewing{slots[i], entry});
     items.push_back(
         RenewItem{entry->backend.get(), &entry->hold->token(), {}, 0, entry->hold->valid_until()});
     // The key's and the token's bytes (heap blocks of their own) are copied into the batch's
@@ -112,6 +113,12 @@ void WatchdogImpl::renew_batch(Lane& lane) {
     __builtin_prefetch(entry->hold->token().data());
     __builtin_prefetch(entry->backend->key().data());
   }
+}
+
+void WatchdogImpl::renew_batch(Lane& lane) {
+  gather_batch(lane);
+  std::vector<Renewing>& renewing = lane.renewing;
+  std::vector<RenewItem>& items = lane.items;
   // Every begin_renewal() above must be matched by an end_renewal(), also if something below
   // throws (bad_alloc): otherwise a release would wait for this renewal forever.
   struct Unwind {
@@ -144,7 +151,7 @@ void WatchdogImpl::renew_batch(Lane& lane) {
   // Destroyed after unlocking: an entry may hold the last reference to the Watchdog (through
   // its on_lost callback), whose destruction takes mutex_.
   std::vector<std::unique_ptr<Entry>> dead;
-  dead.reserve(slots.size());
+  dead.reserve(lane.slots.size());
   std::lock_guard<std::mutex> guard(mutex_);
   close_batch(lane, dead);
 }

@@ -141,6 +141,8 @@ class WatchdogImpl : public std::enable_shared_from_this<WatchdogImpl> {
   void callback_loop() noexcept;
   // The entries of `lane.slots`, their holds and backends prefetched.
   const std::vector<Entry*>& entries_of(Lane& lane);
+  // The holds of `lane.slots` whose renewal begins, into lane.renewing and lane.items.
+  void gather_batch(Lane& lane);
   // Renews the due leases in `lane.slots`: one extend_many() per batch group of their backends
   // (one round trip per node for the Redis engines).
   void renew_batch(Lane& lane);
