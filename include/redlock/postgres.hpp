@@ -45,7 +45,8 @@ struct DatabaseOptions {
   // Set as statement_timeout on every connection; the client also gives up on a statement
   // after statement_timeout + 1 s (a stopped server) and throws TimeoutError.
   std::chrono::milliseconds statement_timeout{2000};
-  // Most connections open at once; callers beyond it wait for a free one.
+  // Most connections open at once; callers beyond it wait for a free one, at most
+  // statement_timeout + 1 s (then TimeoutError, nothing sent).
   std::size_t pool_size{4};
 };
 

@@ -199,10 +199,15 @@ PGconn* PgDatabase::connect() {
   return conn;
 }
 
-PGconn* PgDatabase::take() {
+PGconn* PgDatabase::take(Clock::time_point deadline) {
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    freed_.wait(lock, [&] { return !idle_.empty() || open_ < options_.pool_size; });
+    if (!freed_.wait_until(lock, deadline,
+                           [&] { return !idle_.empty() || open_ < options_.pool_size; })) {
+      throw TimeoutError("postgres: all " + std::to_string(options_.pool_size) +
+                         " pooled connections (DatabaseOptions::pool_size) stayed busy for "
+                         "statement_timeout + 1 s; the statement was not sent");
+    }
     if (!idle_.empty()) {
       PGconn* conn = idle_.back();
       idle_.pop_back();
@@ -272,7 +277,7 @@ PgResult PgDatabase::exec(const std::string& what, const std::string& sql,
                           const std::vector<std::string>& params, const PgUndo* undo) {
   if (!table_ready_.load(std::memory_order_acquire)) ensure_table();
   for (int tries = 0;; ++tries) {
-    PGconn* conn = take();
+    PGconn* conn = take(client_deadline());
     auto deadline = client_deadline();
     bool broken = true;
     try {
@@ -376,7 +381,7 @@ void PgDatabase::create_table() {
   // CREATE on the schema may use them).
   const std::string ddl = pg_schema(t);
   const std::string probe = pg_schema_probe(t);
-  PGconn* conn = take();
+  PGconn* conn = take(client_deadline());
   bool broken = true;
   try {
     const PgResult exists =

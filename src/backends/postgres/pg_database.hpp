@@ -85,7 +85,10 @@ class PgDatabase {
   const std::string& table() const noexcept { return options_.table; }
 
  private:
-  pg_conn* take();
+  // A pooled connection: an idle one, or a new one while fewer than pool_size are open; else
+  // waits for one to be given back, until `deadline` (the caller's own, never the statements'
+  // ahead of it), then throws TimeoutError. Throws connect()'s errors.
+  pg_conn* take(std::chrono::steady_clock::time_point deadline);
   void give_back(pg_conn* conn, bool healthy) noexcept;
   pg_conn* connect();
   // When the client gives up on a statement sent now: statement_timeout + 1 s (a stopped
