@@ -64,6 +64,7 @@ struct LivenessReport {
   Wait longest_wait;                 // ... that wait
   std::int64_t longest_from{0};      // ... the stretch
   std::int64_t longest_total_ns{0};  // the most stalled time one wait saw in all
+  std::int64_t longest_wait_ns{0};   // the longest measured wait (stalled or not)
   std::int64_t over_bound{0};        // waits whose longest stretch passed the bound
   std::int64_t outside_overlaps{0};  // library holds overlapping an old-style client's hold
 };

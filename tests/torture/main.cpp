@@ -90,6 +90,13 @@ options:
                           (SIGSTOP) for the lease (ttl; zookeeper: the session timeout) +
                           0.2-1 s, beside the mode's faults (modes lock, redlock, postgres,
                           zookeeper; not with --kill-clients)
+  --liveness              the liveness nemesis (--mode lock, fair, threads): the lock node is
+                          left alone; worker processes are SIGSTOPped or cut off (half-open,
+                          their own proxies black-holed) past the ttl, killed -9 in groups (the
+                          holder's process and the two waiting longest), and an old-style
+                          client takes the key with SET NX (no expiry) and DELs it; check (8)
+                          fails a wait that stalled past the documented bound while the lock
+                          was free or held by a dead lease
   --data-dir DIR          where the servers keep their AOF (default /dev/shm if writable:
                           kill -9 keeps the page cache, so tmpfs is as durable as a disk here)
   --keep                  keep the run directory (always kept when the run fails)
@@ -155,6 +162,8 @@ int main(int argc, char** argv) {
       o.kill_clients = true;
     } else if (a == "--client-faults") {
       o.client_faults = true;
+    } else if (a == "--liveness") {
+      o.liveness = true;
     } else if (a == "--async") {
 #ifndef REDLOCK_TORTURE_ASYNC
       return usage_error("--async: built without the asio component or C++20 coroutines");
@@ -280,6 +289,12 @@ int main(int argc, char** argv) {
     return usage_error(
         "--client-faults needs --mode lock, redlock, postgres or zookeeper (the client must reach "
         "fixed endpoints) and takes no --kill-clients");
+  }
+  if (o.liveness && (o.mode != Mode::lock || o.primitive != Primitive::lock || o.async ||
+                     o.fair < 0 || o.kill_clients || o.client_faults)) {
+    return usage_error(
+        "--liveness needs --mode lock, --primitive lock, fair mode and threads (no --async), and "
+        "brings its own kills and client faults (no --kill-clients, --client-faults)");
   }
   return redlock::torture::run_controller(o);
 }
