@@ -229,6 +229,10 @@ int run_controller(const Options& o) {
   if (o.liveness) {
     info.liveness.on = true;
     set_liveness_bound(info.liveness, o.ttl_ms, o.threads, kLivenessSlackMs);
+    if (o.liveness_bound_ms > 0) {  // to show that check (8) fails a real run
+      info.liveness.bound_ns = o.liveness_bound_ms * kMs;
+      info.liveness.bound_text = "--liveness-bound, not the documented " + info.liveness.bound_text;
+    }
     info.notes.emplace_back(
         "liveness: no lock node faults; worker processes stopped, cut off (half-open) and killed "
         "-9 in groups, and an old-style SET NX client; check (8) bounds every wait");

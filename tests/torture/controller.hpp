@@ -45,7 +45,8 @@ struct Options {
   bool async{false};  // the workers are coroutines on an io_context (worker.hpp)
   // The liveness nemesis and check (8) (liveness_nemesis.hpp): lock mode, fair, threads only.
   bool liveness{false};
-  int wait_replicas{0};  // sentinel mode: Endpoint::wait_replicas of every worker
+  int liveness_bound_ms{0};  // > 0: check (8)'s bound instead of the documented one
+  int wait_replicas{0};      // sentinel mode: Endpoint::wait_replicas of every worker
   // Where the servers keep their directories (AOF). Empty: /dev/shm if writable, else $TMPDIR.
   // A kill -9 never loses the page cache, so an AOF with appendfsync always on tmpfs keeps every
   // acknowledged grant across kill -9 + restart exactly as a disk does, without the disk's

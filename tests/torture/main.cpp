@@ -97,6 +97,7 @@ options:
                           client takes the key with SET NX (no expiry) and DELs it; check (8)
                           fails a wait that stalled past the documented bound while the lock
                           was free or held by a dead lease
+  --liveness-bound MS     check (8)'s bound instead of the documented one (to see it fail)
   --data-dir DIR          where the servers keep their AOF (default /dev/shm if writable:
                           kill -9 keeps the page cache, so tmpfs is as durable as a disk here)
   --keep                  keep the run directory (always kept when the run fails)
@@ -164,6 +165,10 @@ int main(int argc, char** argv) {
       o.client_faults = true;
     } else if (a == "--liveness") {
       o.liveness = true;
+    } else if (a == "--liveness-bound") {
+      if (!value(v) || !parse_int(v, 1, 600'000, o.liveness_bound_ms)) {
+        return usage_error("--liveness-bound needs milliseconds in 1..600000");
+      }
     } else if (a == "--async") {
 #ifndef REDLOCK_TORTURE_ASYNC
       return usage_error("--async: built without the asio component or C++20 coroutines");
@@ -290,6 +295,8 @@ int main(int argc, char** argv) {
         "--client-faults needs --mode lock, redlock, postgres or zookeeper (the client must reach "
         "fixed endpoints) and takes no --kill-clients");
   }
+  if (o.liveness_bound_ms > 0 && !o.liveness)
+    return usage_error("--liveness-bound needs --liveness");
   if (o.liveness && (o.mode != Mode::lock || o.primitive != Primitive::lock || o.async ||
                      o.fair < 0 || o.kill_clients || o.client_faults)) {
     return usage_error(
