@@ -390,6 +390,7 @@ Report check(const LogContents& given, const StoreState& store, const RunInfo& i
               "readers that entered ahead of a waiting writer: " + std::to_string(r.writer_passes));
     }
   }
+  if (info.liveness.on) check_liveness(logs, info, r);
   r.pass = r.failures.empty();
   return r;
 }
@@ -457,9 +458,7 @@ void print_report(const Report& r, std::FILE* out) {
   check_row("(2) accounting errors", r.accounting_errors, true);
   check_row("(3) fence order violations", r.fence_order_violations, true);
   check_row("(4) holds without end record", r.missing_end + r.orphan_records, true);
-  if (!i.killed.empty()) {
-    row("    holders killed mid-hold", r.killed_holds);
-  }
+  if (!i.killed.empty()) row("    holders killed mid-hold", r.killed_holds);
   check_row("    workers without stats", r.missing_stats, true);
   check_row("    malformed log records", r.malformed_lines, true);
   check_row("fence inversions in hold order", r.fence_inversions, model);
@@ -480,6 +479,7 @@ void print_report(const Report& r, std::FILE* out) {
     row("    longest such overlap (us)", r.max_run_overlap_ns / 1000);
     row("    terms whose process was paused (SIGSTOP)", r.paused_runs);
   }
+  print_liveness(r, out);
   for (const std::string& note : r.accounting_notes)
     std::fprintf(out, "  note: %s\n", note.c_str());
   for (const std::string& f : i.worker_failures) std::fprintf(out, "  worker: %s\n", f.c_str());
@@ -591,7 +591,7 @@ std::string to_json(const Report& r) {
   num("fence_inversions", r.fence_inversions);
   num("zero_fences", r.zero_fences);
   num("worker_failures", static_cast<std::int64_t>(i.worker_failures.size()));
-  j += std::string(",\"pass\":") + (r.pass ? "true" : "false");
+  j += liveness_json(r) + ",\"pass\":" + (r.pass ? "true" : "false");
   return j + "}";
 }
 

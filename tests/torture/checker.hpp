@@ -25,6 +25,8 @@
 //      do nothing while stopped, and what it does after SIGCONT lies outside the term it
 //      believed in: its run is then its believed window (checked by (1)), and the fence must
 //      reject its late write wherever the next leader has already used the store ((2), (3)).
+//  (8) liveness (--liveness): no waiter waits longer than the documented bound while the lock
+//      is free or held by a lease that is no longer renewed (liveness_check.hpp).
 //  Also, in the fault model: every hold carries a fence, and fences grow in hold order (holds
 //  with non-empty windows, sorted by start). An inversion there means either an overlap the
 //  conservative windows could not see, or a fence counter that went backwards.
@@ -38,8 +40,9 @@
 #include <utility>  // std::pair
 #include <vector>   // std::vector
 
-#include "common.hpp"    // Mode, Unsafe
-#include "hold_log.hpp"  // LogContents, Hold
+#include "common.hpp"          // Mode, Unsafe
+#include "hold_log.hpp"        // LogContents, Hold
+#include "liveness_check.hpp"  // LivenessSetup, LivenessReport
 
 namespace redlock::torture {
 
@@ -79,6 +82,7 @@ struct RunInfo {
   // Worker processes paused on purpose (--client-faults): index -> [SIGSTOP, SIGCONT] (mono ns).
   std::map<int, std::vector<std::pair<std::int64_t, std::int64_t>>> paused;
   std::vector<std::string> notes;  // anything else worth printing
+  LivenessSetup liveness;          // check (8), with --liveness
 };
 
 // Two holds whose windows overlap (or whose fences are out of order).
@@ -152,6 +156,7 @@ struct Report {
   std::int64_t max_run_overlap_ns{0};
   std::vector<HoldPair> run_examples;
   std::int64_t paused_runs{0};  // election: terms whose process was paused during the run
+  LivenessReport liveness;      // (8)
 
   bool pass{false};
   std::vector<std::string> failures;  // why it did not pass

@@ -28,13 +28,14 @@ std::string route_uri(const std::string& uri, ClientSeat& seat) {
   return uri.substr(0, from) + std::to_string(seat.proxies.back()->port()) + uri.substr(to);
 }
 
-// Whether the hold log's last hold record (acq, write, end) opens or continues a hold: its
-// process holds (or, with an election, leads) now. Reads the last 4 KiB.
-bool log_shows_a_hold(const std::string& path) {
+}  // namespace
+
+std::vector<std::string> log_tail(const std::string& path, std::size_t bytes) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return false;
+  if (!in) return {};
   const std::streamoff size = in.tellg();
-  const std::streamoff from = std::max<std::streamoff>(0, size - 4096);
+  const std::streamoff from =
+      std::max<std::streamoff>(0, size - static_cast<std::streamoff>(bytes));
   in.seekg(from);
   std::string tail(static_cast<std::size_t>(size - from), '\0');
   in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
@@ -44,14 +45,17 @@ bool log_shows_a_hold(const std::string& path) {
        start = nl + 1, nl = tail.find('\n', start)) {
     lines.push_back(tail.substr(start, nl - start));
   }
+  return lines;
+}
+
+bool log_shows_a_hold(const std::string& path) {
+  const std::vector<std::string> lines = log_tail(path, 4096);
   for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
     if (it->rfind("end ", 0) == 0) return false;
     if (it->rfind("acq ", 0) == 0 || it->rfind("write ", 0) == 0) return true;
   }
   return false;
 }
-
-}  // namespace
 
 WorkerConfig route_through_own_proxies(const WorkerConfig& base, ClientSeat& seat) {
   if (base.mode == Mode::sentinel || base.mode == Mode::cluster) {
@@ -100,18 +104,21 @@ void ClientNemesis::heal_all() {
 }
 
 int ClientNemesis::pick() {
-  if (rng_() % 4 != 0) {
-    std::vector<int> holding;
-    for (std::size_t i = 0; i < seats_.size(); ++i) {
-      if (log_shows_a_hold(seats_[i].log_path)) holding.push_back(static_cast<int>(i));
-    }
-    if (!holding.empty()) return holding[rng_() % holding.size()];
+  std::vector<int> running;  // a worker that exited (or was killed) is no target
+  std::vector<int> holding;
+  for (std::size_t i = 0; i < seats_.size(); ++i) {
+    if (seats_[i].pid <= 0) continue;
+    running.push_back(static_cast<int>(i));
+    if (log_shows_a_hold(seats_[i].log_path)) holding.push_back(static_cast<int>(i));
   }
-  return static_cast<int>(rng_() % seats_.size());
+  if (running.empty()) return -1;
+  if (rng_() % 4 != 0 && !holding.empty()) return holding[rng_() % holding.size()];
+  return running[rng_() % running.size()];
 }
 
 void ClientNemesis::inject(std::int64_t now) {
   active_ = pick();
+  if (active_ < 0) return;
   ClientSeat& seat = seats_[static_cast<std::size_t>(active_)];
   active_pause_ = rng_() % 2 == 0 && seat.pid > 0;  // an exited worker's pid is not its own
   heal_at_ = now + (lease_ms_ + 200 + static_cast<std::int64_t>(rng_() % 801)) * kMs;
@@ -125,6 +132,7 @@ void ClientNemesis::inject(std::int64_t now) {
     paused_[active_].emplace_back(sent, 0);
   } else {
     for (auto& proxy : seat.proxies) proxy->set_blackhole(true);
+    partitioned_[active_].emplace_back(mono_ns(), 0);  // not earlier than the cut
   }
   ++own_[active_pause_ ? "client_pause" : "client_partition"];
   note(std::string(active_pause_ ? "client_pause" : "client_partition") +
@@ -134,11 +142,13 @@ void ClientNemesis::inject(std::int64_t now) {
 void ClientNemesis::heal(std::int64_t now) {
   ClientSeat& seat = seats_[static_cast<std::size_t>(active_)];
   if (active_pause_) {
-    // No worker exits before the run's end, after the last heal: the pid is still its own.
-    ::kill(seat.pid, SIGCONT);
+    // No worker exits before the run's end, after the last heal, and none under a fault is
+    // killed (--liveness spares it): the pid is still its own. Never kill(-1, ...).
+    if (seat.pid > 0) ::kill(seat.pid, SIGCONT);
     paused_[active_].back().second = mono_ns();  // not earlier than the moment it ran again
   } else {
     for (auto& proxy : seat.proxies) proxy->clear();
+    partitioned_[active_].back().second = mono_ns();  // not earlier than the heal
   }
   note(std::string("heal ") + (active_pause_ ? "client_pause" : "client_partition") +
        " worker=" + std::to_string(active_));

@@ -43,6 +43,12 @@ struct ClientSeat {
   std::vector<std::unique_ptr<test::FaultProxy>> proxies;
 };
 
+// The complete lines among the last `bytes` bytes of the file at `path` (none if unreadable).
+std::vector<std::string> log_tail(const std::string& path, std::size_t bytes);
+// Whether the hold log's last hold record (acq, write, end) opens or continues a hold: its
+// process holds (or, with an election, leads) now. Reads the last 4 KiB.
+bool log_shows_a_hold(const std::string& path);
+
 // The worker's configuration routed through a new seat's proxies: one FaultProxy (on loopback)
 // in front of each of base's node ports, or of the port of its PostgreSQL or ZooKeeper URI.
 // Returns the config; `seat` gets the proxies. Throws std::invalid_argument for a mode without
@@ -68,6 +74,12 @@ class ClientNemesis final : public Faults {
   const std::map<int, std::vector<std::pair<std::int64_t, std::int64_t>>>& paused() const {
     return paused_;
   }
+  // The partitions so far: worker index -> [black-holed, healed] (mono ns; 0: not yet healed).
+  const std::map<int, std::vector<std::pair<std::int64_t, std::int64_t>>>& partitioned() const {
+    return partitioned_;
+  }
+  // The worker under a client fault now, or -1.
+  int active() const noexcept { return active_; }
 
  private:
   void inject(std::int64_t now);
@@ -91,6 +103,7 @@ class ClientNemesis final : public Faults {
   std::vector<std::string> own_problems_;
   std::vector<std::string> problems_;  // the store's and ours
   std::map<int, std::vector<std::pair<std::int64_t, std::int64_t>>> paused_;
+  std::map<int, std::vector<std::pair<std::int64_t, std::int64_t>>> partitioned_;
 };
 
 }  // namespace redlock::torture

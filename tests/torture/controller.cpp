@@ -25,6 +25,7 @@
 #include "client_nemesis.hpp"
 #include "cluster_nemesis.hpp"
 #include "hold_log.hpp"
+#include "liveness_nemesis.hpp"
 #include "nemesis.hpp"
 #include "sentinel_nemesis.hpp"
 #ifdef REDLOCK_TORTURE_POSTGRES
@@ -42,6 +43,9 @@ namespace {
 
 namespace fs = std::filesystem;
 constexpr std::int64_t kMs = 1'000'000;
+// --liveness: what check (8) allows past the documented bound on a busy 2-core machine (as
+// tests/support/fair_queue.hpp's kSlack).
+constexpr int kLivenessSlackMs = 1500;
 
 std::atomic<int> g_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free flag");
@@ -222,6 +226,17 @@ int run_controller(const Options& o) {
   if (o.fair > 0 || (o.fair == 0 && o.mode == Mode::lock)) {
     info.notes.emplace_back("fair mode: waiters queue; a release hands the lock to one of them");
   }
+  if (o.liveness) {
+    info.liveness.on = true;
+    set_liveness_bound(info.liveness, o.ttl_ms, o.threads, kLivenessSlackMs);
+    if (o.liveness_bound_ms > 0) {  // to show that check (8) fails a real run
+      info.liveness.bound_ns = o.liveness_bound_ms * kMs;
+      info.liveness.bound_text = "--liveness-bound, not the documented " + info.liveness.bound_text;
+    }
+    info.notes.emplace_back(
+        "liveness: no lock node faults; worker processes stopped, cut off (half-open) and killed "
+        "-9 in groups, and an old-style SET NX client; check (8) bounds every wait");
+  }
   if (o.mode == Mode::zookeeper) {
     info.notes.emplace_back(
         "zookeeper: one server (tick 200 ms), session timeout 2 s; the faults are SIGSTOP of "
@@ -344,6 +359,9 @@ int run_controller(const Options& o) {
     base.wake_on_release = o.wake_on_release;
     base.fair = o.fair;
     base.async = o.async;
+    base.log_waits = o.liveness;
+    // --liveness: waits long enough to show a stall past the bound (then ended by the bound).
+    if (o.liveness) base.acquire_bound_ms = static_cast<int>(3 * info.liveness.bound_ns / kMs);
     base.parent = ::getpid();
     if (sentinels) {
       base.sentinel_uri = sentinels->uri();
@@ -359,16 +377,17 @@ int run_controller(const Options& o) {
       base.wait_replicas = o.wait_replicas;
     }
     std::vector<std::string> log_paths;
-    // --client-faults: each worker through proxies of its own (client_nemesis.hpp).
-    std::vector<ClientSeat> seats(o.client_faults ? static_cast<std::size_t>(o.processes) : 0);
+    // --client-faults, --liveness: each worker through proxies of its own (client_nemesis.hpp).
+    const bool own_proxies = o.client_faults || o.liveness;
+    std::vector<ClientSeat> seats(own_proxies ? static_cast<std::size_t>(o.processes) : 0);
     try {
       for (int p = 0; p < o.processes; ++p) {
-        WorkerConfig c = o.client_faults ? route_through_own_proxies(base, seats[p]) : base;
+        WorkerConfig c = own_proxies ? route_through_own_proxies(base, seats[p]) : base;
         c.index = p;
         c.log_path = run_dir + "/worker-" + std::to_string(p) + ".log";
         log_paths.push_back(c.log_path);
         workers.push_back(Worker{p, spawn_worker(exe, c)});
-        if (o.client_faults) {
+        if (own_proxies) {
           seats[p].pid = workers.back().pid;
           seats[p].log_path = c.log_path;
         }
@@ -393,8 +412,16 @@ int run_controller(const Options& o) {
       faults = std::make_unique<ZooKeeperNemesis>(*zookeeper, seed, nemesis_log);
     } else if (cluster) {
       faults = std::make_unique<ClusterNemesis>(*cluster, seed, nemesis_log);
-    } else {
+    } else if (!o.liveness) {
       faults = std::make_unique<Nemesis>(nodes, o.unsafe, seed, nemesis_log);
+    }
+    LivenessNemesis* liveness = nullptr;
+    if (o.liveness) {
+      auto own = std::make_unique<LivenessNemesis>(
+          *nodes[0].server, Fleet{workers, seats, base, exe, run_dir, log_paths}, o.ttl_ms,
+          start + 1000 * kMs, until - (o.ttl_ms + 1500) * kMs, seed, nemesis_log);
+      liveness = own.get();
+      faults = std::move(own);
     }
     ClientNemesis* client_faults = nullptr;
     if (o.client_faults) {
@@ -458,10 +485,16 @@ int run_controller(const Options& o) {
     }
     info.killed = kills.killed;
     if (client_faults != nullptr) info.paused = client_faults->paused();
+    if (liveness != nullptr) {
+      info.killed.insert(liveness->killed().begin(), liveness->killed().end());
+      info.paused = liveness->paused();
+      info.liveness.partitioned = liveness->partitioned();
+      info.liveness.outside = liveness->outside();
+    }
     info.processes = static_cast<int>(workers.size());
     for (const std::string& p : nemesis.problems()) info.notes.push_back("nemesis: " + p);
     for (const Worker& w : workers) {
-      if (kills.killed.count(w.index) != 0) continue;  // killed on purpose
+      if (info.killed.count(w.index) != 0) continue;  // killed on purpose
       if (!WIFEXITED(w.status) || WEXITSTATUS(w.status) != 0) {
         info.worker_failures.push_back("worker " + std::to_string(w.index) + ": " +
                                        describe_exit(w.status) + (hung ? " (hung, killed)" : ""));

@@ -42,8 +42,11 @@ struct Options {
   bool kill_clients{false};  // kill -9 a worker every 3-6 s and start a new one in its place
   // Partition (black-hole its own proxies) or SIGSTOP one worker at a time (client_nemesis.hpp).
   bool client_faults{false};
-  bool async{false};     // the workers are coroutines on an io_context (worker.hpp)
-  int wait_replicas{0};  // sentinel mode: Endpoint::wait_replicas of every worker
+  bool async{false};  // the workers are coroutines on an io_context (worker.hpp)
+  // The liveness nemesis and check (8) (liveness_nemesis.hpp): lock mode, fair, threads only.
+  bool liveness{false};
+  int liveness_bound_ms{0};  // > 0: check (8)'s bound instead of the documented one
+  int wait_replicas{0};      // sentinel mode: Endpoint::wait_replicas of every worker
   // Where the servers keep their directories (AOF). Empty: /dev/shm if writable, else $TMPDIR.
   // A kill -9 never loses the page cache, so an AOF with appendfsync always on tmpfs keeps every
   // acknowledged grant across kill -9 + restart exactly as a disk does, without the disk's

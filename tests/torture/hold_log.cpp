@@ -175,6 +175,27 @@ void note_problem(LogContents& out, const std::string& line) {
   if (out.problems.size() < 5) out.problems.push_back(line.substr(0, 200));
 }
 
+// A "wait" record into out.waits. Returns false if malformed.
+bool parse_wait(Fields& f, LogContents& out) {
+  Wait w;
+  std::string result;
+  if (!f.get("p", w.process) || !f.get("t", w.thread) || !f.get("t_try", w.t_try) ||
+      !f.get("t_end", w.t_end) || !f.get("result", result)) {
+    return false;
+  }
+  if (result == "acquired") {
+    w.result = Wait::Result::acquired;
+  } else if (result == "contended") {
+    w.result = Wait::Result::contended;
+  } else if (result == "error") {
+    w.result = Wait::Result::error;
+  } else {
+    return false;
+  }
+  out.waits.push_back(w);
+  return true;
+}
+
 }  // namespace
 
 void parse_log_text(const std::string& text, LogContents& out) {
@@ -237,6 +258,11 @@ void parse_log_text(const std::string& text, LogContents& out) {
       out.observer_reads += f.opt("reads");
       out.partial_sets += f.opt("partial");
       if (!f.ok()) note_problem(out, line);
+      continue;
+    }
+    if (event == "try") continue;  // for the controller; its "wait" record follows
+    if (event == "wait") {
+      if (!parse_wait(f, out)) note_problem(out, line);
       continue;
     }
     if (event != "acq" && event != "write" && event != "end") {

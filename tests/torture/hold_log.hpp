@@ -21,6 +21,12 @@
 // false, 0 if never). "observe" is the MultiLock observer's tally: one-MGET reads of every key,
 // and how many showed a set partly held.
 //
+// With --liveness every acquire call of a lock thread is also recorded: "try" the moment it
+// starts (the controller reads these to find the oldest waiters), "wait" when it returned:
+//
+//   try   p=0 t=1 t_try=<ns>
+//   wait  p=0 t=1 t_try=<ns> t_end=<ns> result=acquired|contended|error
+//
 // ("errsample": a few distinct error messages per process with counts; msg runs to the end of
 // the line.)
 // All times are CLOCK_MONOTONIC nanoseconds (common.hpp). In "acq", deadline = t_acq +
@@ -98,6 +104,15 @@ struct WorkerStats {
   }
 };
 
+// One acquire call (--liveness): [t_try, t_end], and how it ended.
+struct Wait {
+  int process{0};
+  int thread{0};
+  std::int64_t t_try{0};
+  std::int64_t t_end{0};
+  enum class Result { acquired, contended, error } result{Result::acquired};
+};
+
 // Appends lines to a worker's log. Thread-safe (one write(2) per line, O_APPEND).
 class HoldLogWriter {
  public:
@@ -123,6 +138,7 @@ struct LogContents {
   std::map<std::string, std::int64_t> error_samples;  // message -> count, over all processes
   std::int64_t observer_reads{0};                     // multilock: the observers' one-MGET reads
   std::int64_t partial_sets{0};                       // ... that showed a set partly held
+  std::vector<Wait> waits;                            // --liveness: every ended acquire call
   std::int64_t malformed_lines{0};
   std::int64_t duplicate_records{0};  // an event seen twice for one hold
   std::vector<std::string> problems;  // first few malformed lines, for the report

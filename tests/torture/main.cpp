@@ -90,6 +90,14 @@ options:
                           (SIGSTOP) for the lease (ttl; zookeeper: the session timeout) +
                           0.2-1 s, beside the mode's faults (modes lock, redlock, postgres,
                           zookeeper; not with --kill-clients)
+  --liveness              the liveness nemesis (--mode lock, fair, threads): the lock node is
+                          left alone; worker processes are SIGSTOPped or cut off (half-open,
+                          their own proxies black-holed) past the ttl, killed -9 in groups (the
+                          holder's process and the two waiting longest), and an old-style
+                          client takes the key with SET NX (no expiry) and DELs it; check (8)
+                          fails a wait that stalled past the documented bound while the lock
+                          was free or held by a dead lease
+  --liveness-bound MS     check (8)'s bound instead of the documented one (to see it fail)
   --data-dir DIR          where the servers keep their AOF (default /dev/shm if writable:
                           kill -9 keeps the page cache, so tmpfs is as durable as a disk here)
   --keep                  keep the run directory (always kept when the run fails)
@@ -155,6 +163,12 @@ int main(int argc, char** argv) {
       o.kill_clients = true;
     } else if (a == "--client-faults") {
       o.client_faults = true;
+    } else if (a == "--liveness") {
+      o.liveness = true;
+    } else if (a == "--liveness-bound") {
+      if (!value(v) || !parse_int(v, 1, 600'000, o.liveness_bound_ms)) {
+        return usage_error("--liveness-bound needs milliseconds in 1..600000");
+      }
     } else if (a == "--async") {
 #ifndef REDLOCK_TORTURE_ASYNC
       return usage_error("--async: built without the asio component or C++20 coroutines");
@@ -280,6 +294,14 @@ int main(int argc, char** argv) {
     return usage_error(
         "--client-faults needs --mode lock, redlock, postgres or zookeeper (the client must reach "
         "fixed endpoints) and takes no --kill-clients");
+  }
+  if (o.liveness_bound_ms > 0 && !o.liveness)
+    return usage_error("--liveness-bound needs --liveness");
+  if (o.liveness && (o.mode != Mode::lock || o.primitive != Primitive::lock || o.async ||
+                     o.fair < 0 || o.kill_clients || o.client_faults)) {
+    return usage_error(
+        "--liveness needs --mode lock, --primitive lock, fair mode and threads (no --async), and "
+        "brings its own kills and client faults (no --kill-clients, --client-faults)");
   }
   return redlock::torture::run_controller(o);
 }

@@ -99,17 +99,23 @@ std::int64_t kill_a_client(ClientKills& k, std::vector<Worker>& workers, const W
   const int victim_index = victim.index;
   const std::int64_t dead = mono_ns();
   k.killed[victim_index] = dead;
-  WorkerConfig c = base;
-  c.index = static_cast<int>(workers.size());
-  c.log_path = run_dir + "/worker-" + std::to_string(c.index) + ".log";
-  log_paths.push_back(c.log_path);
-  workers.push_back(Worker{c.index, spawn_worker(exe, c)});  // `victim` is stale from here
+  const int next = spawn_next_worker(workers, base, exe, run_dir, log_paths);  // `victim` is stale
   if (log != nullptr) {
     std::fprintf(log, "%lld kill_worker worker=%d replaced_by=%d\n", static_cast<long long>(dead),
-                 victim_index, c.index);
+                 victim_index, next);
     std::fflush(log);
   }
   return k.next;
+}
+
+int spawn_next_worker(std::vector<Worker>& workers, WorkerConfig config, const std::string& exe,
+                      const std::string& run_dir, std::vector<std::string>& log_paths) {
+  config.index = static_cast<int>(workers.size());
+  config.log_path = run_dir + "/worker-" + std::to_string(config.index) + ".log";
+  const pid_t pid = spawn_worker(exe, config);
+  log_paths.push_back(config.log_path);
+  workers.push_back(Worker{config.index, pid});
+  return config.index;
 }
 
 std::string describe_exit(int status) {

@@ -51,6 +51,12 @@ std::int64_t kill_a_client(ClientKills& k, std::vector<Worker>& workers, const W
                            const std::string& exe, const std::string& run_dir,
                            std::vector<std::string>& log_paths, std::FILE* log, std::int64_t now);
 
+// Starts worker number workers.size() with `config` (its index and log path set here, in
+// run_dir), appends it to `workers` and its log path to `log_paths`. Returns its index. Throws
+// what spawn_worker throws (then nothing is appended).
+int spawn_next_worker(std::vector<Worker>& workers, WorkerConfig config, const std::string& exe,
+                      const std::string& run_dir, std::vector<std::string>& log_paths);
+
 // "exit code 3", "killed by signal 9 (Killed)".
 std::string describe_exit(int status);
 

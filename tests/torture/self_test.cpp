@@ -285,6 +285,56 @@ void primitive_cases() {
   }
 }
 
+// --liveness, check (8): a wait stalled longer than the bound while the lock was free or held by
+// a dead lease fails; time held by a live holder, or by the old-style client, does not count.
+void liveness_cases() {
+  std::printf("liveness (--liveness)\n");
+  const auto wait = [](int p, std::int64_t from, std::int64_t to) {
+    Wait w;
+    w.process = p;
+    w.t_try = from * kMs;
+    w.t_end = to * kMs;
+    return w;
+  };
+  // p0 holds from 300 ms (valid to 1290 ms, released at 2500 ms); p1 waits from 305 ms and is
+  // served at 2600 ms. Bound 2000 ms.
+  Case c = make_case({hold(0, 0, 1, 1, 0, 990, 100),
+                      hold(0, 0, 2, 2, 300, 990, 2500, WriteResult::rejected),
+                      hold(1, 0, 1, 3, 2600, 990, 2700)});
+  c.logs.holds[1].end = EndKind::lost;
+  c.logs.waits = {wait(1, 50, 2600)};
+  c.info.liveness.on = true;
+  c.info.liveness.bound_ns = 2000 * kMs;
+  Report r = run(c);
+  expect(r.pass && r.liveness.waits == 1 && r.liveness.longest_ns == 1310 * kMs,
+         "liveness: a stall after a live holder's lease (1310 ms) passes");
+  c.info.paused[0] = {{310 * kMs, 2400 * kMs}};
+  r = run(c);
+  expect(!r.pass && r.liveness.over_bound == 1 && r.liveness.longest_ns == 2290 * kMs &&
+             r.liveness.dead_holds == 1,
+         "liveness: the holder stopped at 310 ms, the waiter served at 2600 ms fails");
+  c.info.paused.clear();
+  c.info.killed[0] = 310 * kMs;
+  c.logs.holds[1].end = EndKind::none;  // killed mid-hold: no end record, no stats
+  c.logs.stats.erase(0);
+  r = run(c);
+  expect(!r.pass && r.liveness.over_bound == 1, "liveness: the holder killed at 310 ms fails");
+  c.info.liveness.outside = {{OutsideHold{400 * kMs, 2000 * kMs, 410 * kMs, 1990 * kMs}}};
+  r = run(c);
+  expect(r.pass && r.liveness.longest_ns == 600 * kMs,
+         "liveness: an old-style client's SET NX hold counts as held");
+  c.info.liveness.partitioned[1] = {{1000 * kMs, 1200 * kMs}};
+  c.info.liveness.outside.clear();
+  r = run(c);
+  expect(!r.pass && r.liveness.waits == 0 && r.liveness.waits_skipped == 1,
+         "liveness: a wait of a process cut off meanwhile is skipped (none left: fails)");
+  c.info.liveness.partitioned.clear();
+  c.info.liveness.outside = {{OutsideHold{2550 * kMs, 2650 * kMs, 2560 * kMs, 2640 * kMs}}};
+  r = run(c);
+  expect(!r.pass && r.liveness.outside_overlaps == 1,
+         "liveness: a library hold inside an old-style client's hold fails");
+}
+
 void parser_cases() {
   std::printf("hold log parser\n");
   LogContents logs;
@@ -295,6 +345,8 @@ void parser_cases() {
       "end p=0 t=0 n=1 kind=lost t_rel=130 t_rel_end=140 deadline=950\n"
       "acq p=0 t=0 n=2 fence=6 t_acq=200 deadline=800 validity_ms=0\n"
       "stats p=0 pid=1 attempts=2 acquired=2 contended=0 err_timeout=1\n"
+      "try p=0 t=0 t_try=300\n"
+      "wait p=0 t=0 t_try=300 t_end=400 result=contended\n"
       "garbage here\n",
       logs);
   finish_log_contents(logs);
@@ -307,6 +359,9 @@ void parser_cases() {
          "a hold without end keeps its validity deadline as window end");
   expect(logs.stats.count(0) == 1 && logs.stats[0].err_timeout == 1, "stats parsed");
   expect(logs.malformed_lines == 1, "a malformed line is counted");
+  expect(logs.waits.size() == 1 && logs.waits[0].t_end == 400 &&
+             logs.waits[0].result == Wait::Result::contended,
+         "a wait record parsed, its try record skipped");
 }
 
 void store_cases() {
@@ -365,6 +420,7 @@ void duration_cases() {
 int run_self_test() {
   checker_cases();
   primitive_cases();
+  liveness_cases();
   parser_cases();
   duration_cases();
   store_cases();

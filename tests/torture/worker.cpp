@@ -64,11 +64,18 @@ class WorkerThread {
       counters_.attempts.fetch_add(1);
       bool held = false;
       bool failed = true;
+      const std::int64_t t_try = mono_ns();
+      if (seat_.config.log_waits) log_.write_line(wait_prefix("try", t_try));
       try {
         held = lock.try_lock_for(bound);
         failed = false;
       } catch (const Error&) {
         counters_.acquire_failed(std::current_exception());
+      }
+      if (seat_.config.log_waits) {
+        const char* result = held ? "acquired" : failed ? "error" : "contended";
+        log_.write_line(wait_prefix("wait", t_try) + field("t_end", mono_ns()) +
+                        " result=" + result);
       }
       if (held) {
         counters_.acquired.fetch_add(1);
@@ -87,6 +94,11 @@ class WorkerThread {
   }
 
  private:
+  // "try p=0 t=1 t_try=<ns>" (the call starts) or the start of its "wait" record (hold_log.hpp).
+  std::string wait_prefix(const char* event, std::int64_t t_try) const {
+    return event + field("p", seat_.config.index) + field("t", seat_.index) + field("t_try", t_try);
+  }
+
   void hold(LockBase& lock) {
     HoldTrack track(
         log_, seat_.config.index, seat_.index, ++seat_.seq, [&lock] { return lock.validity(); },
@@ -136,6 +148,7 @@ std::vector<std::string> WorkerConfig::to_args() const {
   add("--wake-on-release", std::to_string(wake_on_release));
   add("--fair", std::to_string(fair));
   add("--async", async ? "1" : "0");
+  add("--log-waits", log_waits ? "1" : "0");
   add("--parent", std::to_string(parent));
   add("--wait-replicas", std::to_string(wait_replicas));
   if (!node_ports.empty()) add("--nodes", join_ports(node_ports));
@@ -196,6 +209,8 @@ WorkerConfig parse_worker_args(const std::vector<std::string>& args) {
       c.wake_on_release = static_cast<int>(to_int64(name, value));
     } else if (name == "--async") {
       c.async = to_int64(name, value) != 0;
+    } else if (name == "--log-waits") {
+      c.log_waits = to_int64(name, value) != 0;
     } else if (name == "--fair") {
       c.fair = static_cast<int>(to_int64(name, value));
     } else if (name == "--parent") {

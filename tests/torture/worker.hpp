@@ -55,6 +55,7 @@ struct WorkerConfig {
   int wake_on_release{2};     // LockOptions::wake_on_release: 1 all, 0 none, 2 even threads
   int fair{0};                // LockOptions::fair: 1 on, -1 off, 0 the lock's default
   bool async{false};          // T coroutines on one io_context, through <redlock/asio.hpp>
+  bool log_waits{false};      // --liveness: "try" and "wait" records around every acquire call
   std::string sentinel_uri;   // sentinel (cluster) mode: the redis-sentinel:// (redis-cluster://)
                               // URI (node_ports unused)
   int wait_replicas{0};       // sentinel mode: Endpoint::wait_replicas
