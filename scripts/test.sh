@@ -19,7 +19,7 @@
 # ctest labels in quick_excluded below (torture runs, the TLS and ACL re-runs, [slow] cases,
 # the Sentinel, Cluster and PostgreSQL cases, the bench smoke run, the examples and demo runs,
 # the asio token programs, which the quick build leaves out):
-# unit and real-server cases, about 1.5 minutes on 2 cores once built.
+# unit and real-server cases, about 2.7 minutes on 2 cores once built (465 cases, 162 s).
 set -uo pipefail
 REDLOCK_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$REDLOCK_ROOT/scripts/deps.sh"
