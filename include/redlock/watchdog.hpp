@@ -45,6 +45,11 @@ struct WatchdogStats {
   std::chrono::microseconds lateness_max{0};
   // CPU time used by the renewal threads (one per store or set of servers) since they started.
   std::chrono::microseconds thread_cpu{0};
+  // Releases that failed on some node (a reset, a timeout, a failover under way) and were
+  // retried there in the background until the hold's validity would end, so that the key does
+  // not stay for its whole ttl; and of those, the ones a retry completed on every such node.
+  std::uint64_t release_retries{0};
+  std::uint64_t releases_retried{0};
 };
 
 class Watchdog {

@@ -15,6 +15,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <redlock/options.hpp>
 
@@ -66,6 +67,10 @@ struct AcquireResult {
   // Fair mode: the queue place is gone (fair_release ran, or may still run, with the token), so
   // any hand-over named by this attempt or an earlier one is void.
   bool left_queue{false};
+  // owed[i] != 0: node i may not have run this attempt's rollback (note_owed, core/tally.hpp):
+  // a grant, or a fair queue place, may stay there. The lock layer retries it in the background
+  // (watch/release_retry.hpp) for up to one ttl. Empty in the common case (no allocation).
+  std::vector<char> undo_owed;
 };
 
 struct ExtendResult {
@@ -87,6 +92,11 @@ struct ReleaseResult {
   // not kept, never a lease another client may hold by now.
   bool quorum_kept{false};
   LostReason reason{LostReason::refused};  // why not kept (meaningful when !quorum_kept)
+  // owed[i] != 0: node i may not have run the release (note_owed in core/tally.hpp), so the
+  // key may stay there until its ttl ends; the lock layer has it retried in the background
+  // (watch/release_retry.hpp). Empty when every node answered or was cut short with the
+  // release on the wire; allocated only then.
+  std::vector<char> owed;
 };
 
 // "Wake me when it may be free": one waiter's subscription to a lock's releases (and, in fair
@@ -222,6 +232,15 @@ class LeaseBackend {
   virtual std::size_t extend_many(RenewItem* items, std::size_t count) = 0;
   // Token-checked release on every node that may hold the key.
   virtual ReleaseResult release(const std::string& token, Announce announce) = 0;
+  // The release of `token` again, announced, on the nodes where owed[i] != 0 (the `owed` of an
+  // earlier release of it): one round of the background retry (watch/release_retry.hpp). Its
+  // result's `owed` names the nodes still owed. Default: nothing is owed (a store whose release
+  // fails only with its session, which ends the lease with it). Throws std::bad_alloc only.
+  virtual ReleaseResult retry_release(const std::string& token, const std::vector<char>& owed) {
+    (void)token;
+    (void)owed;
+    return {};
+  }
 
   // Wake-on-release. `live()`: this process is already subscribed, so watching costs no round
   // trip. `watch` subscribes (waiting for confirmation at most until `deadline`); `token_sha1`

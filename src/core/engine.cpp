@@ -309,7 +309,7 @@ void LeaseEngine::roll_back(const Round& a, AcquireResult& result) {
   }
   if (!rollback) return;
   try {
-    release_on(a.token, undo_on.data(), Announce::quietly);
+    result.undo_owed = release_on(a.token, undo_on.data(), Announce::quietly).owed;
   } catch (...) {  // best effort; the grants expire by ttl anyway
   }
 }
@@ -446,6 +446,11 @@ ReleaseResult LeaseEngine::release(const std::string& token, Announce announce) 
   return release_on(token, reached.empty() ? nullptr : reached.data(), announce);
 }
 
+ReleaseResult LeaseEngine::retry_release(const std::string& token, const std::vector<char>& owed) {
+  const PerNode<bool> only = owed_nodes(nodes_.size(), owed);
+  return release_on(token, only.data(), Announce::waiters);
+}
+
 // Records the grant's skipped nodes, or (none skipped) forgets an older grant's record.
 void LeaseEngine::remember_unsent(const Round& a, bool skipped) {
   std::lock_guard<std::mutex> guard(unsent_mutex_);
@@ -518,6 +523,7 @@ ReleaseResult LeaseEngine::read_releases(const PerNode<NodeBatch>& batches,
   for (std::size_t k = 0; k < n; ++k) {
     if (batches[k].error) {
       tally.failed(k, batches[k].error);
+      note_owed(result.owed, nodes_.size(), index[k], batches[k]);
       continue;
     }
     const redisReply* r = batches[k].replies[0].get();

@@ -69,6 +69,7 @@ class LeaseEngine final : public LeaseBackend {
   // Compare-and-delete on every node. Announce::quietly is the rollback of a failed attempt, so
   // a split vote does not wake every waiter straight into the next split vote.
   ReleaseResult release(const std::string& token, Announce announce) override;
+  ReleaseResult retry_release(const std::string& token, const std::vector<char>& owed) override;
   bool watch_live() const noexcept override;
   std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline,
                                       std::string token_sha1) override;

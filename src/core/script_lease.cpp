@@ -233,11 +233,17 @@ ReleaseResult ScriptLease::release(const std::string& token, Announce announce) 
   return release_on(token, nullptr, announce);
 }
 
+ReleaseResult ScriptLease::retry_release(const std::string& token, const std::vector<char>& owed) {
+  const PerNode<bool> only = owed_nodes(nodes_.size(), owed);
+  return release_on(token, only.data(), Announce::waiters);
+}
+
 // The release script on the nodes where only[i] is true (every node if null).
 ReleaseResult ScriptLease::release_on(const std::string& token, const bool* only,
                                       Announce announce) {
   std::deque<VarCommand> commands;
   std::vector<NodeBatch> batches;
+  PerNode<std::size_t> index;  // batch k went to node index[k]
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     if (only != nullptr && !only[i]) continue;
     commands.emplace_back();
@@ -245,6 +251,7 @@ ReleaseResult ScriptLease::release_on(const std::string& token, const bool* only
     batches.emplace_back();
     batches.back().node = nodes_[i].get();
     batches.back().commands.push_back(commands.back().view());
+    index.push_back(i);
   }
   ReleaseResult result;
   if (batches.empty()) return result;
@@ -254,6 +261,7 @@ ReleaseResult ScriptLease::release_on(const std::string& token, const bool* only
     const NodeBatch& batch = batches[k];
     if (batch.error) {
       tally.failed(k, batch.error);
+      note_owed(result.owed, nodes_.size(), index[k], batch);
       continue;
     }
     const redisReply* r = batch.replies[0].get();

@@ -51,6 +51,7 @@ class ScriptLease : public LeaseBackend {
   std::uintptr_t renewal_lane() const noexcept override { return lane_of_nodes(nodes_); }
   std::size_t extend_many(RenewItem* items, std::size_t count) override;
   ReleaseResult release(const std::string& token, Announce announce) override;
+  ReleaseResult retry_release(const std::string& token, const std::vector<char>& owed) override;
 
  protected:
   // The extend script of `token` to `ttl_ms` for `node`: replies 1 (confirmed) or 0.

@@ -7,6 +7,7 @@
 
 #include <redlock/errors.hpp>
 
+#include "io/executor.hpp"
 #include "protocol/replies.hpp"
 
 namespace redlock {
@@ -79,6 +80,19 @@ RenewalVerdict judge_renewal(const RenewalOutcome& outcome) noexcept {
     verdict.reason = lapse_reason(outcome.nodes);
   }
   return verdict;
+}
+
+void note_owed(std::vector<char>& owed, std::size_t nodes, std::size_t node,
+               const NodeBatch& batch) {
+  if (!batch.error || batch.abandoned) return;
+  if (owed.empty()) owed.assign(nodes, 0);
+  owed[node] = 1;
+}
+
+PerNode<bool> owed_nodes(std::size_t nodes, const std::vector<char>& owed) {
+  PerNode<bool> only;
+  for (std::size_t i = 0; i < nodes; ++i) only.push_back(i < owed.size() && owed[i] != 0);
+  return only;
 }
 
 }  // namespace detail

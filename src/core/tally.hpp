@@ -17,6 +17,8 @@
 namespace redlock {
 namespace detail {
 
+struct NodeBatch;
+
 // What the nodes of one operation said: counts, and each failed node's error.
 class Tally {
  public:
@@ -73,6 +75,15 @@ constexpr bool refusals_lose_quorum(std::size_t nodes, std::size_t refused) noex
 constexpr LostReason refusal_reason(std::size_t nodes) noexcept {
   return nodes > 1 ? LostReason::no_quorum : LostReason::refused;
 }
+// The rule for ReleaseResult::owed, written once: a node may not have run a release when it
+// failed on its own (a transport failure, its own timeout, or not sent: in back-off, a failover
+// under way); not when it answered (an error reply too), nor when an early finish cut it short
+// (its release is on the wire behind a quorum's answers). Marks owed[node] if so, sizing `owed`
+// to `nodes` on the first mark. Throws std::bad_alloc only.
+void note_owed(std::vector<char>& owed, std::size_t nodes, std::size_t node,
+               const NodeBatch& batch);
+// `owed` as one flag per node of `nodes` (a release's `only` nodes).
+PerNode<bool> owed_nodes(std::size_t nodes, const std::vector<char>& owed);
 // Why a lease whose validity ran out while nodes stayed silent is lost.
 constexpr LostReason lapse_reason(std::size_t nodes) noexcept {
   return nodes > 1 ? LostReason::no_quorum : LostReason::expired;

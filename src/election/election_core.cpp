@@ -140,7 +140,7 @@ bool ElectionCore::end_term(Term term) noexcept {
   if (term.stop) term.stop->request();
   term.core->cancel_waits();
   if (!term.hold) return false;
-  const HoldEnd end = end_hold(*term.hold, *lease_);
+  const HoldEnd end = end_hold(*term.hold, lease_, lock_options_);
   if (end.lost) report_loss(term.hold, end.reason, lock_options_, lease_->key());
   term.hold->mark_released();
   if (end.error) {

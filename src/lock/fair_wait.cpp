@@ -2,6 +2,7 @@
 #include "lock/fair_wait.hpp"
 
 #include <exception>
+#include <utility>
 
 #include "util/log_internal.hpp"
 #include "util/sha1.hpp"
@@ -11,8 +12,13 @@
 namespace redlock {
 namespace detail {
 
-FairWait::FairWait(LeaseBackend& backend, FairWake wake, std::chrono::milliseconds retry_delay)
-    : backend_(backend), wake_(wake), retry_delay_(retry_delay), token_(make_token()) {}
+FairWait::FairWait(LeaseBackend& backend, FairWake wake, std::chrono::milliseconds retry_delay,
+                   RetryLeave retry)
+    : backend_(backend),
+      wake_(wake),
+      retry_(std::move(retry)),
+      retry_delay_(retry_delay),
+      token_(make_token()) {}
 
 FairWait::~FairWait() = default;
 
@@ -31,6 +37,9 @@ Try FairWait::attempt(Attempt how) {
   // token is not used.
   if (out.result.held) out.token = std::move(token_);
   if (!out.result.held && out.result.watcher > 2 && watch_) watch_->queued_behind_watchers();
+  // A rollback that may not have reached a node (a failover under way) leaves our grant or
+  // queue place there: retried in the background with this token, before it is retired.
+  if (!out.result.undo_owed.empty() && retry_) retry_(token_, std::move(out.result.undo_owed));
   if (out.result.left_queue) {
     void_through_ = seq_;
     retire_token();
@@ -71,7 +80,8 @@ void FairWait::leave() noexcept {
   if (!queued_ || token_.empty()) return;  // empty: it became the hold's token
   queued_ = false;
   try {
-    backend_.release(token_, Announce::waiters);
+    ReleaseResult left = backend_.release(token_, Announce::waiters);
+    if (!left.owed.empty() && retry_) retry_(token_, std::move(left.owed));
   } catch (const std::exception& e) {
     logf(LogLevel::debug, "redlock: leaving the queue of {}: {}", backend_.key(), e.what());
   } catch (...) {

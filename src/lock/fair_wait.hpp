@@ -10,7 +10,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "lock/wait.hpp"
 
@@ -31,9 +33,16 @@ enum class FairWake { timer, releases };
 // for. Later attempts queue with a new token, which nothing in flight can end.
 class FairWait final : public WaitStrategy {
  public:
-  // Makes the waiter's token; `retry_delay` is the pace it polls at when it cannot be woken.
-  // Throws what token generation throws.
-  FairWait(LeaseBackend& backend, FairWake wake, std::chrono::milliseconds retry_delay);
+  // Hands a token's release (a rollback, a leave) that left nodes owed to the background retry
+  // (lock/hold_end.hpp retry_release). Must not throw.
+  using RetryLeave = std::function<void(const std::string& token, std::vector<char> owed)>;
+
+  // Makes the waiter's token; `retry_delay` is the pace it polls at when it cannot be woken;
+  // `retry` (may be empty) gets the queue places whose leave may not have reached a node, so
+  // that a failover's lost leave does not keep the queue's head for a whole ttl. Throws what
+  // token generation throws.
+  FairWait(LeaseBackend& backend, FairWake wake, std::chrono::milliseconds retry_delay,
+           RetryLeave retry = {});
   ~FairWait() override;
 
   Try attempt(Attempt how) override;
@@ -62,6 +71,7 @@ class FairWait final : public WaitStrategy {
 
   LeaseBackend& backend_;
   const FairWake wake_;
+  const RetryLeave retry_;
   const std::chrono::milliseconds retry_delay_;
   std::string token_;  // moved into the hold once an attempt is granted
   std::uint64_t seq_{0};

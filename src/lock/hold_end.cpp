@@ -13,15 +13,22 @@
 namespace redlock {
 namespace detail {
 
-HoldEnd end_hold(HoldState& hold, LeaseBackend& lease) noexcept {
+HoldEnd end_hold(HoldState& hold, const std::shared_ptr<LeaseBackend>& lease,
+                 const LockOptions& options) noexcept {
   HoldEnd end;
   const bool was_valid = hold.begin_end() && !hold.lost(SteadyClock::now());
   if (hold.marked_lost() && hold.reason() == LostReason::cap_reached) return end;
   ReleaseResult result;
   end.sent = SteadyClock::now();
+  const SteadyClock::time_point until = hold.valid_until();
   try {
-    result = lease.release(hold.token(), Announce::waiters);
+    result = lease->release(hold.token(), Announce::waiters);
     end.error = result.failure;
+    // Nodes that may not have run it keep the key (and a fair queue's head waiting) until its
+    // ttl ends: retried there in the background while the lease would still be valid.
+    if (!result.owed.empty() && was_valid) {
+      retry_release(options, lease, hold.token(), std::move(result.owed), until);
+    }
   } catch (...) {
     end.error = std::current_exception();
   }
@@ -32,6 +39,16 @@ HoldEnd end_hold(HoldState& hold, LeaseBackend& lease) noexcept {
     end.reason = was_valid ? result.reason : LostReason::expired;
   }
   return end;
+}
+
+void retry_release(const LockOptions& options, const std::shared_ptr<LeaseBackend>& lease,
+                   const std::string& token, std::vector<char> owed,
+                   SteadyClock::time_point until) noexcept {
+  try {
+    const std::shared_ptr<Watchdog> dog = options.watchdog ? options.watchdog : Watchdog::shared();
+    Access::watchdog(*dog).retry_release(lease, token, std::move(owed), until);
+  } catch (...) {  // bad_alloc: the key expires by its ttl
+  }
 }
 
 bool extend_hold(const std::shared_ptr<HoldState>& hold, LeaseBackend& lease,
@@ -104,9 +121,10 @@ void report_loss(const std::shared_ptr<HoldState>& hold, LostReason reason,
   }
 }
 
-void end_hold_quietly(HoldState& hold, LeaseBackend& lease, const std::string& what,
+void end_hold_quietly(HoldState& hold, const std::shared_ptr<LeaseBackend>& lease,
+                      const LockOptions& options, const std::string& what,
                       const char* when) noexcept {
-  const HoldEnd end = end_hold(hold, lease);
+  const HoldEnd end = end_hold(hold, lease, options);
   if (end.error) {
     try {
       std::rethrow_exception(end.error);

@@ -9,6 +9,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <redlock/observer.hpp>
 #include <redlock/options.hpp>
@@ -30,9 +31,20 @@ struct HoldEnd {
 
 // Ends `hold` through `lease`: stops its renewal (waiting out one in flight), then releases it
 // and announces the release to waiters, unless the watchdog already released it at its cap.
-// Does not mark the hold released (the caller reports a loss first). Never throws: failures
-// land in `error`.
-HoldEnd end_hold(HoldState& hold, LeaseBackend& lease) noexcept;
+// Nodes the release may not have reached (ReleaseResult::owed) get it again in the background,
+// on options.watchdog (empty: Watchdog::shared()), while the hold would be valid; the caller
+// does not wait for that, and `end` reports the first round only. Does not mark the hold
+// released (the caller reports a loss first). Never throws: failures land in `error`.
+HoldEnd end_hold(HoldState& hold, const std::shared_ptr<LeaseBackend>& lease,
+                 const LockOptions& options) noexcept;
+
+// Hands a release of `token` that left nodes `owed` (ReleaseResult::owed, or a rollback's
+// AcquireResult::undo_owed) to the background retry on options.watchdog (empty:
+// Watchdog::shared()), until `until`. Returns at once. Never throws (without memory the key
+// expires by its ttl). Thread-safe.
+void retry_release(const LockOptions& options, const std::shared_ptr<LeaseBackend>& lease,
+                   const std::string& token, std::vector<char> owed,
+                   SteadyClock::time_point until) noexcept;
 
 // Marks `hold` lost for `reason`; the first to do so tells options.on_lost (on the watchdog's
 // callback thread, naming `key`). Never throws.
@@ -53,7 +65,8 @@ void observe_release(Observer* observer, const std::string& key, const HoldState
 
 // Ends a hold nobody will hear of (its thread exited, its object is destroyed): as end_hold,
 // then marks it released. A failure is logged, naming `what` (e.g. "a permit of k") and `when`.
-void end_hold_quietly(HoldState& hold, LeaseBackend& lease, const std::string& what,
+void end_hold_quietly(HoldState& hold, const std::shared_ptr<LeaseBackend>& lease,
+                      const LockOptions& options, const std::string& what,
                       const char* when) noexcept;
 
 }  // namespace detail

@@ -147,9 +147,15 @@ AcquireLoop::Waiter LockCore::handle_waiter() noexcept {
 // loop is the one every waiting primitive shares (lock/acquire_loop).
 std::unique_ptr<WaitStrategy> LockCore::new_wait() {
   if (backend_->fair()) {
+    // A queue place whose leave may not have run is left for one ttl at most: a grant to it
+    // would live that long.
+    auto retry = [this](const std::string& token, std::vector<char> owed) {
+      retry_release(options_, backend_, token, std::move(owed),
+                    SteadyClock::now() + backend_->ttl());
+    };
     return std::make_unique<FairWait>(
         *backend_, options_.wake_on_release ? FairWake::releases : FairWake::timer,
-        options_.retry_delay);
+        options_.retry_delay, std::move(retry));
   }
   if (options_.wake_on_release) return std::make_unique<WakeOnReleaseWait>(*backend_);
   return std::make_unique<PollingWait>(*backend_);
@@ -215,7 +221,7 @@ bool LockCore::release() {
 bool LockCore::release_handle(const Held& held) { return release_last(held.hold); }
 
 bool LockCore::release_last(const std::shared_ptr<HoldState>& hold) {
-  const HoldEnd end = end_hold(*hold, *backend_);
+  const HoldEnd end = end_hold(*hold, backend_, options_);
   observe_release(observer_of(options_), backend_->key(), *hold, end);
   if (end.listeners > 0 && !backend_->fair()) hold_back_after(end.sent);  // fair: queue decides
   crowded_.store(end.listeners > 1, std::memory_order_relaxed);
@@ -253,14 +259,14 @@ void LockCore::orphaned() noexcept {
   const Held held = ownership_.disown_caller();
   if (!held.hold) return;
   logf(LogLevel::warn, "redlock: a thread exited holding {}; releasing it", backend_->key());
-  end_hold_quietly(*held.hold, *backend_, backend_->key(), "");
+  end_hold_quietly(*held.hold, backend_, options_, backend_->key(), "");
   ownership_.open_gate();
 }
 
 void LockCore::destroy() noexcept {
   const Held held = ownership_.disown();
   if (!held.hold) return;
-  end_hold_quietly(*held.hold, *backend_, backend_->key(), " while destroying the lock");
+  end_hold_quietly(*held.hold, backend_, options_, backend_->key(), " while destroying the lock");
 }
 
 }  // namespace detail

@@ -311,7 +311,7 @@ bool SemaphoreCore::release() {
 
 bool SemaphoreCore::release_last(const Held& last) {
   const std::shared_ptr<HoldState>& hold = last.hold;
-  const HoldEnd end = end_hold(*hold, *permits_->permit(last.slot));
+  const HoldEnd end = end_hold(*hold, permits_->permit(last.slot), options_);
   observe_release(observer_of(options_), key_, *hold, end);
   if (end.lost) report_lost(hold, end.reason);
   hold->mark_released();
@@ -324,7 +324,7 @@ void SemaphoreCore::destroy() noexcept {
   const Held held = ownership_.disown();
   if (!held.hold) return;
   try {
-    end_hold_quietly(*held.hold, *permits_->permit(held.slot), "a permit of " + key_,
+    end_hold_quietly(*held.hold, permits_->permit(held.slot), options_, "a permit of " + key_,
                      " while destroying the semaphore");
   } catch (...) {  // bad_alloc naming it: the permit expires by its ttl
     held.hold->mark_released();

@@ -46,6 +46,7 @@ std::int64_t thread_cpu_us() { return cpu_us(CLOCK_THREAD_CPUTIME_ID); }
 }  // namespace
 
 void WatchdogImpl::shutdown() noexcept {
+  retries_.stop();
   std::vector<std::thread*> threads{&deadliner_, &callbacker_};
   {
     std::lock_guard<std::mutex> guard(mutex_);
@@ -462,6 +463,9 @@ WatchdogStats WatchdogImpl::stats() const {
     }
     out.thread_cpu = std::chrono::microseconds(cpu);
   }
+  const ReleaseRetries::Counts retries = retries_.counts();
+  out.release_retries = retries.started;
+  out.releases_retried = retries.completed;
   if (!window.empty()) {
     std::sort(window.begin(), window.end());
     auto at = [&](double q) {
@@ -483,6 +487,7 @@ void WatchdogImpl::reset_stats() {
   round_trips_ = 0;
   lateness_us_.clear();
   lateness_next_ = 0;
+  retries_.reset_counts();
 }
 
 }  // namespace detail

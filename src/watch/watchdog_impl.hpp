@@ -24,6 +24,7 @@
 #include "core/tally.hpp"
 #include "util/doorbell.hpp"
 #include "watch/due_queue.hpp"
+#include "watch/release_retry.hpp"
 
 namespace redlock {
 namespace detail {
@@ -75,6 +76,14 @@ class WatchdogImpl : public std::enable_shared_from_this<WatchdogImpl> {
   // thread. No-op if on_lost is empty.
   void report_lost(const std::string& key, const std::shared_ptr<HoldState>& hold,
                    const std::function<void(const LostEvent&)>& on_lost, LostReason reason);
+
+  // Retries a release that left nodes owed (ReleaseResult::owed) on a thread of the store's own
+  // lane, never delaying a renewal or another store's retries, until `until` (the hold's
+  // validity end). Never throws (watch/release_retry.hpp).
+  void retry_release(std::shared_ptr<LeaseBackend> backend, std::string token,
+                     std::vector<char> owed, SteadyClock::time_point until) noexcept {
+    retries_.add(std::move(backend), std::move(token), std::move(owed), until);
+  }
 
   WatchdogStats stats() const;
   void reset_stats();
@@ -199,6 +208,8 @@ class WatchdogImpl : public std::enable_shared_from_this<WatchdogImpl> {
   std::vector<std::int64_t> lateness_us_;  // ring of the last kWindow
   std::size_t lateness_next_{0};
   std::int64_t retired_cpu_us_{0};  // the CPU time of lanes retired while idle
+
+  ReleaseRetries retries_;  // its own threads, one per lane with a release owed
 };
 
 }  // namespace detail
