@@ -232,6 +232,13 @@ Json print_semaphore_goals(const FleetRows& rows) {
   return goals.take();
 }
 
+// The busy default Lock's server commands per second at its largest N of this run (0: none).
+double busy_commands_per_s(const FleetRows& rows) {
+  const std::vector<const FleetResult*> mine = measured(rows, "default Lock");
+  if (mine.empty() || mine.back()->server.commands.empty()) return 0;
+  return ratio(mine.back()->server.commands.front(), mine.back()->seconds);
+}
+
 FleetSettings settings_of(const Config& config) {
   FleetSettings s;
   s.sizes = config.fleet_sizes;
@@ -305,6 +312,8 @@ void section_fleet(const Config& config, Report& report) {
             << num(handoff_p50_ms) << " ms\n";
   Json goals = print_goals(rows, handoff_p50_ms, static_cast<double>(settings.hold.count()));
   Json semaphore_goals = print_semaphore_goals(rows);
+  Json liveness = fleet_liveness_figures(config, settings, endpoints.front(), admins.front().get(),
+                                         one, busy_commands_per_s(rows));
   Json j = Json::object();
   j.set("what", "N processes on one key, try_lock_until / hold 1 ms / unlock");
   j.set("seconds_per_run", settings.seconds);
@@ -321,6 +330,7 @@ void section_fleet(const Config& config, Report& report) {
   j.set("rows", std::move(list));
   j.set("goals", std::move(goals));
   j.set("semaphore_goals", std::move(semaphore_goals));
+  j.set("liveness", std::move(liveness));
   report.sections.set("12_fleet", std::move(j));
 }
 

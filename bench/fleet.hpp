@@ -23,6 +23,9 @@
 #include "common.hpp"  // Json, Table
 
 struct redisContext;  // hiredis
+namespace redlock {
+struct Endpoint;
+}
 
 namespace bench {
 
@@ -120,6 +123,13 @@ void fleet_backend_rows(const FleetSettings& settings, FleetRows& rows);
 // row with the reason otherwise.
 void fleet_anchor_rows(int processes, const FleetSettings& settings, int port,
                        const SampleServer& sample, FleetRows& rows);
+// Issue 41's figures (fleet_idle.cpp): the server's commands per second with the largest size's
+// waiters idle behind a held lock, against `busy_commands_per_s` (the busy default Lock at that
+// size; 0: not measured), and the release script's server time behind 100,000 dead queue
+// entries. Prints them with their goals; returns them as JSON.
+Json fleet_liveness_figures(const Config& config, const FleetSettings& settings,
+                            const redlock::Endpoint& endpoint, redisContext* admin,
+                            const SampleServer& sample, double busy_commands_per_s);
 // INFO commandstats (all calls but INFO's) and INFO cpu of each context.
 SampleServer redis_sampler(std::vector<redisContext*> admins);
 

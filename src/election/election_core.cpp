@@ -41,7 +41,9 @@ ElectionCore::ElectionCore(std::shared_ptr<LeaseBackend> lease, LockOptions lock
       board_(std::move(board)),
       name_(std::move(name)),
       id_(std::move(id)),
-      options_(std::move(options)) {}
+      options_(std::move(options)) {
+  if (!lock_options_.watchdog) lock_options_.watchdog = Watchdog::shared();  // as LockCore's
+}
 
 ElectionCore::~ElectionCore() { shutdown(); }
 

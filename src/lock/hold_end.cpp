@@ -44,9 +44,11 @@ HoldEnd end_hold(HoldState& hold, const std::shared_ptr<LeaseBackend>& lease,
 void retry_release(const LockOptions& options, const std::shared_ptr<LeaseBackend>& lease,
                    const std::string& token, std::vector<char> owed,
                    SteadyClock::time_point until) noexcept {
+  // Never Watchdog::shared() here: this may run while the program exits (a ~Hold's background
+  // release), after that static is gone. Every core holds its watchdog (LockCore's constructor).
+  if (!options.watchdog) return;
   try {
-    const std::shared_ptr<Watchdog> dog = options.watchdog ? options.watchdog : Watchdog::shared();
-    Access::watchdog(*dog).retry_release(lease, token, std::move(owed), until);
+    Access::watchdog(*options.watchdog).retry_release(lease, token, std::move(owed), until);
   } catch (...) {  // bad_alloc: the key expires by its ttl
   }
 }

@@ -32,15 +32,15 @@ struct HoldEnd {
 // Ends `hold` through `lease`: stops its renewal (waiting out one in flight), then releases it
 // and announces the release to waiters, unless the watchdog already released it at its cap.
 // Nodes the release may not have reached (ReleaseResult::owed) get it again in the background,
-// on options.watchdog (empty: Watchdog::shared()), while the hold would be valid; the caller
+// on options.watchdog, while the hold would be valid; the caller
 // does not wait for that, and `end` reports the first round only. Does not mark the hold
 // released (the caller reports a loss first). Never throws: failures land in `error`.
 HoldEnd end_hold(HoldState& hold, const std::shared_ptr<LeaseBackend>& lease,
                  const LockOptions& options) noexcept;
 
 // Hands a release of `token` that left nodes `owed` (ReleaseResult::owed, or a rollback's
-// AcquireResult::undo_owed) to the background retry on options.watchdog (empty:
-// Watchdog::shared()), until `until`. Returns at once. Never throws (without memory the key
+// AcquireResult::undo_owed) to the background retry on options.watchdog (empty: no retry; the
+// cores always set it), until `until`. Returns at once. Never throws (without memory the key
 // expires by its ttl). Thread-safe.
 void retry_release(const LockOptions& options, const std::shared_ptr<LeaseBackend>& lease,
                    const std::string& token, std::vector<char> owed,

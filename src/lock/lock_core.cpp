@@ -74,9 +74,9 @@ LockCore::LockCore(std::vector<std::shared_ptr<ClientImpl>> nodes, std::string k
 
 LockCore::LockCore(std::shared_ptr<LeaseBackend> backend, LockOptions options)
     : options_(std::move(options)), backend_(std::move(backend)) {
-  if ((options_.auto_renew || options_.on_lost) && !options_.watchdog) {
-    options_.watchdog = Watchdog::shared();
-  }
+  // Always a watchdog of its own reference: renewal, on_lost, and the background release retry
+  // (which may run from ~Hold's job while the program exits, after Watchdog::shared()'s static).
+  if (!options_.watchdog) options_.watchdog = Watchdog::shared();
 }
 
 template <class FenceOfHold>

@@ -48,9 +48,9 @@ LockOptions validated(std::size_t limit, const std::string& key, LockOptions opt
         "limit slot keys); use a shorter key or a smaller limit",
         key.size(), limit));
   }
-  if ((options.auto_renew || options.on_lost) && !options.watchdog) {
-    options.watchdog = Watchdog::shared();
-  }
+  // Always a watchdog of its own reference: renewal, on_lost, and the background release retry
+  // (which may run from ~Hold's job while the program exits, after Watchdog::shared()'s static).
+  if (!options.watchdog) options.watchdog = Watchdog::shared();
   return options;
 }
 
