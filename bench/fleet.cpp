@@ -15,6 +15,7 @@
 // goals of #32 for the default Lock and the default Semaphore(2), as ratios to their first
 // (smallest) N of the same run.
 #include <algorithm>   // std::max
+#include <chrono>      // std::chrono::seconds
 #include <cstddef>     // std::size_t
 #include <functional>  // std::function
 #include <iostream>    // std::cout
@@ -285,7 +286,9 @@ void section_fleet(const Config& config, Report& report) {
   std::vector<RawContext> admins;
   for (std::size_t i = 0; i < group.size(); ++i) {
     endpoints.push_back(endpoint_of(group[i], config.timeout));
-    admins.push_back(raw_connect(endpoints.back()));
+    // The samplers' own connections wait long: a hiredis context that timed out once (INFO on
+    // a server 512 processes keep busy) fails every later command, and every later row.
+    admins.push_back(raw_connect(endpoint_of(group[i], std::chrono::seconds(60))));
   }
   const SampleServer one = redis_sampler({admins.front().get()});
   const SampleServer three = redis_sampler({admins[0].get(), admins[1].get(), admins[2].get()});
@@ -312,8 +315,8 @@ void section_fleet(const Config& config, Report& report) {
             << num(handoff_p50_ms) << " ms\n";
   Json goals = print_goals(rows, handoff_p50_ms, static_cast<double>(settings.hold.count()));
   Json semaphore_goals = print_semaphore_goals(rows);
-  Json liveness = fleet_liveness_figures(config, settings, endpoints.front(), admins.front().get(),
-                                         one, busy_commands_per_s(rows));
+  Json liveness =
+      fleet_liveness_figures(config, settings, endpoints.front(), one, busy_commands_per_s(rows));
   Json j = Json::object();
   j.set("what", "N processes on one key, try_lock_until / hold 1 ms / unlock");
   j.set("seconds_per_run", settings.seconds);

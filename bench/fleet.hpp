@@ -128,8 +128,8 @@ void fleet_anchor_rows(int processes, const FleetSettings& settings, int port,
 // size; 0: not measured), and the release script's server time behind 100,000 dead queue
 // entries. Prints them with their goals; returns them as JSON.
 Json fleet_liveness_figures(const Config& config, const FleetSettings& settings,
-                            const redlock::Endpoint& endpoint, redisContext* admin,
-                            const SampleServer& sample, double busy_commands_per_s);
+                            const redlock::Endpoint& endpoint, const SampleServer& sample,
+                            double busy_commands_per_s);
 // INFO commandstats (all calls but INFO's) and INFO cpu of each context.
 SampleServer redis_sampler(std::vector<redisContext*> admins);
 
