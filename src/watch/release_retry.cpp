@@ -99,7 +99,9 @@ void ReleaseRetries::State::run(Lane& lane) noexcept {
                          [](const Retry& a, const Retry& b) { return a.next < b.next; });
     const auto now = SteadyClock::now();
     if (first->next > now) {
-      wake.wait_until(lock, first->next);
+      // A copy: the wait lets go of the mutex, and an add() may move every retry meanwhile.
+      const SteadyClock::time_point until = first->next;
+      wake.wait_until(lock, until);
       continue;
     }
     Retry retry = std::move(*first);
