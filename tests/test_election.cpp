@@ -160,6 +160,32 @@ TEST_CASE("Election: leader() never reports an expired leader", "[election]") {
   CHECK_FALSE(watcher.leader());
 }
 
+// leader() reads the lock key and the leader record together and names the record only while
+// the key holds the recorded token: a grant whose claim is not yet written, or a record left by
+// an earlier leader, names nobody. A torn read (the key of one leader, the record of another)
+// would name the old leader here.
+TEST_CASE("Election: leader() names nobody while the lock key holds an unrecorded token",
+          "[election]") {
+  RedisServer server;
+  const std::string name = key("election-unclaimed");
+  redlock::Election watcher(redlock::Client(server.endpoint()), name, "watcher");
+  redlock::Election candidate(redlock::Client(server.endpoint()), name, "c", with_ttl(60s));
+  const std::uint64_t term = candidate.campaign();
+  REQUIRE(watcher.leader());
+  CHECK(watcher.leader()->term == term);
+  // Another grant, not yet claimed: the key holds a token the record does not name.
+  server.raw({"SET", leader_key(name), "00ff00ff", "PX", "60000"});
+  CHECK_FALSE(watcher.leader());
+  // A record that is not "<term> <token> <id>" names nobody either, and does not throw.
+  server.raw({"SET", redlock::detail::helper_key(leader_key(name), ":id"), "garbage"});
+  CHECK_FALSE(watcher.leader());
+  server.raw({"SET", redlock::detail::helper_key(leader_key(name), ":id"),
+              std::to_string(term) + " 00ff00ff other"});
+  REQUIRE(watcher.leader());
+  CHECK(watcher.leader()->id == "other");
+  CHECK(watcher.leader()->term == term);
+}
+
 TEST_CASE("Election: observe() hears elected, resigned and changed leaders", "[election]") {
   RedisServer server;
   const std::string name = key("election-observe");

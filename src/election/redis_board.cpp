@@ -2,12 +2,13 @@
 // the lock engine's, on election_key(name) with fencing; the board is one more key in
 // its slot, `<lock key>:id`, holding "<fence> <token> <id>" of the last claim. A claim writes it
 // only while the lock key holds the claimant's token and announces on the lock's release
-// channel; leader() is one script that answers only while the lock key holds the recorded
-// token, so an expired or released leader (key gone) or a grant not yet claimed is never
-// reported. The record has no expiry, like the fence counter beside it: one small key per name.
-// On a quorum both scripts go to every node at once through the fan-out executor (io/executor),
-// with the early finish of a Redlock attempt: done once a quorum settles the outcome, the other
-// nodes given the executor's grace.
+// channel; leader() is one MGET of both keys, an observer's read one script (it also needs the
+// lease's time left): each names a leader only while the lock key holds the recorded token, so
+// an expired or released leader (key gone) or a grant not yet claimed is never reported. The record
+// has no expiry, like the fence counter beside it: one small key per name. On a quorum both scripts
+// go to every node at once through the fan-out executor (io/executor), with the early finish of a
+// Redlock attempt: done once a quorum settles the outcome, the other nodes given the executor's
+// grace.
 #include "election/redis_board.hpp"
 
 #include <algorithm>
@@ -63,6 +64,35 @@ std::uint64_t to_u64(const std::string& text) {
     throw ProtocolError("redlock: a leader record with a fence that is not a number: " + text);
   }
   return value;
+}
+
+// Look::once reads the board with `MGET <lock key> <record>`: one plain command, atomic on the
+// server, so as exact as the script (an expired lock key reads as nil) at the cost of a GET.
+// Returns the leader whose recorded token the lock key holds, or none; no lease time (-1).
+Sighting decode_pair(const redisReply* reply) {
+  Sighting seen;
+  if (reply == nullptr || reply->type != REDIS_REPLY_ARRAY || reply->elements != 2) return seen;
+  const redisReply* holder = reply->element[0];
+  const redisReply* record = reply->element[1];
+  if (holder->type != REDIS_REPLY_STRING || record->type != REDIS_REPLY_STRING) return seen;
+  const std::string_view text(record->str, record->len);
+  const auto a = text.find(' ');
+  const auto b = a == std::string_view::npos ? a : text.find(' ', a + 1);
+  if (b == std::string_view::npos) return seen;
+  if (text.substr(a + 1, b - a - 1) != std::string_view(holder->str, holder->len)) return seen;
+  seen.leader = Leader{std::string(text.substr(b + 1)), to_u64(std::string(text.substr(0, a)))};
+  return seen;
+}
+
+bool names_by_record(const redisReply* reply) {
+  try {
+    return decode_pair(reply).leader.has_value();
+  } catch (const ProtocolError&) {  // a record whose fence is not a number: no leader named
+    return false;
+  }
+}
+bool names_by_script(const redisReply* reply) {
+  return reply != nullptr && reply->type == REDIS_REPLY_ARRAY;
 }
 
 Sighting decode(const Reply& reply) {
@@ -149,11 +179,13 @@ namespace {
 // The leader a majority of `replies` names (the same term and id), its lease ending at the
 // earliest of theirs; none if no leader has a majority. `best` is set to the most votes any
 // leader had.
-Sighting majority_leader(const PerNode<ReplyPtr>& replies, std::size_t& best) {
+Sighting majority_leader(const PerNode<ReplyPtr>& replies, Look look, std::size_t& best) {
   const std::size_t n = replies.size();
   PerNode<Sighting> seen(n);
   for (std::size_t i = 0; i < n; ++i) {
-    if (replies[i]) seen[i] = decode(to_reply(replies[i].get()));
+    if (!replies[i]) continue;
+    seen[i] =
+        look == Look::once ? decode_pair(replies[i].get()) : decode(to_reply(replies[i].get()));
   }
   best = 0;
   for (const Sighting& candidate : seen) {
@@ -178,23 +210,29 @@ Sighting majority_leader(const PerNode<ReplyPtr>& replies, std::size_t& best) {
 // have a quorum. When the first answers name different leaders (a hand-over under way) and the
 // nodes the grace cut could make a majority for one of them, every node is asked again and
 // waited for: one more round trip, only while leaders change.
-Sighting RedisBoard::read(Look) {
+// leader() (Look::once) reads with MGET (decode_pair); an observer (Look::watch) also needs the
+// lease's time left, which only the script gives.
+Sighting RedisBoard::read(Look look) {
   const std::size_t n = engine_->nodes().size();
   PerNode<BoardCommand> commands(n);
   for (std::size_t i = 0; i < n; ++i) {
-    commands[i].evalsha(read_script()).arg("2").arg(engine_->key()).arg(record_);
+    if (look == Look::once) {
+      commands[i].arg("MGET").arg(engine_->key()).arg(record_);
+    } else {
+      commands[i].evalsha(read_script()).arg("2").arg(engine_->key()).arg(record_);
+    }
   }
-  // A leader named (an array), or none (nil).
-  const auto names_leader = [](const redisReply* reply) {
-    return to_reply(reply).type() == Reply::Type::array;
-  };
+  // A leader named (by the script: an array; by MGET: a record that the lock key's token matches).
+  bool (*const names_leader)(const redisReply*) =
+      look == Look::once ? names_by_record : names_by_script;
   std::size_t cut = 0;
   std::size_t best = 0;
   const Sighting first = majority_leader(
-      fan_out(*engine_, commands, names_leader, "the leader read", Settle::early, &cut), best);
+      fan_out(*engine_, commands, names_leader, "the leader read", Settle::early, &cut), look,
+      best);
   if (first.leader || best == 0 || best + cut < quorum_of(n)) return first;
   return majority_leader(
-      fan_out(*engine_, commands, names_leader, "the leader read", Settle::at_all), best);
+      fan_out(*engine_, commands, names_leader, "the leader read", Settle::at_all), look, best);
 }
 
 std::unique_ptr<ReleaseWatch> RedisBoard::watch(SteadyClock::time_point deadline) {
