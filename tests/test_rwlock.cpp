@@ -507,3 +507,42 @@ TEST_CASE("A plain Lock on the key is a writer: readers exclude it and it exclud
   CHECK(got);
   CHECK(when - unlocked < 3s);
 }
+
+// The readers' key and set expire with the longest reader lease: a reader with a shorter lease
+// never shortens them, a longer one lengthens both. A reader that finds the key absent enters
+// without purging the set (no reader can hold then), so a member left from an ended lease (here
+// written raw, as a crashed reader's entry left after its key was deleted) must not keep the key
+// shared once the last live reader leaves: a writer then gets in at once.
+TEST_CASE("ReadWriteLock: the readers' key lives as long as the longest reader lease, no longer",
+          "[redis][rwlock]") {
+  Setup setup("rw-cover");
+  const std::string readers = helper_key(setup.k, ":readers");
+  const auto pttl = [&](const std::string& name) {
+    return setup.server.raw({"PTTL", name}).integer();
+  };
+  redlock::ReadWriteLock a(setup.client, setup.k, fast(10s));
+  redlock::ReadWriteLock b(setup.client, setup.k, fast(2s));
+  redlock::ReadWriteLock c(setup.client, setup.k, fast(20s));
+  REQUIRE(a.try_lock_shared());
+  CHECK(pttl(setup.k) > 9000);
+  CHECK(pttl(readers) > 9000);
+  REQUIRE(b.try_lock_shared());
+  CHECK(pttl(setup.k) > 9000);
+  CHECK(pttl(readers) > 9000);
+  REQUIRE(c.try_lock_shared());
+  CHECK(pttl(setup.k) > 19000);
+  CHECK(pttl(readers) > 19000);
+  a.unlock_shared();
+  b.unlock_shared();
+  c.unlock_shared();
+  CHECK(setup.server.raw({"EXISTS", setup.k, readers}).integer() == 0);
+
+  setup.server.raw({"ZADD", readers, "1", "0badc0de"});  // an entry whose lease ended long ago
+  REQUIRE(a.try_lock_shared());
+  CHECK(readers_of(setup.server, setup.k) == 2);
+  a.unlock_shared();
+  CHECK(setup.server.raw({"EXISTS", setup.k, readers}).integer() == 0);
+  redlock::ReadWriteLock writer(setup.client, setup.k, fast(10s));
+  CHECK(writer.try_lock());
+  writer.unlock();
+}

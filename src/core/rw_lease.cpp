@@ -4,7 +4,6 @@
 #include "core/rw_lease.hpp"
 
 #include <algorithm>
-#include <deque>
 #include <exception>
 #include <set>
 #include <stdexcept>
@@ -147,13 +146,12 @@ ReleaseResult RwWriterLease::release(const std::string& token, Announce announce
 
 void RwWriterLease::unmark_waiter() noexcept {
   try {
-    std::deque<VarCommand> commands;
+    const VarCommands commands(nodes().size());
     std::vector<NodeBatch> batches(nodes().size());
     for (std::size_t i = 0; i < nodes().size(); ++i) {
-      commands.emplace_back();
-      build_writer_unmark(commands.back(), shared_->keys, waiter_, nodes()[i]->pubsub());
+      build_writer_unmark(commands[i], shared_->keys, waiter_, nodes()[i]->pubsub());
       batches[i].node = nodes()[i].get();
-      batches[i].commands.push_back(commands.back().view());
+      batches[i].commands.push_back(commands[i].view());
     }
     execute(batches.data(), batches.size());
   } catch (const std::exception& e) {

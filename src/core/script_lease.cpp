@@ -3,7 +3,6 @@
 #include "core/script_lease.hpp"
 
 #include <algorithm>
-#include <deque>
 #include <stdexcept>
 #include <unordered_map>
 #include <utility>
@@ -73,15 +72,14 @@ bool ScriptLease::read_acquire(Tally& tally, std::size_t i, const NodeBatch& bat
   }
   const redisReply* r = batch.replies[0].get();
   const MultiReply reply = read_multi_reply(r, keys);
-  const std::string operation = fmt::format("{} acquire script", what_);
   if (reply.problem == MultiReply::Problem::server_error) {
-    tally.server_error(i, *batch.node, operation, error_text(r));
+    tally.server_error(i, *batch.node, fmt::format("{} acquire script", what_), error_text(r));
     return false;
   }
   if (reply.problem != MultiReply::Problem::none) {
-    tally.failed(
-        i, std::make_exception_ptr(ProtocolError(fmt::format(
-               "redlock: unexpected reply to {} from {}", operation, batch.node->address()))));
+    tally.failed(i, std::make_exception_ptr(ProtocolError(
+                        fmt::format("redlock: unexpected reply to {} acquire script from {}", what_,
+                                    batch.node->address()))));
     return true;
   }
   if (!reply.granted) {
@@ -107,14 +105,12 @@ bool ScriptLease::read_acquire(Tally& tally, std::size_t i, const NodeBatch& bat
 AcquireResult ScriptLease::acquire_script(const BuildAcquire& build, const std::string& token,
                                           std::size_t keys, std::vector<std::uint64_t>* fences) {
   const std::size_t n = nodes_.size();
-  std::deque<VarCommand> commands;  // never moved: the batches point into them
+  const VarCommands commands(2 * n);  // never moved: the batches point into them
   std::vector<NodeBatch> batches(n);
   for (std::size_t i = 0; i < n; ++i) {
-    commands.emplace_back();
-    build(commands.back(), *nodes_[i]);
+    build(commands[2 * i], *nodes_[i]);
     // A node too slow to answer may still run it: the rollback follows on the same connection.
-    commands.emplace_back();
-    build_release(commands.back(), *nodes_[i], token, Announce::quietly, ScriptSend::eval);
+    build_release(commands[2 * i + 1], *nodes_[i], token, Announce::quietly, ScriptSend::eval);
     batches[i].node = nodes_[i].get();
     batches[i].commands.push_back(commands[2 * i].view());
     if (const CommandView* wait = nodes_[i]->replica_wait()) batches[i].commands.push_back(*wait);
@@ -184,7 +180,12 @@ std::size_t ScriptLease::extend_many(RenewItem* items, std::size_t count) {
 std::size_t ScriptLease::extend_items(RenewItem* items, std::size_t count,
                                       const std::chrono::milliseconds* ttl,
                                       const std::string* ttl_ms) {
-  std::deque<VarCommand> commands;  // never moved: the batches point into them
+  std::size_t total = 0;
+  for (std::size_t k = 0; k < count; ++k) {
+    total += static_cast<const ScriptLease&>(*items[k].backend).nodes_.size();
+  }
+  const VarCommands commands(total);  // never moved: the batches point into them
+  std::size_t used = 0;
   std::vector<NodeBatch> batches;
   std::vector<std::vector<Place>> places(count);
   std::unordered_map<ClientImpl*, std::size_t> index;
@@ -196,10 +197,10 @@ std::size_t ScriptLease::extend_items(RenewItem* items, std::size_t count,
         batches.emplace_back();
         batches.back().node = node.get();
       }
-      commands.emplace_back();
-      lease.build_extend(commands.back(), *node, *items[k].token,
+      VarCommand& command = commands[used++];
+      lease.build_extend(command, *node, *items[k].token,
                          ttl_ms != nullptr ? *ttl_ms : lease.ttl_ms_);
-      batches[at->second].commands.push_back(commands.back().view());
+      batches[at->second].commands.push_back(command.view());
       places[k].emplace_back(at->second, batches[at->second].commands.size() - 1);
     }
   }
@@ -241,16 +242,16 @@ ReleaseResult ScriptLease::retry_release(const std::string& token, const std::ve
 // The release script on the nodes where only[i] is true (every node if null).
 ReleaseResult ScriptLease::release_on(const std::string& token, const bool* only,
                                       Announce announce) {
-  std::deque<VarCommand> commands;
+  const VarCommands commands(nodes_.size());
   std::vector<NodeBatch> batches;
   PerNode<std::size_t> index;  // batch k went to node index[k]
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     if (only != nullptr && !only[i]) continue;
-    commands.emplace_back();
-    build_release(commands.back(), *nodes_[i], token, announce, ScriptSend::evalsha);
+    VarCommand& command = commands[batches.size()];
+    build_release(command, *nodes_[i], token, announce, ScriptSend::evalsha);
     batches.emplace_back();
     batches.back().node = nodes_[i].get();
-    batches.back().commands.push_back(commands.back().view());
+    batches.back().commands.push_back(command.view());
     index.push_back(i);
   }
   ReleaseResult result;

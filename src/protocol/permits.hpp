@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +18,7 @@
 
 #include "io/command.hpp"
 #include "protocol/commands.hpp"  // Send
+#include "util/small_vector.hpp"
 
 namespace redlock {
 namespace detail {
@@ -54,11 +56,23 @@ class VarCommand {
   CommandView view() const noexcept;
 
  private:
-  std::vector<const char*> argv_;
-  std::vector<std::size_t> lens_;
+  // Inline up to 16 arguments (every script but a large semaphore's): no allocation per command.
+  SmallVector<const char*, 16> argv_;
+  SmallVector<std::size_t, 16> lens_;
   const Script* script_{nullptr};
   std::string numkeys_;
   Resend resend_{Resend::never};
+};
+
+// A fixed number of VarCommands made at once (one allocation), never moved: batches point into
+// them. Not thread-safe.
+class VarCommands {
+ public:
+  explicit VarCommands(std::size_t count) : commands_(new VarCommand[count]) {}
+  VarCommand& operator[](std::size_t i) const noexcept { return commands_[i]; }
+
+ private:
+  std::unique_ptr<VarCommand[]> commands_;
 };
 
 // The take script's arguments beyond the keys and the token. Views into strings the caller keeps.

@@ -10,26 +10,41 @@ namespace detail {
 namespace {
 
 // Every script but the writer's release and extend starts here (KEYS[1] is the key, KEYS[2] the
-// readers' set): the server's clock in ms, the readers whose lease has ended purged, and keep(),
-// which makes the set expire with its longest lease and, while readers hold, sets the key itself
-// to SHARED with the same expiry, so that a plain Lock on the key (SET NX) is refused like a
-// writer. SHARED is never a token (tokens are hex). TIME before writes needs effects
-// replication (Redis < 5; later servers always replicate effects).
-#define REDLOCK_RW_PRELUDE_LUA                                              \
-  "if redis.replicate_commands then redis.replicate_commands() end\n"       \
-  "local SHARED = 'redlock:rw:readers'\n"                                   \
-  "local t = redis.call('time')\n"                                          \
-  "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n" \
-  "redis.call('zremrangebyscore', KEYS[2], '-inf', now)\n"                  \
-  "local function keep()\n"                                                 \
-  "  local last = redis.call('zrange', KEYS[2], -1, -1, 'WITHSCORES')\n"    \
-  "  if not last[2] then return end\n"                                      \
-  "  local left = math.max(1, tonumber(last[2]) - now)\n"                   \
-  "  redis.call('pexpire', KEYS[2], left)\n"                                \
-  "  local holder = redis.call('get', KEYS[1])\n"                           \
-  "  if not holder or holder == SHARED then\n"                              \
-  "    redis.call('set', KEYS[1], SHARED, 'PX', left)\n"                    \
-  "  end\n"                                                                 \
+// readers' set): the server's clock in ms; purge(), which drops the readers whose lease has
+// ended; keep(), which makes the set expire with its longest lease and, while readers hold, sets
+// the key itself to SHARED with the same expiry, so that a plain Lock on the key (SET NX) is
+// refused like a writer; and cover(ms), the same for one reader just entered with `ms` left,
+// without reading the set: the key and the set only ever get longer expiries from it, as keep()
+// gives them after a reader left early. SHARED is never a token (tokens are hex). TIME before
+// writes needs effects replication (Redis < 5; later servers always replicate effects).
+// The invariant the scripts keep: the key is SHARED, or a writer's token, for at least as long as
+// any reader's lease in the set (keep() and cover() set both expiries together, and SHARED is
+// deleted only once the set is empty), so a script that finds the key absent knows that no reader
+// holds, and skips the purge; a set left with members of ended leases is purged by the next
+// script that counts it.
+#define REDLOCK_RW_PRELUDE_LUA                                                    \
+  "if redis.replicate_commands then redis.replicate_commands() end\n"             \
+  "local SHARED = 'redlock:rw:readers'\n"                                         \
+  "local t = redis.call('time')\n"                                                \
+  "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"       \
+  "local function purge()\n"                                                      \
+  "  redis.call('zremrangebyscore', KEYS[2], '-inf', now)\n"                      \
+  "end\n"                                                                         \
+  "local function keep()\n"                                                       \
+  "  local last = redis.call('zrange', KEYS[2], -1, -1, 'WITHSCORES')\n"          \
+  "  if not last[2] then return end\n"                                            \
+  "  local left = math.max(1, tonumber(last[2]) - now)\n"                         \
+  "  redis.call('pexpire', KEYS[2], left)\n"                                      \
+  "  local holder = redis.call('get', KEYS[1])\n"                                 \
+  "  if not holder or holder == SHARED then\n"                                    \
+  "    redis.call('set', KEYS[1], SHARED, 'PX', left)\n"                          \
+  "  end\n"                                                                       \
+  "end\n"                                                                         \
+  "local function cover(holder, ms)\n"                                            \
+  "  if holder == SHARED and redis.call('pttl', KEYS[1]) >= ms then return end\n" \
+  "  if holder and holder ~= SHARED then return keep() end\n"                     \
+  "  redis.call('pexpire', KEYS[2], ms)\n"                                        \
+  "  redis.call('set', KEYS[1], SHARED, 'PX', ms)\n"                              \
   "end\n"
 
 // KEYS key, readers, writer-waiting, fence; ARGV[1] token, [2] ttl ms, [3] "1" fencing, [4] "1"
@@ -37,14 +52,20 @@ namespace {
 // every attempt of one wait, unlike the token). A key already holding the token is a repeat of
 // this attempt (re-armed, the counter's value is its fence).
 const char kWriterAcquireLua[] = REDLOCK_RW_PRELUDE_LUA R"(local holder = redis.call('get', KEYS[1])
+if holder then purge() end
+local readers = redis.call('zcard', KEYS[2])
+if readers > 0 and not holder then
+  purge()
+  readers = redis.call('zcard', KEYS[2])
+end
 if holder == ARGV[1] then
   redis.call('pexpire', KEYS[1], ARGV[2])
   local f = 0
   if ARGV[3] == '1' then f = tonumber(redis.call('get', KEYS[4]) or '0') end
   return {1, f}
 end
-if holder == SHARED and redis.call('zcard', KEYS[2]) == 0 then holder = false end
-if not holder and redis.call('zcard', KEYS[2]) == 0 then
+if holder == SHARED and readers == 0 then holder = false end
+if not holder and readers == 0 then
   redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
   if redis.call('get', KEYS[3]) == ARGV[6] then redis.call('del', KEYS[3]) end
   local f = 0
@@ -87,6 +108,7 @@ local function enter()
   keep()
 end
 local holder = redis.call('get', KEYS[1])
+if holder then purge() end
 if ARGV[6] ~= '' then
   if holder ~= ARGV[6] then return {0, 0, 1} end
   redis.call('del', KEYS[1])
@@ -94,26 +116,37 @@ if ARGV[6] ~= '' then
   publish(ARGV[7], ARGV[1])
   return {1, fence()}
 end
-if redis.call('zscore', KEYS[2], ARGV[1]) then
-  enter()
-  return {1, fence()}
+if holder and holder ~= SHARED then
+  if redis.call('zscore', KEYS[2], ARGV[1]) then
+    enter()
+    return {1, fence()}
+  end
+  return {0, redis.call('pttl', KEYS[1]), 1}
 end
-if holder and holder ~= SHARED then return {0, redis.call('pttl', KEYS[1]), 1} end
-if redis.call('exists', KEYS[3]) == 1 then return {0, redis.call('pttl', KEYS[3]), 1} end
-enter()
+if redis.call('exists', KEYS[3]) == 1 then
+  if holder and redis.call('zscore', KEYS[2], ARGV[1]) then
+    enter()
+    return {1, fence()}
+  end
+  return {0, redis.call('pttl', KEYS[3]), 1}
+end
+redis.call('zadd', KEYS[2], string.format('%.0f', now + tonumber(ARGV[2])), ARGV[1])
+cover(holder, tonumber(ARGV[2]))
 if ARGV[5] == '1' then publish(ARGV[7], ARGV[1]) end
 return {1, fence()})";
 
 // KEYS key, readers; ARGV[1] token, [2] the writers' channel, [3] the SPUBLISH flag.
 const char kReaderReleaseLua[] = REDLOCK_PUBLISH_LUA REDLOCK_RW_PRELUDE_LUA
-    R"(if redis.call('zrem', KEYS[2], ARGV[1]) == 0 then return 0 end
+    R"(purge()
+if redis.call('zrem', KEYS[2], ARGV[1]) == 0 then return 0 end
 if redis.call('zcard', KEYS[2]) > 0 then return 1 end
 if redis.call('get', KEYS[1]) == SHARED then redis.call('del', KEYS[1]) end
 return 1 + publish(ARGV[2], ARGV[1]))";
 
 // KEYS key, readers; ARGV[1] token, [2] ttl ms.
 const char kReaderExtendLua[] = REDLOCK_RW_PRELUDE_LUA
-    R"(if not redis.call('zscore', KEYS[2], ARGV[1]) then return 0 end
+    R"(purge()
+if not redis.call('zscore', KEYS[2], ARGV[1]) then return 0 end
 redis.call('zadd', KEYS[2], 'XX', string.format('%.0f', now + tonumber(ARGV[2])), ARGV[1])
 keep()
 return 1)";
