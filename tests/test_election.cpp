@@ -186,6 +186,31 @@ TEST_CASE("Election: leader() names nobody while the lock key holds an unrecorde
   CHECK(watcher.leader()->term == term);
 }
 
+// leader() reads with MGET, which docs/operations.md's minimal ACL did not list before: a user
+// without it is refused once (NOPERM) and leader() reads with the script from then on.
+TEST_CASE("Election: leader() as the minimal ACL user without +mget", "[election][acl]") {
+  RedisServer server;
+  std::vector<std::string> rules = {"ACL", "SETUSER", "leader-reader", "reset"};
+  for (const std::string& rule : redlock::test::minimal_acl_rules()) {
+    rules.push_back(rule.front() == '>' ? ">pw" : rule);
+  }
+  server.raw(rules);
+  redlock::Endpoint restricted = server.endpoint();
+  restricted.username = "leader-reader";
+  restricted.password = "pw";
+  const std::string name = key("election-acl");
+  redlock::Election candidate(redlock::Client(server.endpoint()), name, "c", with_ttl(60s));
+  const std::uint64_t term = candidate.campaign();
+  redlock::Election watcher(redlock::Client(restricted), name, "watcher");
+  for (int i = 0; i < 3; ++i) {
+    const std::optional<redlock::Leader> seen = watcher.leader();
+    REQUIRE(seen);
+    CHECK(seen->id == "c");
+    CHECK(seen->term == term);
+  }
+  CHECK(server.raw({"ACL", "DRYRUN", "leader-reader", "MGET", name, name}).str() != "OK");
+}
+
 TEST_CASE("Election: observe() hears elected, resigned and changed leaders", "[election]") {
   RedisServer server;
   const std::string name = key("election-observe");
@@ -338,7 +363,8 @@ TEST_CASE("Election: bad arguments are named", "[election]") {
                                "bytes (4 MiB less the 9 of the lease's key, {name}:leader)"));
 }
 
-TEST_CASE("Election: names x and {x} are two elections", "[election]") {
+// [unprefixed]: its key, {{rltest:...}}:leader, is outside the minimal ACL user's key patterns.
+TEST_CASE("Election: names x and {x} are two elections", "[election][unprefixed]") {
   RedisServer server;
   redlock::Client client(server.endpoint());
   const std::string x = key("election-braces");

@@ -25,6 +25,7 @@
 #include "protocol/commands.hpp"
 #include "protocol/scripts.hpp"
 #include "util/key_slot.hpp"
+#include "util/log_internal.hpp"
 
 namespace redlock {
 namespace detail {
@@ -211,8 +212,23 @@ Sighting majority_leader(const PerNode<ReplyPtr>& replies, Look look, std::size_
 // nodes the grace cut could make a majority for one of them, every node is asked again and
 // waited for: one more round trip, only while leaders change.
 // leader() (Look::once) reads with MGET (decode_pair); an observer (Look::watch) also needs the
-// lease's time left, which only the script gives.
+// lease's time left, which only the script gives. A user whose ACL lacks +mget (docs/operations.md
+// did not list it before) is answered NOPERM once; from then on this board reads with the script.
 Sighting RedisBoard::read(Look look) {
+  if (look == Look::once && !mget_refused_.load(std::memory_order_relaxed)) {
+    try {
+      return read_with(Look::once);
+    } catch (const Error& e) {
+      if (std::string_view(e.what()).find("NOPERM") == std::string_view::npos) throw;
+      mget_refused_.store(true, std::memory_order_relaxed);
+      logf(LogLevel::info, "redlock: leader() of {} reads with a script: MGET was refused ({})",
+           engine_->key(), e.what());
+    }
+  }
+  return read_with(Look::watch);
+}
+
+Sighting RedisBoard::read_with(Look look) {
   const std::size_t n = engine_->nodes().size();
   PerNode<BoardCommand> commands(n);
   for (std::size_t i = 0; i < n; ++i) {

@@ -3,6 +3,7 @@
 #ifndef REDLOCK_SRC_ELECTION_REDIS_BOARD_HPP
 #define REDLOCK_SRC_ELECTION_REDIS_BOARD_HPP
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -27,8 +28,11 @@ class RedisBoard final : public LeaderBoard {
   std::unique_ptr<ReleaseWatch> watch(SteadyClock::time_point deadline) override;
 
  private:
+  Sighting read_with(Look look);  // Look::once: MGET; Look::watch: the script
+
   std::shared_ptr<LeaseEngine> engine_;
-  std::string record_;  // helper_key(lock key, ":id")
+  std::atomic<bool> mget_refused_{false};  // the server answered NOPERM to MGET
+  std::string record_;                     // helper_key(lock key, ":id")
 };
 
 }  // namespace detail
