@@ -77,6 +77,10 @@ run_ctest() {
   return "$rc"
 }
 
+# The suite's builds carry line tables only (-g1, not RelWithDebInfo's -g): sanitizer, valgrind
+# and crash reports keep file:line, and every build is about a quarter faster.
+line_tables=-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG"
+
 # redlock_async_tests (the [async] suite) exists when asio was found: its name, or nothing.
 async_target() {
   cmake --build "$1" --target help 2>/dev/null | grep -o 'redlock_async_tests' | head -1
@@ -84,12 +88,12 @@ async_target() {
 plain() {
   local dir="$REDLOCK_ROOT/build"
   if [ $quick -eq 1 ]; then  # only what the quick tier runs: no bench, torture, examples, demo
-    cmake -S "$REDLOCK_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
+    cmake -S "$REDLOCK_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$line_tables" >/dev/null &&
       cmake --build "$dir" -j"$(nproc)" --target redlock_tests redlock_tests_cxx20 redlock-run \
         $(async_target "$dir") &&
       run_ctest "$dir" --timeout 600 -LE "$quick_excluded"
   else
-    redlock_build "$dir" && run_ctest "$dir" --timeout 600
+    redlock_build "$dir" "$line_tables" && run_ctest "$dir" --timeout 600
   fi
 }
 # The sanitizer stages run the cases that can find races and memory errors, not the re-runs nor
@@ -107,7 +111,7 @@ plain() {
 # library code that the suite's own cases reach, and the plain stage runs them.
 sanitized() {  # sanitized DIR SANITIZERS [MORE_EXCLUDED_LABELS]
   local dir="$REDLOCK_ROOT/$1"
-  redlock_build "$dir" -DCMAKE_CXX_COMPILER=clang++ -DREDLOCK_SANITIZE="$2" \
+  redlock_build "$dir" "$line_tables" -DCMAKE_CXX_COMPILER=clang++ -DREDLOCK_SANITIZE="$2" \
     -DREDLOCK_BUILD_BENCH=OFF -DREDLOCK_BUILD_EXAMPLES=OFF -DREDLOCK_BUILD_TORTURE=OFF \
     >/dev/null &&
     run_ctest "$dir" --timeout 900 -LE "torture|tls|acl|docs|slow${3:+|$3}"
@@ -123,7 +127,7 @@ memcheck() {
 }
 fuzz() {
   local dir="$REDLOCK_ROOT/build-fuzz"
-  redlock_build "$dir" -DCMAKE_CXX_COMPILER=clang++ -DREDLOCK_BUILD_FUZZ=ON \
+  redlock_build "$dir" "$line_tables" -DCMAKE_CXX_COMPILER=clang++ -DREDLOCK_BUILD_FUZZ=ON \
     -DREDLOCK_SANITIZE=address,undefined -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link \
     -DREDLOCK_BUILD_TESTS=OFF -DREDLOCK_BUILD_EXAMPLES=OFF -DREDLOCK_BUILD_TOOLS=OFF \
     -DREDLOCK_BUILD_BENCH=OFF >/dev/null ||

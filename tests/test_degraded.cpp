@@ -506,7 +506,7 @@ long long release_after_slow_moment(ServerGroup& group, const SlowMoment& moment
 }  // namespace
 
 TEST_CASE("A Redlock release reaches a node that timed out once just before it (20 runs)",
-          "[redis][redlock][fault]") {
+          "[redis][redlock][fault][slow]") {
   // Issue 31 item 8: in 2 runs of 3, node 3 still held the key with ~17.6 s left 2 s after
   // release() returned true. Every node that granted the lease must get the release, if need be
   // in the background after the quorum answered.

@@ -471,7 +471,7 @@ TEST_CASE("postgres::Lock: a release resent after its reply was lost is kept, no
 // a second caller queued behind the DDL mutex. On main the SET and the probe blocked until the
 // connection was reset.
 TEST_CASE("postgres::Database: a server silent at connect, probe or LISTEN costs a bounded wait",
-          "[postgres][fault]") {
+          "[postgres][fault][slow]") {
   REQUIRE_POSTGRES();
   PostgresServer server;
   redlock::test::FaultProxy proxy("127.0.0.1", server.port());

@@ -145,7 +145,7 @@ Contention contend(const PostgresServer& server, int processes, Clock::duration 
 }  // namespace
 
 TEST_CASE("postgres::Lock: server work per acquisition does not grow with the waiters",
-          "[postgres]") {
+          "[postgres][slow]") {
   REQUIRE_POSTGRES();
   PostgresServer server;
   redlock::postgres::Database(server.uri()).ensure_table();
@@ -194,7 +194,7 @@ TEST_CASE("postgres::Lock: a waiter killed while queued is passed over", "[postg
 }
 
 TEST_CASE("postgres::Lock: a waiter that gives up as it is handed the lock passes it on",
-          "[postgres]") {
+          "[postgres][slow]") {
   REQUIRE_POSTGRES();
   PostgresServer server;
   redlock::postgres::DatabaseOptions slow_claims;

@@ -647,7 +647,7 @@ ZkContention zk_contend(const ZooKeeperServer& server, int processes) {
 
 // Issue #32: the recipe wakes only the successor (a watch on its predecessor), so the server's
 // work per acquisition does not grow with the number of waiting processes.
-TEST_CASE("zookeeper: requests per acquisition do not grow with the waiters", "[zookeeper]") {
+TEST_CASE("zookeeper: requests per acquisition do not grow with the waiters", "[zookeeper][slow]") {
   REQUIRE_ZOOKEEPER();
   const ZooKeeperServer& server = redlock::test::shared_zookeeper_server();
   const ZkContention few = zk_contend(server, 4);
