@@ -181,6 +181,35 @@ TEST_CASE(
   CHECK(Clock::now() - killed < 5s);  // the session's end, not a ttl
   w.unlock();
 }
+// As on Redis (test_rwlock.cpp): a writer that gives up its wait (a timeout) takes its
+// writer-waiting marker row out at once, so a reader arriving after the give-up is not kept
+// out for the rest of the marker's life (1 s here: max(250 ms, 5 * retry_delay)).
+TEST_CASE("postgres::ReadWriteLock: a writer that gives up its wait removes its marker",
+          "[postgres]") {
+  using redlock::test::PostgresServer;
+  if (!PostgresServer::available()) {
+    WARN("skipped: postgresql-15 not installed");
+    return;
+  }
+  PostgresServer server;
+  redlock::postgres::Database db(server.uri() + "?mode=session");
+  redlock::LockOptions o = pg_options();
+  o.retry_delay = 200ms;
+  redlock::postgres::ReadWriteLock r(db, "give-up", o);
+  redlock::postgres::ReadWriteLock w(db, "give-up", o);
+  redlock::postgres::ReadWriteLock late(db, "give-up", o);
+  const auto live_markers = [&] {
+    return server.psql(
+        "SELECT count(*) FROM redlock_leases WHERE name = "
+        "'give-up:writer-waiting' AND expires_at > clock_timestamp()");
+  };
+  REQUIRE(r.try_lock_shared());
+  CHECK_FALSE(w.try_lock_for(500ms));  // refused by the reader: it marked, then gave up
+  CHECK(live_markers() == "0");
+  CHECK(late.try_lock_shared());  // the marker kept it out for up to 1 s more before
+  late.unlock_shared();
+  r.unlock_shared();
+}
 #endif  // REDLOCK_TESTS_WITH_POSTGRES
 
 TEST_CASE("Sentinel: a ReadWriteLock and a MultiLock on the master, with wake-ups", "[sentinel]") {

@@ -4,7 +4,8 @@
 // release unlocks and announces it on the lock's channel, like the lease mode's release. A
 // ReadWriteLock's writer takes the same advisory lock and, while it waits, keeps a marker row
 // (`<name>:writer-waiting`, expiring by the server's clock) that stops new readers; a reader
-// takes it shared (pg_try_advisory_lock_shared) when no live marker is there.
+// takes it shared (pg_try_advisory_lock_shared) when no live marker is there. A writer that
+// gives up its wait takes its marker out (unmark_waiter).
 #include "backends/postgres/pg_backend_base.hpp"
 
 #include <libpq-fe.h>
@@ -15,6 +16,7 @@
 
 #include <redlock/errors.hpp>
 
+#include "util/log_internal.hpp"
 #include "util/token.hpp"
 
 namespace redlock {
@@ -160,6 +162,28 @@ class PgSessionBackend final : public PgBackendBase {
     }
     forget(token, held, !broken);
     return out;
+  }
+
+  // A writer's contended attempts keep the marker row (params(): $5).
+  bool attempt_marks_waiter() const noexcept override { return side_ == PgSessionSide::writer; }
+
+  // A writer that gives up its wait takes its marker row out (only its own: the waiter id is
+  // the row's token) and wakes the readers it held back on the lock's channel; best effort, on a
+  // pooled connection within the statement timeout. Otherwise the row keeps new readers out
+  // for the rest of its life.
+  void unmark_waiter() noexcept override {
+    if (side_ != PgSessionSide::writer) return;
+    try {
+      db_->exec("unmark " + name_,
+                "WITH gone AS (UPDATE " + db_->table() +
+                    " SET token = '', expires_at = to_timestamp(0) WHERE name = $1 AND token = "
+                    "$2 AND expires_at > clock_timestamp() RETURNING 1) SELECT pg_notify($3, '') "
+                    "FROM gone",
+                {marker_, waiter_, channel_});
+    } catch (const std::exception& e) {
+      logf(LogLevel::debug, "redlock: removing the writer-waiting marker of {}: {}", name_,
+           e.what());
+    }
   }
 
  private:
