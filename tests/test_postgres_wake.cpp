@@ -26,15 +26,6 @@ using redlock::test::PostgresServer;
 
 namespace {
 
-#define REQUIRE_POSTGRES()                                                          \
-  do {                                                                              \
-    if (!PostgresServer::available()) {                                             \
-      if (std::getenv("CI")) FAIL("postgresql-15 is missing in CI");                \
-      WARN("skipped: postgresql-15 not installed in " + PostgresServer::bin_dir()); \
-      return;                                                                       \
-    }                                                                               \
-  } while (0)
-
 using Clock = std::chrono::steady_clock;
 
 const std::string kQueued = "SELECT count(*) FROM redlock_leases_waiters";

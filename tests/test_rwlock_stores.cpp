@@ -186,12 +186,8 @@ TEST_CASE(
 // out for the rest of the marker's life (1 s here: max(250 ms, 5 * retry_delay)).
 TEST_CASE("postgres::ReadWriteLock: a writer that gives up its wait removes its marker",
           "[postgres]") {
-  using redlock::test::PostgresServer;
-  if (!PostgresServer::available()) {
-    WARN("skipped: postgresql-15 not installed");
-    return;
-  }
-  PostgresServer server;
+  REQUIRE_POSTGRES();
+  redlock::test::PostgresServer server;
   redlock::postgres::Database db(server.uri() + "?mode=session");
   redlock::LockOptions o = pg_options();
   o.retry_delay = 200ms;
