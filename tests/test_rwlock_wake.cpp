@@ -169,3 +169,49 @@ TEST_CASE(
   CHECK_FALSE(waiting.get());  // the reader holds throughout
   CHECK(reader.release_shared());
 }
+
+// A reader hears `released` only for a plain Lock's release of the key; a writer waits for it.
+// Here the last reader's release announces on `released`, and a reader of the writer's own
+// Client, which a writer's marker holds back, waited on that channel before the writer. The
+// one wake-up of the process must go to the writer, who can use it: handed to the reader, it
+// was spent on an attempt the marker refused, and the writer slept until its marker's refresh
+// (a third of the marker's life: 3.3 s here; 84 ms with the default options, bench section 14's
+// stalls).
+TEST_CASE(
+    "ReadWriteLock: the last reader's release wakes a writer of the Client before a reader "
+    "the marker holds back",
+    "[redis][rwlock]") {
+  Setup setup("rw-writer-first");
+  redlock::LockOptions o = fast(30s);
+  o.retry_delay = 2s;  // the marker lives 10 s; the writer refreshes it every 3.3 s
+  redlock::Client other(setup.server.endpoint());
+  redlock::ReadWriteLock r0(other, setup.k, o);
+  REQUIRE(r0.try_lock_shared());
+  const std::string marker = redlock::detail::helper_key(setup.k, ":writer-waiting");
+  setup.server.raw({"SET", marker, "a-dead-writer", "PX", "20000"});
+  redlock::ReadWriteLock r1(setup.client, setup.k, o);
+  auto reader = std::async(std::launch::async, [&] { return r1.try_lock_shared_for(20s); });
+  std::this_thread::sleep_for(300ms);  // r1 is refused by the marker and waits
+  redlock::ReadWriteLock w(setup.client, setup.k, o);
+  std::promise<void> done;
+  auto writer = std::async(std::launch::async, [&] {
+    const bool held = w.try_lock_for(20s);
+    const auto at = Clock::now();
+    done.get_future().wait();
+    const bool released = held && w.release();  // announces to the readers: r1 enters
+    return std::make_pair(held ? at : Clock::time_point::max(), released);
+  });
+  std::this_thread::sleep_for(300ms);  // w is refused by r0 and waits, behind r1
+  const auto released = Clock::now();
+  REQUIRE(r0.release_shared());
+  std::this_thread::sleep_for(1500ms);
+  setup.server.raw({"DEL", marker});
+  done.set_value();
+  const auto [held_at, writer_released] = writer.get();
+  REQUIRE(held_at != Clock::time_point::max());
+  INFO("the writer held " << ms(held_at - released) << " ms after the last reader left");
+  CHECK(held_at - released < 1s);
+  CHECK(writer_released);
+  CHECK(reader.get());
+  r1.unlock_shared();
+}

@@ -72,7 +72,7 @@ RwLease::RwLease(std::vector<std::shared_ptr<ClientImpl>> nodes,
 
 bool RwLease::watch_live() const noexcept {
   for (const auto& node : nodes()) {
-    if (!release_watch_live(*node, WatchChannels{waits_on_, no_channel(), key(), &also_}))
+    if (!release_watch_live(*node, WatchChannels{waits_on_, no_channel(), key(), &also_, true}))
       return false;
   }
   return true;
@@ -80,7 +80,7 @@ bool RwLease::watch_live() const noexcept {
 
 std::unique_ptr<ReleaseWatch> RwLease::watch(SteadyClock::time_point deadline,
                                              std::string /*token_sha1*/) {
-  return make_release_watch(nodes(), WatchChannels{waits_on_, no_channel(), key(), &also_},
+  return make_release_watch(nodes(), WatchChannels{waits_on_, no_channel(), key(), &also_, true},
                             deadline, std::string());
 }
 

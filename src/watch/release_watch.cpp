@@ -147,12 +147,12 @@ class SubscriptionWatch final : public SlotWatch {
     // The attempt that follows must come after the subscriptions are live (no lost wake-up); a
     // node that does not confirm in time leaves this waiter to its timer there.
     for (Subscriber* s : watched_) {
-      each_channel([&](const std::string& c) { s->confirmed(c, deadline); });
+      each_channel([&](const std::string& c, Subscriber::Hearing) { s->confirmed(c, deadline); });
     }
   }
   void unsubscribe_all() noexcept {
     for (Subscriber* s : watched_) {
-      each_channel([&](const std::string& c) { s->unwatch(c, &slot_); });
+      each_channel([&](const std::string& c, Subscriber::Hearing) { s->unwatch(c, &slot_); });
     }
     watched_.clear();
   }
@@ -167,12 +167,15 @@ class SubscriptionWatch final : public SlotWatch {
         retry_ = true;
         return nullptr;
       }
-      each_channel([&](const std::string& c) { subscriber->watch(c, &slot_); });
+      each_channel([&](const std::string& c, Subscriber::Hearing hearing) {
+        subscriber->watch(c, &slot_, hearing);
+      });
       return subscriber;
     } catch (const std::exception& e) {
       // Whatever was registered must not outlive this slot.
       if (subscriber != nullptr) {
-        each_channel([&](const std::string& c) { subscriber->unwatch(c, &slot_); });
+        each_channel(
+            [&](const std::string& c, Subscriber::Hearing) { subscriber->unwatch(c, &slot_); });
       }
       logf(LogLevel::debug, "redlock: cannot subscribe for {}: {}", channels_.key, e.what());
     } catch (...) {
@@ -180,12 +183,15 @@ class SubscriptionWatch final : public SlotWatch {
     retry_ = retry_ || (may_retry && node.router() != nullptr);  // a map can change
     return nullptr;
   }
+  // f(channel, hearing) for every channel of the watch.
   template <class F>
   void each_channel(F&& f) const {
-    f(channels_.release);
-    if (!channels_.grant.empty()) f(channels_.grant);
+    using Hearing = Subscriber::Hearing;
+    f(channels_.release, Hearing::primary);
+    if (!channels_.grant.empty()) f(channels_.grant, Hearing::primary);
     if (channels_.more_releases == nullptr) return;
-    for (const std::string& c : *channels_.more_releases) f(c);
+    const Hearing more = channels_.more_secondary ? Hearing::secondary : Hearing::primary;
+    for (const std::string& c : *channels_.more_releases) f(c, more);
   }
 
   const WatchChannels channels_;

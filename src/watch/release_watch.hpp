@@ -24,6 +24,9 @@ struct WatchChannels {
   // More release channels (a MultiLock's other keys), all in `release`'s slot; null: none. The
   // vector must outlive the watch.
   const std::vector<std::string>* more_releases{nullptr};
+  // The more_releases are heard for another lock's sake (a ReadWriteLock reader on the writers'
+  // channel): their wake-ups go to this process's other waiters first (Subscriber::Hearing).
+  bool more_secondary{false};
 };
 
 // Subscribes to `channels` on every node in `nodes`: registration goes to all nodes first, then

@@ -75,22 +75,28 @@ void Subscriber::enqueue(Op op, const std::string& channel) {
   outgoing_.push_back(Outgoing{op, channel});
 }
 
-void Subscriber::watch(const std::string& channel, WakeSlot* slot) {
+void Subscriber::watch(const std::string& channel, WakeSlot* slot, Hearing hearing) {
   bool wake = false;
   {
     std::lock_guard<std::mutex> guard(mutex_);
     if (refused_) return;  // the server refuses our subscriptions: the waiter polls
     auto [it, inserted] = channels_.try_emplace(channel);
-    it->second.waiters.push_back(slot);
+    Channel& entry = it->second;
+    if (hearing == Hearing::secondary) {
+      entry.waiters.push_back(slot);
+      ++entry.secondaries;
+    } else {
+      entry.waiters.insert(entry.waiters.end() - static_cast<std::ptrdiff_t>(entry.secondaries),
+                           slot);
+    }
     ++registrations_;
     if (lend_ == Lend::returned) resume_thread();  // another waiter: the thread reads for both
     if (inserted && connected_) {
       try {
         enqueue(Op::subscribe, channel);
       } catch (...) {
-        it->second.waiters.pop_back();
+        channels_.erase(it);  // new, so `slot` was its only waiter
         --registrations_;
-        if (it->second.waiters.empty()) channels_.erase(it);
         throw;
       }
     }
@@ -176,6 +182,9 @@ bool Subscriber::remove_waiter(const std::string& channel, WakeSlot* slot) noexc
   auto& waiters = it->second.waiters;
   const auto at = std::find(waiters.begin(), waiters.end(), slot);
   if (at == waiters.end()) return false;
+  if (waiters.end() - at <= static_cast<std::ptrdiff_t>(it->second.secondaries)) {
+    --it->second.secondaries;
+  }
   waiters.erase(at);
   --registrations_;
   // A wake-up this waiter will never act on belongs to someone else.
@@ -199,6 +208,7 @@ void Subscriber::became_idle(const std::string& name, Channel& channel, Contende
 void Subscriber::wake_one(Channel& channel) noexcept {
   // Waiters are in arrival order, and one that acquires leaves (and queues at the back when it
   // waits again): waking the first one without a pending wake-up is FIFO within this process.
+  // The secondary waiters are last (Hearing): one is woken only when no primary waiter can be.
   for (WakeSlot* slot : channel.waiters) {
     if (!slot->pending() && slot->offer_release()) return;
   }

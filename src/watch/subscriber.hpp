@@ -209,8 +209,13 @@ class Subscriber {
   Subscriber(const Subscriber&) = delete;
   Subscriber& operator=(const Subscriber&) = delete;
 
+  // How a waiter hears a channel: for its own lock (primary), or also for another lock's sake
+  // (secondary: a ReadWriteLock reader on the writers' channel, for a plain Lock's release). A
+  // release's one wake-up goes to the first primary waiter, and to a secondary one only when no
+  // primary waiter is left to take it.
+  enum class Hearing { primary, secondary };
   // Adds `slot` as a waiter on `channel` (subscribing if it is the first). Does not wait.
-  void watch(const std::string& channel, WakeSlot* slot);
+  void watch(const std::string& channel, WakeSlot* slot, Hearing hearing = Hearing::primary);
   // Waits until the server has confirmed the subscription to `channel`, or `deadline`, or the
   // node is known to be down. Returns true if confirmed; false means the waiter relies on its
   // timer (its slot stays registered and may still be woken).
@@ -266,7 +271,10 @@ class Subscriber {
  private:
   enum class State { subscribing, subscribed, unsubscribing };
   struct Channel {
-    std::vector<WakeSlot*> waiters;  // in arrival order; the first is woken first
+    // In arrival order, the primary waiters first, then the `secondaries` (Hearing); the first
+    // is woken first.
+    std::vector<WakeSlot*> waiters;
+    std::size_t secondaries{0};
     State state{State::subscribing};
     // When the channel was created, or a waiter that had to wait left it: the linger counts
     // from here once the last waiter has left (a thread alone that only watched, as a lingering
