@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <optional>
 #include <string_view>
 #include <utility>
 
@@ -69,29 +70,35 @@ std::uint64_t to_u64(const std::string& text) {
 
 // Look::once reads the board with `MGET <lock key> <record>`: one plain command, atomic on the
 // server, so as exact as the script (an expired lock key reads as nil) at the cost of a GET.
-// Returns the leader whose recorded token the lock key holds, or none; no lease time (-1).
-Sighting decode_pair(const redisReply* reply) {
-  Sighting seen;
-  if (reply == nullptr || reply->type != REDIS_REPLY_ARRAY || reply->elements != 2) return seen;
+// The record's fence and id, if the lock key holds the record's token; views into `reply`.
+struct RecordView {
+  std::string_view fence;
+  std::string_view id;
+};
+std::optional<RecordView> matching_record(const redisReply* reply) noexcept {
+  if (reply == nullptr || reply->type != REDIS_REPLY_ARRAY || reply->elements != 2) return {};
   const redisReply* holder = reply->element[0];
   const redisReply* record = reply->element[1];
-  if (holder->type != REDIS_REPLY_STRING || record->type != REDIS_REPLY_STRING) return seen;
+  if (holder->type != REDIS_REPLY_STRING || record->type != REDIS_REPLY_STRING) return {};
   const std::string_view text(record->str, record->len);
   const auto a = text.find(' ');
   const auto b = a == std::string_view::npos ? a : text.find(' ', a + 1);
-  if (b == std::string_view::npos) return seen;
-  if (text.substr(a + 1, b - a - 1) != std::string_view(holder->str, holder->len)) return seen;
-  seen.leader = Leader{std::string(text.substr(b + 1)), to_u64(std::string(text.substr(0, a)))};
+  if (b == std::string_view::npos) return {};
+  if (text.substr(a + 1, b - a - 1) != std::string_view(holder->str, holder->len)) return {};
+  return RecordView{text.substr(0, a), text.substr(b + 1)};
+}
+
+// The leader an MGET reply names, or none; no lease time (-1). Throws ProtocolError for a
+// fence that is not a number, as decode() does.
+Sighting decode_pair(const redisReply* reply) {
+  Sighting seen;
+  if (const auto record = matching_record(reply)) {
+    seen.leader = Leader{std::string(record->id), to_u64(std::string(record->fence))};
+  }
   return seen;
 }
 
-bool names_by_record(const redisReply* reply) {
-  try {
-    return decode_pair(reply).leader.has_value();
-  } catch (const ProtocolError&) {  // a record whose fence is not a number: no leader named
-    return false;
-  }
-}
+bool names_by_record(const redisReply* reply) { return matching_record(reply).has_value(); }
 bool names_by_script(const redisReply* reply) {
   return reply != nullptr && reply->type == REDIS_REPLY_ARRAY;
 }
@@ -206,11 +213,6 @@ Sighting majority_leader(const PerNode<ReplyPtr>& replies, Look look, std::size_
 
 }  // namespace
 
-// On a quorum, the leader is the one a majority of nodes names. The read is settled early once
-// a quorum named a leader (usually the same one) or enough nodes named none that no leader can
-// have a quorum. When the first answers name different leaders (a hand-over under way) and the
-// nodes the grace cut could make a majority for one of them, every node is asked again and
-// waited for: one more round trip, only while leaders change.
 // leader() (Look::once) reads with MGET (decode_pair); an observer (Look::watch) also needs the
 // lease's time left, which only the script gives. A user whose ACL lacks +mget (docs/operations.md
 // did not list it before) is answered NOPERM once; from then on this board reads with the script.
@@ -228,6 +230,11 @@ Sighting RedisBoard::read(Look look) {
   return read_with(Look::watch);
 }
 
+// On a quorum, the leader is the one a majority of nodes names. The read is settled early once
+// a quorum named a leader (usually the same one) or enough nodes named none that no leader can
+// have a quorum. When the first answers name different leaders (a hand-over under way) and the
+// nodes the grace cut could make a majority for one of them, every node is asked again and
+// waited for: one more round trip, only while leaders change.
 Sighting RedisBoard::read_with(Look look) {
   const std::size_t n = engine_->nodes().size();
   PerNode<BoardCommand> commands(n);

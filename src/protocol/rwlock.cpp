@@ -13,15 +13,15 @@ namespace {
 // readers' set): the server's clock in ms; purge(), which drops the readers whose lease has
 // ended; keep(), which makes the set expire with its longest lease and, while readers hold, sets
 // the key itself to SHARED with the same expiry, so that a plain Lock on the key (SET NX) is
-// refused like a writer; and cover(ms), the same for one reader just entered with `ms` left,
-// without reading the set: the key and the set only ever get longer expiries from it, as keep()
-// gives them after a reader left early. SHARED is never a token (tokens are hex). TIME before
-// writes needs effects replication (Redis < 5; later servers always replicate effects).
-// The invariant the scripts keep: the key is SHARED, or a writer's token, for at least as long as
-// any reader's lease in the set (keep() and cover() set both expiries together, and SHARED is
-// deleted only once the set is empty), so a script that finds the key absent knows that no reader
-// holds, and skips the purge; a set left with members of ended leases is purged by the next
-// script that counts it.
+// refused like a writer; and cover(holder, ms), the same for one reader just entered with `ms`
+// left while the key is free or SHARED, without reading the set: the key and the set only ever
+// get longer expiries from it, as keep() gives them after a reader left early. SHARED is never a
+// token (tokens are hex). TIME before writes needs effects replication (Redis < 5; later servers
+// always replicate effects). The invariant the scripts keep: the key is SHARED, or a writer's
+// token, for at least as long as any reader's lease in the set (keep() and cover() set both
+// expiries together, and SHARED is deleted only once the set is empty), so a script that finds the
+// key absent knows that no reader holds, and skips the purge; a set left with members of ended
+// leases is purged by the next script that counts it.
 #define REDLOCK_RW_PRELUDE_LUA                                                    \
   "if redis.replicate_commands then redis.replicate_commands() end\n"             \
   "local SHARED = 'redlock:rw:readers'\n"                                         \
@@ -42,7 +42,6 @@ namespace {
   "end\n"                                                                         \
   "local function cover(holder, ms)\n"                                            \
   "  if holder == SHARED and redis.call('pttl', KEYS[1]) >= ms then return end\n" \
-  "  if holder and holder ~= SHARED then return keep() end\n"                     \
   "  redis.call('pexpire', KEYS[2], ms)\n"                                        \
   "  redis.call('set', KEYS[1], SHARED, 'PX', ms)\n"                              \
   "end\n"
@@ -52,9 +51,8 @@ namespace {
 // every attempt of one wait, unlike the token). A key already holding the token is a repeat of
 // this attempt (re-armed, the counter's value is its fence).
 const char kWriterAcquireLua[] = REDLOCK_RW_PRELUDE_LUA R"(local holder = redis.call('get', KEYS[1])
-if holder then purge() end
 local readers = redis.call('zcard', KEYS[2])
-if readers > 0 and not holder then
+if readers > 0 then
   purge()
   readers = redis.call('zcard', KEYS[2])
 end
