@@ -15,7 +15,10 @@
 //  (4) every hold has an "end" record (released / lost / error), and every worker its "stats".
 //  (5) rwlock: writers overlap nobody, readers overlap only readers (the overlap check (1) with
 //      that conflict rule), and no reader that asked kPreferenceSlackNs after a writer started
-//      waiting entered before that writer.
+//      waiting entered before that writer, unless a fault was in force in between
+//      (fault_windows.hpp: the store then may have lost the writer's marker; counted apart).
+//      A writer's first hold is left out (its call connected first: its request's arrival at
+//      the store is unknown).
 //  (6) multilock: two holds overlap only if they share no key (check (1) per key), and no
 //      observer read showed 2 of a MultiLock's 3 keys under one token (a partial set).
 //  (7) election: terms are holds (fence = term), checked by (1)-(4); a stop must reach the
@@ -41,6 +44,7 @@
 #include <vector>   // std::vector
 
 #include "common.hpp"          // Mode, Unsafe
+#include "fault_windows.hpp"   // FaultWindow
 #include "hold_log.hpp"        // LogContents, Hold
 #include "liveness_check.hpp"  // LivenessSetup, LivenessReport
 
@@ -75,6 +79,7 @@ struct RunInfo {
   // lose an unreplicated grant): they are reported, and only fencing is required to hold.
   bool exclusion_enforced{true};
   std::map<std::string, std::int64_t> faults;  // injected, by kind
+  std::vector<FaultWindow> fault_windows;      // when each was in force (nemesis.log)
   std::vector<std::string> worker_failures;    // "worker 1: exit code 3", ...
   // Worker processes the controller killed (-9) on purpose (--kill-clients), and when each was
   // dead for sure (CLOCK_MONOTONIC ns): their open holds end then; no stats line is expected.
@@ -145,12 +150,14 @@ struct Report {
   std::int64_t fence_inversions{0};
   std::vector<HoldPair> inversion_examples;
   // The primitives (checks (5)-(7) in checker.cpp).
-  std::int64_t writer_passes{0};        // rwlock: readers that entered ahead of a waiting writer
-  std::vector<HoldPair> pass_examples;  // (writer, reader)
-  std::int64_t observer_reads{0};       // multilock
-  std::int64_t partial_sets{0};         // multilock: reads that showed a set partly held
-  std::int64_t stops{0};                // election: terms whose worker the library stopped
-  std::int64_t late_stops{0};           // ... more than kStopSlack after is_leader() turned false
+  std::int64_t writer_passes{0};  // rwlock: readers that entered ahead of a waiting writer ...
+  std::int64_t writer_passes_in_faults{0};  // ... and those with a fault in force in between
+  std::int64_t writer_waits_clear{0};       // writers that waited with no fault in force
+  std::vector<HoldPair> pass_examples;      // (writer, reader)
+  std::int64_t observer_reads{0};           // multilock
+  std::int64_t partial_sets{0};             // multilock: reads that showed a set partly held
+  std::int64_t stops{0};                    // election: terms whose worker the library stopped
+  std::int64_t late_stops{0};  // ... more than kStopSlack after is_leader() turned false
   std::int64_t max_stop_late_ns{0};
   std::int64_t run_overlaps{0};  // election: terms started while another's worker still ran
   std::int64_t max_run_overlap_ns{0};

@@ -4,6 +4,7 @@
 #include <time.h>  // clock_gettime, CLOCK_MONOTONIC
 
 #include <cctype>  // std::isdigit
+#include <cstdio>  // std::snprintf
 #include <limits>  // std::numeric_limits
 
 namespace redlock::torture {
@@ -118,6 +119,32 @@ std::optional<Unsafe> parse_unsafe(std::string_view text) {
   if (text == "clock") return Unsafe::clock;
   if (text == "restart") return Unsafe::restart;
   return std::nullopt;
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
 }
 
 }  // namespace redlock::torture

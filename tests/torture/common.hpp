@@ -31,6 +31,8 @@ std::int64_t mono_ns() noexcept;
 std::optional<std::chrono::nanoseconds> parse_duration(std::string_view text);
 // "60s", "1500ms", "2m" (the shortest exact form). Thread-safe.
 std::string format_duration(std::chrono::nanoseconds d);
+// s as a JSON string literal, quotes included (the reports' one-line JSON).
+std::string json_string(const std::string& s);
 
 // redlock: Redlock over 5 nodes; lock: a Lock on node 0; sentinel: a Lock through Sentinel on
 // a master with 2 replicas and 3 sentinels (no proxies: the faults are failovers, kills, pauses);

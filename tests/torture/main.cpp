@@ -51,7 +51,8 @@ options:
                           what the workers take on the mode's store (default lock):
                           rwlock: a ReadWriteLock, 1 thread in 4 a writer (writers overlap
                           nobody, readers only readers, no reader enters ahead of a waiting
-                          writer: reported, not yet enforced);
+                          writer unless a fault was in force in between; reported only on a
+                          quorum);
                           multilock: MultiLocks over 3 of 4 keys mixed with plain Locks on
                           single keys (no key held twice; in lock mode an observer MGETs the
                           keys and fails the run on a partly held set; modes lock, sentinel,

@@ -43,9 +43,10 @@ void PgNemesis::inject(std::int64_t now) {
       ++injected_["pause"];
       note("SIGSTOP of the server");
     } else if (pick == 1) {
+      note("kill -9 of the server");  // restart() kills it first, then waits for it to listen
       server_.restart();
       ++injected_["restart"];
-      note("kill -9 and restart of the server");
+      note("restarted the server");
     } else {
       server_.psql(
           "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE backend_type = "

@@ -220,14 +220,28 @@ void primitive_cases() {
     expect(!r.pass && r.violations == 1, "rwlock: a reader inside a writer's window fails");
   }
   {
-    Hold writer = hold(0, 0, 1, 1, 500, 990, 510);
-    writer.t_req = 100 * kMs;            // waiting since 100 ms
-    Hold late = reader(1, 1, 300, 400);  // asked at 300 ms, entered before the writer
+    Hold writer = hold(0, 0, 2, 1, 500, 990, 510);  // its thread's 2nd hold (the 1st connects)
+    writer.t_req = 100 * kMs;                       // waiting since 100 ms
+    Hold late = reader(1, 1, 300, 400);             // asked at 300 ms, entered before the writer
     late.t_req = 300 * kMs;
     Case c = make_case({writer, late});
     c.info.primitive = Primitive::rwlock;
     const Report r = run(c);
     expect(!r.pass && r.writer_passes == 1, "rwlock: a reader passing a waiting writer fails");
+    c.info.fault_windows = parse_fault_windows(
+        "200000000 inject pause node 0\n250000000 healing pause\n260000000 heal pause\n");
+    const Report excused = run(c);
+    expect(excused.pass && excused.writer_passes == 0 && excused.writer_passes_in_faults == 1,
+           "rwlock: a pass with a store fault in force between the two is excused");
+    c.info.fault_windows = parse_fault_windows(
+        "50000000 SIGSTOP of the server\n"
+        "90000000 SIGCONT of the server\n"
+        "450000000 slot 1 migrated\n");
+    expect(!run(c).pass, "rwlock: faults outside the writer's wait excuse nothing");
+    c.info.fault_windows.clear();
+    c.logs.holds[0].seq = 1;
+    expect(run(c).pass, "rwlock: a thread's first hold (its call connected first) is not judged");
+    c.logs.holds[0].seq = 2;
     c.info.writer_preference_enforced = false;
     expect(run(c).pass, "rwlock on a quorum: a pass is reported, not a failure");
   }
