@@ -17,6 +17,7 @@
 #include <redlock/detail/async.hpp>
 #include <redlock/redlock.hpp>
 
+#include "lock/async_driver.hpp"  // AsyncDriver::timers
 #include "support/async_outcome.hpp"
 #include "support/eventually.hpp"
 #include "support/lock_fixture.hpp"
@@ -145,6 +146,31 @@ TEST_CASE("async core: cancelled before the send, while queued locally and while
     CHECK(got.hold->release());
     CHECK(eventually([&] { return keys(s.server) == 0; }, 5s));
   }
+}
+
+// Issue 43, defect 2: a waiter woken by a release before its timer was due left that timer in
+// the driver's heap, with a reference to its task (and the lock's state) until its old due time:
+// the holder's lease end, or the caller's whole timeout.
+TEST_CASE("async core: an operation that ends leaves no timer behind", "[redis][async]") {
+  Setup s("async-core-timers");
+  auto options = fast();
+  options.ttl = 30s;         // the waiter's timer is due at the holder's lease end
+  options.retry_delay = 5s;  // or at the next retry: either way long after the test
+  redlock::Lock holder(s.client, s.k, options);
+  redlock::Lock waiter(s.client, s.k, options);
+  auto& driver = redlock::detail::AsyncDriver::instance();
+  constexpr int kCycles = 20;
+  for (int i = 0; i < kCycles; ++i) {
+    redlock::Hold held = holder.acquire();
+    Op w = acquire(waiter, std::chrono::nanoseconds(1h));
+    REQUIRE(eventually([&] { return driver.timers() > 0; }, 5s));  // it waits, timed
+    CHECK(held.release());
+    auto& got = w.wait();
+    REQUIRE(got.hold);
+    CHECK(got.hold->release());
+  }
+  CHECK(eventually([&] { return driver.timers() == 0; }, 2s));
+  CHECK(keys(s.server) == 0);
 }
 
 TEST_CASE("async core: 200 waiters on one key take turns, in order, on one thread",

@@ -26,12 +26,22 @@ void AsyncDriver::adopt(std::shared_ptr<AsyncTask> task) {
 }
 
 std::shared_ptr<AsyncTask> AsyncDriver::forget(AsyncTask* task) noexcept {
+  std::shared_ptr<AsyncTask> timed;  // declared first: dropped after the lock
   std::lock_guard<std::mutex> guard(mutex_);
+  timed = drop_timer(*task);
   const auto it = live_.find(task);
   if (it == live_.end()) return nullptr;
   std::shared_ptr<AsyncTask> kept = std::move(it->second);
   live_.erase(it);
   return kept;
+}
+
+std::shared_ptr<AsyncTask> AsyncDriver::drop_timer(AsyncTask& task) noexcept {
+  if (!task.timed_) return nullptr;
+  task.timed_ = false;
+  std::shared_ptr<AsyncTask> ref = std::move(task.timer_->second);
+  timers_.erase(task.timer_);
+  return ref;
 }
 
 // The thread ends once nothing is ready and no timer is set for kLinger (a waiting task that
@@ -48,6 +58,11 @@ void AsyncDriver::start() {
 std::size_t AsyncDriver::threads() const noexcept {
   std::lock_guard<std::mutex> guard(mutex_);
   return running_ ? 1 : 0;
+}
+
+std::size_t AsyncDriver::timers() const noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return timers_.size();
 }
 
 void AsyncDriver::schedule(std::shared_ptr<AsyncTask> task) noexcept {
@@ -67,17 +82,20 @@ void AsyncDriver::schedule(std::shared_ptr<AsyncTask> task) noexcept {
 
 void AsyncDriver::wake_at(const std::shared_ptr<AsyncTask>& task, SteadyClock::time_point at) {
   std::lock_guard<std::mutex> guard(mutex_);
-  const std::uint64_t gen = ++task->timer_gen_;  // an earlier timer of the task is stale now
-  if (at == SteadyClock::time_point::max()) return;
+  // The caller's reference outlives the lock, so the old timer's is not the last one.
+  drop_timer(*task);
+  if (at == SteadyClock::time_point::max() || live_.count(task.get()) == 0) return;
   start();
-  const bool earliest = timers_.empty() || at < timers_.top().at;
-  timers_.push(Timer{at, gen, task});
+  const bool earliest = timers_.empty() || at < timers_.begin()->first;
+  task->timer_ = timers_.emplace(at, task);
+  task->timed_ = true;
   if (earliest) cv_.notify_one();
 }
 
 // The next task to run: a ready one, else the first timer that falls due; null when the thread
-// should end (idle for kLinger). Tasks whose timers went stale are dropped after the lock: a
-// task's end may reach other locks (its watch's subscriber), which call schedule() under theirs.
+// should end (idle for kLinger). A due timer's reference to a task already queued is dropped
+// after the lock: a task's end may reach other locks (its watch's subscriber), which call
+// schedule() under theirs.
 std::shared_ptr<AsyncTask> AsyncDriver::next_task() {
   constexpr auto kLinger = std::chrono::milliseconds(200);
   std::vector<std::shared_ptr<AsyncTask>> stale;  // destroyed after `lock` is released
@@ -85,15 +103,14 @@ std::shared_ptr<AsyncTask> AsyncDriver::next_task() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     const auto now = SteadyClock::now();
-    while (!timers_.empty() && timers_.top().at <= now) {
-      Timer due = timers_.top();
-      timers_.pop();
-      if (due.gen != due.task->timer_gen_ || due.task->queued_) {
-        stale.push_back(std::move(due.task));
+    while (!timers_.empty() && timers_.begin()->first <= now) {
+      std::shared_ptr<AsyncTask> due = drop_timer(*timers_.begin()->second);
+      if (due->queued_) {
+        stale.push_back(std::move(due));  // it runs anyway
         continue;
       }
-      due.task->queued_ = true;
-      ready_.push_back(std::move(due.task));
+      due->queued_ = true;
+      ready_.push_back(std::move(due));
     }
     if (!ready_.empty()) {
       std::shared_ptr<AsyncTask> task = std::move(ready_.front());
@@ -121,7 +138,7 @@ std::shared_ptr<AsyncTask> AsyncDriver::next_task() {
         return nullptr;
       }
     } else {
-      cv_.wait_until(lock, timers_.top().at);
+      cv_.wait_until(lock, timers_.begin()->first);
     }
   }
 }

@@ -8,11 +8,10 @@
 #define REDLOCK_SRC_LOCK_ASYNC_DRIVER_HPP
 
 #include <condition_variable>
-#include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
-#include <queue>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -21,6 +20,11 @@
 
 namespace redlock {
 namespace detail {
+
+class AsyncTask;
+// The driver's timers by due time; a task has at most one, erased when it is replaced or the
+// task ends, so a finished operation is never kept alive by a timer that was due later.
+using AsyncTimers = std::multimap<SteadyClock::time_point, std::shared_ptr<AsyncTask>>;
 
 class AsyncTask : public std::enable_shared_from_this<AsyncTask>, public Waker {
  public:
@@ -37,8 +41,10 @@ class AsyncTask : public std::enable_shared_from_this<AsyncTask>, public Waker {
 
  private:
   friend class AsyncDriver;
-  bool queued_{false};          // guarded by the driver's mutex: in the ready queue
-  std::uint64_t timer_gen_{0};  // guarded by the driver's mutex: the live timer's generation
+  // Guarded by the driver's mutex.
+  bool queued_{false};           // in the ready queue
+  bool timed_{false};            // timer_ is this task's entry in the driver's timers
+  AsyncTimers::iterator timer_;  // valid while timed_
 };
 
 class AsyncDriver {
@@ -54,32 +60,31 @@ class AsyncDriver {
   // Keeps `task` alive until forget(), whoever else holds it: a waiting task is referred to
   // only by raw wakers. Throws std::bad_alloc.
   void adopt(std::shared_ptr<AsyncTask> task);
-  // Ends adopt(); returns the reference, for the caller to drop outside the driver's lock.
+  // Ends adopt() and erases the task's timer; returns the reference, for the caller to drop
+  // outside the driver's lock.
   std::shared_ptr<AsyncTask> forget(AsyncTask* task) noexcept;
 
   // Runs `task` soon (once, however often it is scheduled before it runs). Never throws.
   void schedule(std::shared_ptr<AsyncTask> task) noexcept;
-  // Runs `task` at `at` unless it runs sooner; replaces its earlier timer. max(): no timer.
-  // Throws std::bad_alloc.
+  // Runs `task` at `at` unless it runs sooner; replaces (erases) its earlier timer. max(), or a
+  // task that was forgotten (it ended): no timer. Throws std::bad_alloc.
   void wake_at(const std::shared_ptr<AsyncTask>& task, SteadyClock::time_point at);
   // Threads this driver runs: 1 while operations need it, else 0 (for tests and the bench).
   std::size_t threads() const noexcept;
+  // Timers set: at most one per task that waits for one (for tests).
+  std::size_t timers() const noexcept;
 
  private:
-  struct Timer {
-    SteadyClock::time_point at;
-    std::uint64_t gen;
-    std::shared_ptr<AsyncTask> task;
-    bool operator>(const Timer& other) const noexcept { return at > other.at; }
-  };
   void start();  // mutex_ held
+  // Erases the task's timer, if any; returns its reference, to drop after the lock. mutex_ held.
+  std::shared_ptr<AsyncTask> drop_timer(AsyncTask& task) noexcept;
   void loop();
   std::shared_ptr<AsyncTask> next_task();
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<AsyncTask>> ready_;
-  std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;
+  AsyncTimers timers_;
   std::unordered_map<const AsyncTask*, std::shared_ptr<AsyncTask>> live_;  // adopted tasks
   bool running_{false};  // a thread runs loop() (detached; it ends when idle)
 };
