@@ -144,9 +144,9 @@ class Cancellable {
       if (cancel_at_once) state->signal.emit(asio::cancellation_type::terminal);
     });
   }
-  // Emits terminal cancellation on the io thread.
-  void cancel() {
-    asio::post(io_, [state = state_] { state->signal.emit(asio::cancellation_type::terminal); });
+  // Emits the cancellation (terminal unless told) on the io thread.
+  void cancel(asio::cancellation_type type = asio::cancellation_type::terminal) {
+    asio::post(io_, [state = state_, type] { state->signal.emit(type); });
   }
   bool done_within(std::chrono::milliseconds d) {
     return future_.wait_for(d) == std::future_status::ready;

@@ -220,6 +220,44 @@ TEST_CASE("Async cancellation by the awaitable operator || with a steady_timer",
   }
 }
 
+// Issue 43, defect 7: total cancellation promises no visible side effect, so it is honoured only
+// before the first attempt (waiting in this process's queue for the object); an acquire already
+// waiting on the server (its queue place or its refused SET seen there) goes on. Before, it was
+// cancelled at every stage.
+TEST_CASE("Async cancellation: total only before the first attempt, ignored after it",
+          "[async][redis][cancel][fair]") {
+  for (const bool fair : {false, true}) {
+    INFO("fair " << fair);
+    Setup s(fair ? "async-cancel-total-fair" : "async-cancel-total");
+    IoThreads io;
+    redlock::Lock holder(redlock::Client(s.server.endpoint()), s.k, parked(fair));
+    REQUIRE(holder.try_lock());
+    redlock::Lock lock(s.client, s.k, parked(fair));
+    Cancellable sent(io.context, lock);  // waits on the server
+    REQUIRE(await_parked(s.server, s.k, fair));
+    Cancellable unsent(io.context, lock);  // queued behind it in this process: nothing sent
+    std::this_thread::sleep_for(100ms);
+    unsent.cancel(asio::cancellation_type::total);
+    REQUIRE(unsent.done_within(5s));
+    CHECK(unsent.result().aborted);
+    sent.cancel(asio::cancellation_type::total);
+    CHECK_FALSE(sent.done_within(300ms));  // ignored
+    holder.unlock();
+    Outcome o = sent.result();
+    CHECK_FALSE(o.aborted);
+    CHECK(o.hold.holds());
+    CHECK(o.hold.release());
+    // Partial cancellation works at every stage, as terminal does.
+    REQUIRE(holder.try_lock());
+    Cancellable partial(io.context, lock);
+    REQUIRE(await_parked(s.server, s.k, fair));
+    partial.cancel(asio::cancellation_type::partial);
+    CHECK(partial.result().aborted);
+    holder.unlock();
+    CHECK(eventually([&] { return leftovers(s.server, s.k) == 0; }));
+  }
+}
+
 namespace {
 
 // Acquires and keeps the Hold in its frame until the io_context goes; counts the grants.

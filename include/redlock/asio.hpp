@@ -29,12 +29,14 @@
 //   allocator for the per-operation state, which must stay usable until the operation ends;
 //   outstanding work is counted on that executor while the operation is in flight.
 // - cancellation through the handler's associated cancellation slot (asio::bind_cancellation_slot,
-//   or awaitable operators' `||` with a timer). Terminal, partial and total cancellation are all
-//   supported and mean the same: an acquire not yet granted completes with operation_aborted,
-//   and what it may have won or queued for on the servers is given back in the background, so it
-//   has no effect a later observer can see. A release or an extend, or an acquire already
-//   granted, completes as it would have. Emit the signal on the handler's executor, as for any
-//   asio operation.
+//   or awaitable operators' `||` with a timer). Terminal and partial cancellation work at every
+//   stage: an acquire not yet granted completes with operation_aborted, and what it may have won
+//   or queued for on the servers is given back in the background. Total cancellation (no side
+//   effect anyone could see) is honoured only before the acquire sent its first attempt (while
+//   it waits in this process's queue for the object); later it is ignored, since a grant or a
+//   queue place may already be visible on the server. A release or an extend, or an acquire
+//   already granted, completes as it would have. Emit the signal on the handler's executor, as
+//   for any asio operation.
 // - when the execution context of the handler's executor (an io_context) is shut down or
 //   destroyed with operations in flight: their handlers are destroyed without being invoked, the
 //   operations are cancelled, and a Hold granted meanwhile is released in the background. No
@@ -135,16 +137,17 @@ class AsioOpBase : public AsyncCompletion, public std::enable_shared_from_this<A
   AsioOpBase(const AsioOpBase&) = delete;
   AsioOpBase& operator=(const AsioOpBase&) = delete;
 
-  // Asks the library to end the operation (AsyncOperation::cancel()), now if it was started,
-  // else as soon as it is. Any thread; never throws.
-  void cancel() noexcept {
+  // Asks the library to end the operation (AsyncOperation::cancel(), or with `only_unsent`
+  // cancel_unsent()), now if it was started, else as soon as it is. Any thread; never throws.
+  void cancel(bool only_unsent = false) noexcept {
     std::shared_ptr<AsyncOperation> op;
     {
       std::lock_guard<std::recursive_mutex> lock(mutex_);
       cancel_requested_ = true;
+      if (!only_unsent) cancel_sent_too_ = true;
       op = op_;
     }
-    if (op) op->cancel();
+    if (op) signal_cancel(*op, only_unsent);
   }
 
   // Destroys the handler and the work guard without invoking the handler, and cancels the
@@ -166,12 +169,14 @@ class AsioOpBase : public AsyncCompletion, public std::enable_shared_from_this<A
     self_ = shared_from_this();
     std::shared_ptr<AsyncOperation> op = std::forward<Start>(start)(AsyncCompletionPtr(this));
     bool cancelled = false;
+    bool only_unsent = false;
     {
       std::lock_guard<std::recursive_mutex> lock(mutex_);
       if (!finished_) op_ = op;  // (it may have completed already, on the library's thread)
       cancelled = cancel_requested_ && !finished_;
+      only_unsent = !cancel_sent_too_;
     }
-    if (cancelled) op->cancel();
+    if (cancelled) signal_cancel(*op, only_unsent);
   }
 
   void destroy() noexcept override {
@@ -198,11 +203,20 @@ class AsioOpBase : public AsyncCompletion, public std::enable_shared_from_this<A
  private:
   friend class AsioRegistry;
 
+  static void signal_cancel(AsyncOperation& op, bool only_unsent) noexcept {
+    if (only_unsent) {
+      op.cancel_unsent();
+    } else {
+      op.cancel();
+    }
+  }
+
   std::shared_ptr<AsioOpBase> self_;  // the library's reference, until destroy()
   // Set once started, until completion: a strong reference, so that cancel() works whether or not
   // the library keeps its own (the cycle through the library's AsyncCompletionPtr ends there).
   std::shared_ptr<AsyncOperation> op_;
   bool cancel_requested_{false};            // cancel() came before start() returned
+  bool cancel_sent_too_{false};             // ... and not only a total cancellation
   bool finished_{false};                    // complete() was called
   std::shared_ptr<AsioRegistry> registry_;  // null: untracked (system_executor)
   AsioOpBase* prev_{nullptr};               // the registry's list, under its mutex
@@ -334,10 +348,12 @@ struct AsioInvoker {
 // stays installed (a dropped handler's slot is never cleared).
 struct AsioCancelSlotHandler {
   void operator()(asio::cancellation_type type) const {
-    constexpr auto handled = asio::cancellation_type::terminal | asio::cancellation_type::partial |
-                             asio::cancellation_type::total;
-    if ((type & handled) == asio::cancellation_type::none) return;
-    if (auto alive = op.lock()) alive->cancel();
+    constexpr auto any_stage = asio::cancellation_type::terminal | asio::cancellation_type::partial;
+    const bool anywhere = (type & any_stage) != asio::cancellation_type::none;
+    if (!anywhere && (type & asio::cancellation_type::total) == asio::cancellation_type::none) {
+      return;
+    }
+    if (auto alive = op.lock()) alive->cancel(/*only_unsent=*/!anywhere);
   }
   std::weak_ptr<AsioOpBase> op;
 };

@@ -5,6 +5,7 @@
 #include <redlock/detail/async.hpp>
 
 #include <atomic>
+#include <mutex>
 #include <optional>
 #include <utility>
 
@@ -46,6 +47,8 @@ class CompletingTask : public AsyncTask, public AsyncOperation {
     complete_once(std::move(result));
     const std::shared_ptr<AsyncTask> adopted = AsyncDriver::instance().forget(this);
   }
+  // Only an acquire can be cancelled (AcquireTask).
+  void cancel_unsent() noexcept override {}
   void fail() noexcept {
     AsyncResult result;
     result.error = std::current_exception();
@@ -83,6 +86,11 @@ class AcquireTask final : public CompletingTask, private LocalWaiter, private Ac
     }
     wake_up();
   }
+  // Its first attempt starts in begin_loop(), which marks sent_ under the same mutex.
+  void cancel_unsent() noexcept override {
+    std::lock_guard<std::mutex> guard(send_mutex_);
+    if (!sent_) cancel();
+  }
   void run() noexcept override;
 
  private:
@@ -114,6 +122,8 @@ class AcquireTask final : public CompletingTask, private LocalWaiter, private Ac
   const SteadyClock::time_point deadline_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> running_{false};  // a step is running on the driver's thread
+  std::mutex send_mutex_;             // orders cancel_unsent() and the first attempt
+  bool sent_{false};                  // guarded by send_mutex_: the first attempt has started
   Phase phase_{Phase::start};
   bool gate_{false};             // this task has the object's local gate
   bool waking_{false};           // the strategy's watch has this task as its waker
@@ -205,6 +215,11 @@ void AcquireTask::queued() {
 }
 
 void AcquireTask::begin_loop() {
+  {
+    std::lock_guard<std::mutex> guard(send_mutex_);
+    sent_ = true;  // a total cancellation is ignored from here on
+  }
+  if (stopped()) return end_empty();  // cancelled before the send: nothing was sent
   phase_ = Phase::looping;
   waiter_.emplace(owner_->handle_waiter());
   wait_ = owner_->new_wait();

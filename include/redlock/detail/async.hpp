@@ -65,6 +65,11 @@ class AsyncOperation {
   // grant that crossed the cancel, in the background). A completed acquire, a release or an
   // extend is not affected: cancel() is then a no-op. Idempotent.
   virtual void cancel() noexcept = 0;
+  // cancel(), if the operation has sent nothing to a server yet (asio's total cancellation: it
+  // must leave no side effect that anyone could see); else a no-op, and the operation completes
+  // as it would have. An acquire sends its first attempt once it is through this process's local
+  // queue of the object; a release or an extend is never cancelled. Idempotent.
+  virtual void cancel_unsent() noexcept = 0;
 };
 
 // Starts acquiring `lock` for a Hold (LockBase::acquire(), or try_acquire_for(timeout) when
