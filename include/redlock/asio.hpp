@@ -23,11 +23,12 @@
 //   subclasses, std::invalid_argument), or std::system_error (asio::system_error)
 //   with asio::error::operation_aborted after cancellation; T is then value-initialized (an empty
 //   Hold, std::nullopt, false). use_future and use_awaitable rethrow that exception.
-// - on the handler's associated executor (asio::dispatch; the default, asio::system_executor,
-//   runs it on the library's async thread: keep such handlers short and never let them throw,
-//   since an exception there ends the process as from any thread), with its associated
-//   allocator for the per-operation state, which must stay usable until the operation ends;
-//   outstanding work is counted on that executor while the operation is in flight.
+// - posted to the handler's associated executor (asio::post: never run inside a library thread;
+//   the default, asio::system_executor of a plain callback, runs it on asio's system thread
+//   pool, where it may block, even on another redlock operation; never let it throw, since an
+//   exception there ends the process as from any thread), with its associated allocator for
+//   the per-operation state, which must stay usable until the operation ends; outstanding work
+//   is counted on that executor while the operation is in flight.
 // - cancellation through the handler's associated cancellation slot (asio::bind_cancellation_slot,
 //   or awaitable operators' `||` with a timer). Terminal and partial cancellation work at every
 //   stage: an acquire not yet granted completes with operation_aborted, and what it may have won
@@ -70,11 +71,11 @@
 #include <asio/associated_executor.hpp>           // get_associated_executor
 #include <asio/async_result.hpp>                  // async_initiate, ASIO_COMPLETION_TOKEN_FOR
 #include <asio/cancellation_type.hpp>             // cancellation_type
-#include <asio/dispatch.hpp>                      // dispatch
 #include <asio/error.hpp>                         // error::operation_aborted
 #include <asio/execution.hpp>                     // execution::context, outstanding_work
 #include <asio/execution_context.hpp>             // execution_context::service, use_service
 #include <asio/executor_work_guard.hpp>           // executor_work_guard
+#include <asio/post.hpp>                          // post
 #include <asio/prefer.hpp>                        // prefer
 #include <asio/query.hpp>                         // query
 #include <asio/system_error.hpp>                  // system_error
@@ -188,8 +189,9 @@ class AsioOpBase : public AsyncCompletion, public std::enable_shared_from_this<A
     if (registry_) registry_->remove(*this);
   }
 
-  // Guards the derived handler and work guard, and the fields below. Recursive: a handler run
-  // inline by its executor (system_executor) under it may shut a context down (drop()).
+  // Guards the derived handler and work guard, and the fields below. Recursive, as a precaution:
+  // a handler destroyed while it is handed over (its context shutting down) may reach this
+  // object again (drop()).
   std::recursive_mutex mutex_;
   bool dropped_{false};
 
@@ -325,9 +327,9 @@ struct AsioBoolResult {  // void(std::exception_ptr, bool): async_release, async
   static bool take(AsyncResult& result) { return result.value; }
 };
 
-// The function dispatched to the handler's executor: clears the cancellation slot (asio's rule:
+// The function posted to the handler's executor: clears the cancellation slot (asio's rule:
 // before the handler runs, which may reuse it), then calls the handler. Carries the handler's
-// allocator, which asio::dispatch uses for its own state.
+// allocator, which asio::post uses for its own state.
 template <typename Handler, typename Value>
 struct AsioInvoker {
   using allocator_type = asio::associated_allocator_t<Handler>;
@@ -392,8 +394,10 @@ class AsioOp final : public AsioOpBase {
     if (!error) value = Result::take(result);
     AsioTrackedExecutor<Executor> work = std::move(*work_);
     work_.reset();
-    asio::dispatch(work.get(), AsioInvoker<Handler, typename Result::type>{
-                                   std::move(*handler_), std::move(error), std::move(value)});
+    // Posted, not dispatched: a handler never runs on the library's thread (it may block there,
+    // stalling every operation) nor inside the call that completed it (a cancel()).
+    asio::post(work.get(), AsioInvoker<Handler, typename Result::type>{
+                               std::move(*handler_), std::move(error), std::move(value)});
     handler_.reset();
   }
 
