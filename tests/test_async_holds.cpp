@@ -167,28 +167,3 @@ TEST_CASE("Async: Semaphore permits taken and given back asynchronously",
   CHECK(io.await(redlock::async_release(first, use_awaitable)));
   CHECK(permit(1) + permit(2) == 0);
 }
-
-// Issue 43, defect 4: a handler with no executor of its own (a plain callback: asio's
-// system_executor) ran on the library's async thread, so a blocking wait inside it for another
-// async operation stalled every async operation of the process. It runs on asio's system thread
-// pool now: the inner acquire completes while the outer callback waits for it.
-TEST_CASE("Async: a plain callback may wait for another async operation", "[async][redis]") {
-  Setup s("async-plain-callback");
-  redlock::Lock outer(s.client, s.k + ":outer", fast());
-  redlock::Lock inner(s.client, s.k + ":inner", fast());
-  std::promise<bool> inner_done;
-  std::future<bool> result = inner_done.get_future();
-  redlock::async_acquire(outer, [&](std::exception_ptr error, redlock::Hold hold) {
-    std::future<redlock::Hold> got = redlock::async_acquire(inner, asio::use_future);
-    const bool ready = got.wait_for(10s) == std::future_status::ready;
-    bool held = false;
-    if (ready) {
-      redlock::Hold second = got.get();
-      held = second.holds() && second.release();
-    }
-    inner_done.set_value(!error && hold.holds() && hold.release() && held);
-  });
-  REQUIRE(result.wait_for(20s) == std::future_status::ready);
-  CHECK(result.get());
-  CHECK(eventually([&] { return leftovers(s.server, s.k + ":outer") == 0; }));
-}

@@ -23,12 +23,15 @@
 //   subclasses, std::invalid_argument), or std::system_error (asio::system_error)
 //   with asio::error::operation_aborted after cancellation; T is then value-initialized (an empty
 //   Hold, std::nullopt, false). use_future and use_awaitable rethrow that exception.
-// - posted to the handler's associated executor (asio::post: never run inside a library thread;
-//   the default, asio::system_executor of a plain callback, runs it on asio's system thread
-//   pool, where it may block, even on another redlock operation; never let it throw, since an
-//   exception there ends the process as from any thread), with its associated allocator for
-//   the per-operation state, which must stay usable until the operation ends; outstanding work
-//   is counted on that executor while the operation is in flight.
+// - on the handler's associated executor: posted (asio::post) to one with an execution context
+//   (an io_context's, a strand), so it never runs inside a library thread nor inside the call
+//   that completed it (a cancellation); dispatched to one without (asio::system_executor, the
+//   default of a plain callback, and use_future's), which runs it on the completing thread: the
+//   library's async thread, or the thread that cancelled it. Keep such handlers short, never
+//   block in them, and never let them throw, since an exception there ends the process as from
+//   any thread; or bind an executor. The handler's associated allocator serves the
+//   per-operation state, which must stay usable until the operation ends; outstanding work is
+//   counted on that executor while the operation is in flight.
 // - cancellation through the handler's associated cancellation slot (asio::bind_cancellation_slot,
 //   or awaitable operators' `||` with a timer). Terminal and partial cancellation work at every
 //   stage: an acquire not yet granted completes with operation_aborted, and what it may have won
@@ -71,6 +74,7 @@
 #include <asio/associated_executor.hpp>           // get_associated_executor
 #include <asio/async_result.hpp>                  // async_initiate, ASIO_COMPLETION_TOKEN_FOR
 #include <asio/cancellation_type.hpp>             // cancellation_type
+#include <asio/dispatch.hpp>                      // dispatch
 #include <asio/error.hpp>                         // error::operation_aborted
 #include <asio/execution.hpp>                     // execution::context, outstanding_work
 #include <asio/execution_context.hpp>             // execution_context::service, use_service
@@ -189,9 +193,8 @@ class AsioOpBase : public AsyncCompletion, public std::enable_shared_from_this<A
     if (registry_) registry_->remove(*this);
   }
 
-  // Guards the derived handler and work guard, and the fields below. Recursive, as a precaution:
-  // a handler destroyed while it is handed over (its context shutting down) may reach this
-  // object again (drop()).
+  // Guards the derived handler and work guard, and the fields below. Recursive: a handler run
+  // inline by its executor (system_executor) under it may shut a context down (drop()).
   std::recursive_mutex mutex_;
   bool dropped_{false};
 
@@ -274,15 +277,25 @@ asio::execution_context& asio_context_of(const Executor& executor) {
   }
 }
 
-// The registry of the handler's execution context. None for asio::system_executor (the default
-// executor; its context lives until the process exits, and its handlers run inline) and for an
-// executor without a context (use_future's runs inline too).
+// Whether the executor belongs to an execution context whose handlers redlock tracks and posts
+// to: not asio::system_executor (the default executor; its context lives until the process
+// exits, and posting to it from a library thread at exit races with its destruction), nor an
+// executor without a context (use_future's).
+template <typename Executor>
+constexpr bool asio_has_context() {
+  if constexpr (std::is_same<Executor, asio::system_executor>::value) {
+    return false;
+  } else if constexpr (asio::execution::is_executor<Executor>::value) {
+    return asio::can_query<const Executor&, asio::execution::context_t>::value;
+  } else {
+    return true;
+  }
+}
+
+// The registry of the handler's execution context; none without one (asio_has_context()).
 template <typename Executor>
 std::shared_ptr<AsioRegistry> asio_registry_for(const Executor& executor) {
-  if constexpr (std::is_same<Executor, asio::system_executor>::value) {
-    return nullptr;
-  } else if constexpr (asio::execution::is_executor<Executor>::value &&
-                       !asio::can_query<const Executor&, asio::execution::context_t>::value) {
+  if constexpr (!asio_has_context<Executor>()) {
     return nullptr;
   } else {
     return asio::use_service<AsioRegistryService>(asio_context_of(executor)).registry();
@@ -327,9 +340,9 @@ struct AsioBoolResult {  // void(std::exception_ptr, bool): async_release, async
   static bool take(AsyncResult& result) { return result.value; }
 };
 
-// The function posted to the handler's executor: clears the cancellation slot (asio's rule:
-// before the handler runs, which may reuse it), then calls the handler. Carries the handler's
-// allocator, which asio::post uses for its own state.
+// The function posted or dispatched to the handler's executor: clears the cancellation slot
+// (asio's rule: before the handler runs, which may reuse it), then calls the handler. Carries
+// the handler's allocator, which asio uses for its own state.
 template <typename Handler, typename Value>
 struct AsioInvoker {
   using allocator_type = asio::associated_allocator_t<Handler>;
@@ -394,10 +407,13 @@ class AsioOp final : public AsioOpBase {
     if (!error) value = Result::take(result);
     AsioTrackedExecutor<Executor> work = std::move(*work_);
     work_.reset();
-    // Posted, not dispatched: a handler never runs on the library's thread (it may block there,
-    // stalling every operation) nor inside the call that completed it (a cancel()).
-    asio::post(work.get(), AsioInvoker<Handler, typename Result::type>{
-                               std::move(*handler_), std::move(error), std::move(value)});
+    AsioInvoker<Handler, typename Result::type> invoker{std::move(*handler_), std::move(error),
+                                                        std::move(value)};
+    if constexpr (asio_has_context<Executor>()) {
+      asio::post(work.get(), std::move(invoker));  // never inline in a cancel() on its thread
+    } else {
+      asio::dispatch(work.get(), std::move(invoker));  // inline (see the header's comment)
+    }
     handler_.reset();
   }
 

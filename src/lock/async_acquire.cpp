@@ -13,7 +13,6 @@
 #include <redlock/lock.hpp>
 
 #include "api/access.hpp"
-#include "io/finisher.hpp"
 #include "lock/acquire_loop.hpp"
 #include "lock/async_acquire.hpp"
 #include "lock/async_driver.hpp"
@@ -73,17 +72,14 @@ class AcquireTask final : public CompletingTask, private LocalWaiter, private Ac
     if (phase_ == Phase::queued && !owner_->gate().leave_queue(*this)) owner_->gate().open_gate();
   }
 
-  // The operation completes as cancelled at once: here, through the finisher's job thread, if
-  // a step is running (a round trip may be in flight); else the next step does it first thing.
-  // The steps then give back what the task may have won (its queue place, a grant).
+  // The operation completes as cancelled at once, on the calling thread (unless a grant
+  // completed it first): it waits neither for a step in flight on the driver's thread nor for
+  // any other thread's work. The task's next step then gives back what it may have won (its
+  // queue place, a grant that crossed the cancel).
   void cancel() noexcept override {
     if (stop_.exchange(true, std::memory_order_acq_rel)) return;
-    if (running_.load(std::memory_order_acquire)) {
-      std::weak_ptr<AsyncTask> weak = weak_from_this();
-      run_in_background([weak] {
-        if (auto task = weak.lock()) static_cast<AcquireTask&>(*task).complete_cancelled();
-      });
-    }
+    const auto keep = weak_from_this().lock();  // the completion may drop the last other one
+    complete_cancelled();
     wake_up();
   }
   // Its first attempt starts in begin_loop(), which marks sent_ under the same mutex.
@@ -121,9 +117,8 @@ class AcquireTask final : public CompletingTask, private LocalWaiter, private Ac
   const Call call_;
   const SteadyClock::time_point deadline_;
   std::atomic<bool> stop_{false};
-  std::atomic<bool> running_{false};  // a step is running on the driver's thread
-  std::mutex send_mutex_;             // orders cancel_unsent() and the first attempt
-  bool sent_{false};                  // guarded by send_mutex_: the first attempt has started
+  std::mutex send_mutex_;  // orders cancel_unsent() and the first attempt
+  bool sent_{false};       // guarded by send_mutex_: the first attempt has started
   Phase phase_{Phase::start};
   bool gate_{false};             // this task has the object's local gate
   bool waking_{false};           // the strategy's watch has this task as its waker
@@ -137,8 +132,6 @@ class AcquireTask final : public CompletingTask, private LocalWaiter, private Ac
 };
 
 void AcquireTask::run() noexcept {
-  running_.store(true, std::memory_order_release);
-  if (stopped()) complete_cancelled();  // before any clean-up round trip
   try {
     step();
   } catch (...) {
@@ -153,9 +146,6 @@ void AcquireTask::run() noexcept {
     loop_.reset();  // a fair waiter's strategy leaves the queue here, on this thread
     wait_.reset();
   }
-  running_.store(false, std::memory_order_release);
-  // A cancel that saw running_ set completes through the finisher; one that did not has woken
-  // this task, which completes it on its next step.
 }
 
 void AcquireTask::step() {

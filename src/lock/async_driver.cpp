@@ -65,6 +65,11 @@ std::size_t AsyncDriver::timers() const noexcept {
   return timers_.size();
 }
 
+std::size_t AsyncDriver::tasks() const noexcept {
+  std::lock_guard<std::mutex> guard(mutex_);
+  return live_.size();
+}
+
 void AsyncDriver::schedule(std::shared_ptr<AsyncTask> task) noexcept {
   {
     std::lock_guard<std::mutex> guard(mutex_);

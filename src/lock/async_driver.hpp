@@ -73,6 +73,9 @@ class AsyncDriver {
   std::size_t threads() const noexcept;
   // Timers set: at most one per task that waits for one (for tests).
   std::size_t timers() const noexcept;
+  // Tasks adopted and not yet ended: an operation cancelled at once is counted until its task
+  // has given back what it may have won (for tests).
+  std::size_t tasks() const noexcept;
 
  private:
   void start();  // mutex_ held

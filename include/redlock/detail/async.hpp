@@ -2,11 +2,12 @@
 // <redlock/asio.hpp> (the redlock::asio target) builds its completion tokens on it; nothing
 // else should use it directly, and it may change between releases.
 //
-// An operation is started here and ends with exactly one call of its AsyncCompletion, on a
-// library thread: the async thread (lock/async_driver), or for an acquire cancelled while its
-// step runs, the background finisher's job thread; never inside the start call or inside
-// cancel(). No thread blocks for an operation that waits: a waiting acquire is a state in the
-// async thread's loop, woken by the release it hears or by its timer.
+// An operation is started here and ends with exactly one call of its AsyncCompletion: on the
+// library's async thread (lock/async_driver), or for a cancelled acquire on the thread that
+// called cancel(), inside that call (which may be inside the start call, when the asio layer
+// forwards a cancel that came first). The asio layer posts the handler, so it never runs there.
+// No thread blocks for an operation that waits: a waiting acquire is a state in the async
+// thread's loop, woken by the release it hears or by its timer.
 #ifndef REDLOCK_DETAIL_ASYNC_HPP
 #define REDLOCK_DETAIL_ASYNC_HPP
 
@@ -35,10 +36,10 @@ struct AsyncResult {
   bool cancelled{false};  // ended by AsyncOperation::cancel(); `hold` is empty then
 };
 
-// The receiver of one operation's result. complete() is called exactly once, on a library
-// thread (see above); then destroy() (the operation's end), also from that thread or from whichever
-// thread drops the last reference. destroy() instead of a virtual destructor, so the asio layer
-// frees the object with its handler's allocator.
+// The receiver of one operation's result. complete() is called exactly once (see above); then
+// destroy() (the operation's end), also from that thread or from whichever thread drops the last
+// reference. destroy() instead of a virtual destructor, so the asio layer frees the object with its
+// handler's allocator.
 class AsyncCompletion {
  public:
   virtual void complete(AsyncResult&& result) noexcept = 0;
@@ -60,7 +61,7 @@ class AsyncOperation {
  public:
   virtual ~AsyncOperation() = default;
   // Asks the operation to end now. An acquire not yet completed completes at once with
-  // AsyncResult::cancelled (not inside this call); what it may have won or queued for on the
+  // AsyncResult::cancelled, inside this call; what it may have won or queued for on the
   // servers is given back afterwards by the async thread (the queue's leave, or the release of a
   // grant that crossed the cancel, in the background). A completed acquire, a release or an
   // extend is not affected: cancel() is then a no-op. Idempotent.
