@@ -135,6 +135,38 @@ TEST_CASE("Async: on_lost fires for an async handle hold whose key is taken over
   CHECK(calls.load() == 1);
 }
 
+// Issue 43, defect 6: with auto_renew, a grant whose completion waits in a stopped (not
+// destroyed) io_context was renewed forever: nobody could ever use or release that Hold. The
+// watchdog now renews an undelivered hold for one ttl only; then it releases the key and reports
+// the loss (LostReason::undelivered). The handler, run later, receives a lost Hold.
+TEST_CASE("Async: a grant whose handler never runs is not renewed past one ttl",
+          "[async][redis][hold][watchdog]") {
+  Setup s("async-undelivered");
+  asio::io_context io;  // not run until the end: the completion waits in it
+  std::promise<redlock::LostEvent> lost;
+  std::atomic<int> calls{0};
+  redlock::LockOptions options = fast(600ms);
+  options.auto_renew = true;
+  options.watchdog = std::make_shared<redlock::Watchdog>();
+  options.on_lost = [&](const redlock::LostEvent& e) {
+    if (calls++ == 0) lost.set_value(e);
+  };
+  redlock::Lock lock(s.client, s.k, options);
+  std::optional<redlock::Hold> got;
+  redlock::async_acquire(lock, asio::bind_executor(io, [&](std::exception_ptr, redlock::Hold h) {
+                           got.emplace(std::move(h));
+                         }));
+  REQUIRE(eventually([&] { return value_of(s.server, s.k) != ""; }, 5s));  // granted
+  auto event = lost.get_future();
+  REQUIRE(event.wait_for(10s) == std::future_status::ready);
+  CHECK(event.get().reason == redlock::LostReason::undelivered);
+  CHECK(eventually([&] { return leftovers(s.server, s.k) == 0; }, 5s));  // given up at once
+  io.run();                                                              // the handler runs at last
+  REQUIRE(got);
+  CHECK_FALSE(got->holds());
+  CHECK(calls.load() == 1);
+}
+
 TEST_CASE("Async: Semaphore permits taken and given back asynchronously",
           "[async][redis][semaphore]") {
   Setup s("async-permits");

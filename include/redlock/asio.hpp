@@ -327,23 +327,29 @@ class AsioTrackedExecutor<Executor, false> {
 };
 
 // How an AsyncResult becomes the handler's second argument, for each signature.
+// deliver() is called right before the handler runs (detail::hold_delivered).
 struct AsioHoldResult {  // void(std::exception_ptr, Hold): async_acquire
   using type = Hold;
   static Hold take(AsyncResult& result) { return result.hold ? std::move(*result.hold) : Hold(); }
+  static void deliver(const Hold& hold) noexcept { hold_delivered(hold); }
 };
 struct AsioOptionalHoldResult {  // void(std::exception_ptr, std::optional<Hold>): the timed form
   using type = std::optional<Hold>;
   static std::optional<Hold> take(AsyncResult& result) { return std::move(result.hold); }
+  static void deliver(const std::optional<Hold>& hold) noexcept {
+    if (hold) hold_delivered(*hold);
+  }
 };
 struct AsioBoolResult {  // void(std::exception_ptr, bool): async_release, async_extend
   using type = bool;
   static bool take(AsyncResult& result) { return result.value; }
+  static void deliver(bool) noexcept {}
 };
 
 // The function posted or dispatched to the handler's executor: clears the cancellation slot
 // (asio's rule: before the handler runs, which may reuse it), then calls the handler. Carries
 // the handler's allocator, which asio uses for its own state.
-template <typename Handler, typename Value>
+template <typename Handler, typename Result>
 struct AsioInvoker {
   using allocator_type = asio::associated_allocator_t<Handler>;
   allocator_type get_allocator() const noexcept { return asio::get_associated_allocator(handler); }
@@ -351,12 +357,13 @@ struct AsioInvoker {
   void operator()() {
     auto slot = asio::get_associated_cancellation_slot(handler);
     if (slot.is_connected()) slot.clear();
+    Result::deliver(value);
     std::move(handler)(std::move(error), std::move(value));
   }
 
   Handler handler;
   std::exception_ptr error;
-  Value value;
+  typename Result::type value;
 };
 
 // The cancellation slot's handler: the weak reference lets the operation end while the slot
@@ -407,8 +414,7 @@ class AsioOp final : public AsioOpBase {
     if (!error) value = Result::take(result);
     AsioTrackedExecutor<Executor> work = std::move(*work_);
     work_.reset();
-    AsioInvoker<Handler, typename Result::type> invoker{std::move(*handler_), std::move(error),
-                                                        std::move(value)};
+    AsioInvoker<Handler, Result> invoker{std::move(*handler_), std::move(error), std::move(value)};
     if constexpr (asio_has_context<Executor>()) {
       asio::post(work.get(), std::move(invoker));  // never inline in a cancel() on its thread
     } else {

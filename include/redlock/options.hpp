@@ -28,9 +28,12 @@ enum class LostReason {
   expired,          // the local validity deadline passed without a confirmed renewal
   cap_reached,      // max_renewals or max_hold was reached; the lock was released on purpose
   session_expired,  // ZooKeeper: the session ended, and with it the lock's ephemeral znode
+  undelivered,      // async: the grant's handler did not run within one ttl (its io_context
+                    // stopped or stalled); the lock was released on purpose
 };
 
-// Short lowercase name ("refused", "no_quorum", "expired", "cap_reached", "session_expired").
+// Short lowercase name ("refused", "no_quorum", "expired", "cap_reached", "session_expired",
+// "undelivered").
 // Thread-safe.
 const char* to_string(LostReason reason) noexcept;
 

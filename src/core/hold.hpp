@@ -83,6 +83,13 @@ class HoldState {
   }
   std::uint64_t renewals() const noexcept { return renewals_.load(std::memory_order_relaxed); }
 
+  // An async grant whose handler has not run yet (the asio layer hands it over): the watchdog
+  // renews it for one ttl from acquired() only, then gives it up (LostReason::undelivered), so
+  // a completion stuck in a stopped io_context cannot keep the lock for ever. Lock-free.
+  void await_delivery() noexcept { undelivered_.store(true, std::memory_order_release); }
+  void delivered() noexcept { undelivered_.store(false, std::memory_order_release); }
+  bool undelivered() const noexcept { return undelivered_.load(std::memory_order_acquire); }
+
   // Extends in flight (the watchdog's renewals and the owner's extend(ttl)) may reach the
   // server in any order, so the local validity is never more than the least any of them can
   // leave there. An extend sent at `sent` with `ttl` that lands leaves the key valid until at
@@ -286,6 +293,7 @@ class HoldState {
   std::atomic<SteadyClock::rep> valid_until_{0};
   std::atomic<bool> lost_{false};
   std::atomic<bool> released_{false};
+  std::atomic<bool> undelivered_{false};  // await_delivery() until delivered()
   std::atomic<int> reason_{static_cast<int>(LostReason::expired)};
   std::atomic<std::uint64_t> renewals_{0};
 

@@ -95,6 +95,7 @@ class AcquireTask final : public CompletingTask, private LocalWaiter, private Ac
   void gate_opened() noexcept override { wake_up(); }
   bool take(const AcquireResult& result, std::string token, SteadyClock::time_point sent) override {
     held_ = owner_->start_hold(result, std::move(token), sent);
+    if (held_.hold) held_.hold->await_delivery();  // until hold_delivered()
     return true;
   }
   bool stopped() const noexcept { return stop_.load(std::memory_order_acquire); }
@@ -348,6 +349,10 @@ TimedCall async_call(std::optional<std::chrono::nanoseconds> timeout) noexcept {
 }
 
 }  // namespace
+
+void hold_delivered(const Hold& hold) noexcept {
+  if (const std::shared_ptr<HoldState>& state = Access::hold_state(hold)) state->delivered();
+}
 
 std::shared_ptr<AsyncOperation> start_async_acquire(std::shared_ptr<HoldOwner> owner,
                                                     std::optional<std::chrono::nanoseconds> timeout,

@@ -148,6 +148,8 @@ const char* to_string(LostReason reason) noexcept {
       return "cap_reached";
     case LostReason::session_expired:
       return "session_expired";
+    case LostReason::undelivered:
+      return "undelivered";
   }
   return "unknown";
 }

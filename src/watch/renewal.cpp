@@ -2,6 +2,7 @@
 // extend_many() per batch group of their backends (core/backend.hpp), and each lease's verdict
 // applied.
 #include <algorithm>
+#include <optional>
 
 #include "core/tally.hpp"
 #include "util/log_internal.hpp"
@@ -12,22 +13,29 @@
 namespace redlock {
 namespace detail {
 
-bool WatchdogImpl::at_cap(const Entry& entry, SteadyClock::time_point now) const {
+std::optional<LostReason> WatchdogImpl::give_up(const Entry& entry,
+                                                SteadyClock::time_point now) const {
   const WatchSettings& s = entry.settings;
   const HoldState& hold = *entry.hold;
-  return (s.max_renewals > 0 && hold.renewals() >= s.max_renewals) ||
-         (s.max_hold.count() > 0 && now - hold.acquired() >= s.max_hold);
+  if ((s.max_renewals > 0 && hold.renewals() >= s.max_renewals) ||
+      (s.max_hold.count() > 0 && now - hold.acquired() >= s.max_hold)) {
+    return LostReason::cap_reached;
+  }
+  if (hold.undelivered() && now - hold.acquired() >= entry.backend->ttl()) {
+    return LostReason::undelivered;
+  }
+  return std::nullopt;
 }
 
 bool WatchdogImpl::begin(Entry& entry, SteadyClock::time_point now) {
   HoldState& hold = *entry.hold;
   if (hold.ending()) return false;
-  if (at_cap(entry, now)) {
+  if (const std::optional<LostReason> reason = give_up(entry, now)) {
     // The seeds' advice: at the cap, give the lock up rather than hold it forever. The holder
     // is told first: once the key is deleted (and the release published) another process may
     // hold the lock, so owns_lock() must already be false by then.
     if (hold.begin_end()) {
-      lose(entry, LostReason::cap_reached);
+      lose(entry, *reason);
       try {
         entry.backend->release(hold.token(), Announce::waiters);
       } catch (...) {

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -157,8 +158,10 @@ class WatchdogImpl : public std::enable_shared_from_this<WatchdogImpl> {
   void renew_batch(Lane& lane);
   // extend_many() on the items of each batch group, results in place. Returns the round trips.
   static std::size_t extend_grouped(std::vector<RenewItem>& items);
-  bool at_cap(const Entry& entry, SteadyClock::time_point now) const;
-  // Checks a due lease (ending, cap, expiry) and begins its renewal. False: not renewed now.
+  // Why a due lease is given up on purpose now (max_renewals or max_hold reached; an async grant
+  // still undelivered after one ttl), if it is.
+  std::optional<LostReason> give_up(const Entry& entry, SteadyClock::time_point now) const;
+  // Checks a due lease (ending, give_up(), expiry) and begins its renewal. False: not renewed.
   bool begin(Entry& entry, SteadyClock::time_point now);
   // Applies a renewal's verdict: reschedules the lease, or declares it lost.
   void conclude(Lane& lane, const Renewing& renewing, const RenewalOutcome& outcome,

@@ -91,6 +91,11 @@ std::shared_ptr<AsyncOperation> async_release(Hold&& hold, AsyncCompletionPtr co
 // extend reports false. Never blocks.
 std::shared_ptr<AsyncOperation> async_extend(const Hold& hold, std::chrono::milliseconds ttl,
                                              AsyncCompletionPtr completion);
+// An acquire's Hold (AsyncResult::hold) has reached whoever uses it: the handler is about to
+// run. Until then, with auto_renew, the watchdog renews the grant for one ttl only and then gives
+// it up (LostReason::undelivered), so a completion stuck in a stopped io_context cannot keep the
+// lock for ever. A Hold of nothing, or one already delivered: a no-op. Any thread; never throws.
+void hold_delivered(const Hold& hold) noexcept;
 
 }  // namespace detail
 }  // namespace redlock
