@@ -110,21 +110,14 @@ TEST_CASE("Async: on_lost fires for an async handle hold whose key is taken over
           "[async][redis][hold]") {
   Setup s("async-lost");
   IoThreads io;
-  std::promise<redlock::LostEvent> lost;
-  std::atomic<int> calls{0};
-  redlock::LockOptions options = fast(600ms);
-  options.auto_renew = true;
-  options.watchdog = std::make_shared<redlock::Watchdog>();
-  options.on_lost = [&](const redlock::LostEvent& e) {
-    if (calls++ == 0) lost.set_value(e);
-  };
-  redlock::Lock lock(s.client, s.k, options);
+  redlock::test::LostWatch lost;
+  redlock::Lock lock(s.client, s.k, lost.renewed(600ms));
   redlock::Hold hold = io.await(redlock::async_acquire(lock, use_awaitable));
   REQUIRE(hold.holds());
   const redlock::LeaseToken lease = hold.lease();
   s.server.raw({"DEL", s.k});
   s.server.raw({"SET", s.k, "someone-else", "PX", "60000"});
-  auto event = lost.get_future();
+  auto event = lost.first.get_future();
   REQUIRE(event.wait_for(10s) == std::future_status::ready);
   CHECK(event.get().key == s.k);
   CHECK(lease.lost());
@@ -132,7 +125,7 @@ TEST_CASE("Async: on_lost fires for an async handle hold whose key is taken over
   CHECK_FALSE(io.await(redlock::async_extend(hold, 10s, use_awaitable)));  // lost: false
   CHECK_FALSE(io.await(redlock::async_release(hold, use_awaitable)));
   CHECK(value_of(s.server, s.k) == "someone-else");  // the other holder's key is untouched
-  CHECK(calls.load() == 1);
+  CHECK(lost.calls.load() == 1);
 }
 
 // Issue 43, defect 6: with auto_renew, a grant whose completion waits in a stopped (not
@@ -143,28 +136,21 @@ TEST_CASE("Async: a grant whose handler never runs is not renewed past one ttl",
           "[async][redis][hold][watchdog]") {
   Setup s("async-undelivered");
   asio::io_context io;  // not run until the end: the completion waits in it
-  std::promise<redlock::LostEvent> lost;
-  std::atomic<int> calls{0};
-  redlock::LockOptions options = fast(600ms);
-  options.auto_renew = true;
-  options.watchdog = std::make_shared<redlock::Watchdog>();
-  options.on_lost = [&](const redlock::LostEvent& e) {
-    if (calls++ == 0) lost.set_value(e);
-  };
-  redlock::Lock lock(s.client, s.k, options);
+  redlock::test::LostWatch lost;
+  redlock::Lock lock(s.client, s.k, lost.renewed(600ms));
   std::optional<redlock::Hold> got;
   redlock::async_acquire(lock, asio::bind_executor(io, [&](std::exception_ptr, redlock::Hold h) {
                            got.emplace(std::move(h));
                          }));
   REQUIRE(eventually([&] { return value_of(s.server, s.k) != ""; }, 5s));  // granted
-  auto event = lost.get_future();
+  auto event = lost.first.get_future();
   REQUIRE(event.wait_for(10s) == std::future_status::ready);
   CHECK(event.get().reason == redlock::LostReason::undelivered);
   CHECK(eventually([&] { return leftovers(s.server, s.k) == 0; }, 5s));  // given up at once
   io.run();                                                              // the handler runs at last
   REQUIRE(got);
   CHECK_FALSE(got->holds());
-  CHECK(calls.load() == 1);
+  CHECK(lost.calls.load() == 1);
 }
 
 TEST_CASE("Async: Semaphore permits taken and given back asynchronously",

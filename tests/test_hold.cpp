@@ -139,20 +139,13 @@ TEST_CASE("Hold: the watchdog renews a handle hold past its ttl", "[redis][hold]
 
 TEST_CASE("Hold: on_lost fires for a handle hold whose key is taken over", "[redis][hold]") {
   Setup s("hold-lost");
-  std::promise<redlock::LostEvent> lost;
-  std::atomic<int> calls{0};
-  redlock::LockOptions options = fast(600ms);
-  options.auto_renew = true;
-  options.watchdog = std::make_shared<redlock::Watchdog>();
-  options.on_lost = [&](const redlock::LostEvent& e) {
-    if (calls++ == 0) lost.set_value(e);
-  };
-  redlock::Lock lock(s.client, s.k, options);
+  redlock::test::LostWatch lost;
+  redlock::Lock lock(s.client, s.k, lost.renewed(600ms));
   redlock::Hold hold = lock.acquire();
   const redlock::LeaseToken lease = hold.lease();
   s.server.raw({"DEL", s.k});
   s.server.raw({"SET", s.k, "someone-else", "PX", "60000"});
-  auto event = lost.get_future();
+  auto event = lost.first.get_future();
   REQUIRE(event.wait_for(10s) == std::future_status::ready);
   const redlock::LostEvent e = event.get();
   CHECK(e.key == s.k);
@@ -161,7 +154,7 @@ TEST_CASE("Hold: on_lost fires for a handle hold whose key is taken over", "[red
   CHECK_FALSE(hold.holds());
   CHECK_FALSE(hold.release());  // lost: false, and the other holder's key is untouched
   CHECK(value_of(s.server, s.k) == "someone-else");
-  CHECK(calls.load() == 1);
+  CHECK(lost.calls.load() == 1);
 }
 
 TEST_CASE("Hold: fences grow across handle and thread holds", "[redis][hold]") {

@@ -7,11 +7,15 @@
 #ifndef REDLOCK_TESTS_SUPPORT_LOCK_FIXTURE_HPP
 #define REDLOCK_TESTS_SUPPORT_LOCK_FIXTURE_HPP
 
+#include <atomic>
 #include <chrono>
+#include <future>
+#include <memory>
 #include <string>
 
 #include <redlock/client.hpp>
 #include <redlock/options.hpp>
+#include <redlock/watchdog.hpp>
 
 #include "support/redis_server.hpp"
 
@@ -31,6 +35,22 @@ inline std::string value_of(const RedisServer& server, const std::string& k) {
   const auto r = server.raw({"GET", k});
   return r.is_nil() ? std::string() : r.str();
 }
+
+// Options for a renewed hold (fast(ttl), auto_renew, a watchdog of its own) whose on_lost keeps
+// the first LostEvent in `first` and counts every call.
+struct LostWatch {
+  std::promise<redlock::LostEvent> first;
+  std::atomic<int> calls{0};
+  redlock::LockOptions renewed(std::chrono::milliseconds ttl) {
+    redlock::LockOptions options = fast(ttl);
+    options.auto_renew = true;
+    options.watchdog = std::make_shared<redlock::Watchdog>();
+    options.on_lost = [this](const redlock::LostEvent& e) {
+      if (calls++ == 0) first.set_value(e);
+    };
+    return options;
+  }
+};
 
 // A server, a Client to it, and a key under the run's prefix.
 struct Setup {
