@@ -5,7 +5,8 @@
 // An operation is started here and ends with exactly one call of its AsyncCompletion: on the
 // library's async thread (lock/async_driver), or for a cancelled acquire on the thread that
 // called cancel(), inside that call (which may be inside the start call, when the asio layer
-// forwards a cancel that came first). The asio layer posts the handler, so it never runs there.
+// forwards a cancel that came first). The asio layer posts the handler to an executor with an
+// execution context, so it never runs there; a plain callback's or use_future's is dispatched.
 // No thread blocks for an operation that waits: a waiting acquire is a state in the async
 // thread's loop, woken by the release it hears or by its timer.
 #ifndef REDLOCK_DETAIL_ASYNC_HPP
