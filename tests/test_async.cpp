@@ -178,7 +178,8 @@ TEST_CASE("Async: a callback runs on its associated executor, or on the library'
   REQUIRE(f.wait_for(30s) == std::future_status::ready);
   CHECK(f.get());
 
-  // No associated executor: the library's own thread runs it (not the caller's, not the io's).
+  // No associated executor: the library's callback thread runs it (not the caller's, not the
+  // io's).
   std::promise<std::thread::id> ran_on;
   redlock::Hold kept;
   std::mutex m;
@@ -196,6 +197,48 @@ TEST_CASE("Async: a callback runs on its associated executor, or on the library'
   CHECK(kept.holds());
   CHECK(kept.release());
   CHECK(leftovers(s.server, s.k) == 0);
+}
+
+// Issue 43's defect 4: a plain callback that blocks, on another redlock operation or on
+// anything else, held up every async operation of the process.
+TEST_CASE("Async: a plain callback that blocks holds up no operation", "[async][redis][callback]") {
+  Setup s("async-blocking-callback");
+  redlock::Lock lock(s.client, s.k, fast());
+  redlock::Lock other(s.client, key("async-blocking-callback-other"), fast());
+
+  // The callback waits for a release that it starts itself (the issue's case: a deadlock).
+  std::promise<bool> released_inside;
+  redlock::async_acquire(lock, [&](std::exception_ptr e, redlock::Hold hold) {
+    if (e) return released_inside.set_value(false);
+    auto released = redlock::async_release(hold, asio::use_future);
+    released_inside.set_value(released.wait_for(5s) == std::future_status::ready && released.get());
+  });
+  auto inside = released_inside.get_future();
+  REQUIRE(inside.wait_for(30s) == std::future_status::ready);
+  CHECK(inside.get());
+  CHECK(leftovers(s.server, s.k) == 0);
+
+  // While a plain callback blocks, an operation with an io_context's handler completes.
+  std::promise<void> unblock;
+  std::shared_future<void> gate = unblock.get_future().share();
+  std::promise<void> blocking;
+  redlock::async_acquire(lock, [&, gate](std::exception_ptr, redlock::Hold) {
+    blocking.set_value();
+    gate.wait_for(10s);
+  });  // the Hold is destroyed when the callback returns: released in the background
+  REQUIRE(blocking.get_future().wait_for(30s) == std::future_status::ready);
+  IoThreads io;
+  std::promise<redlock::Hold> granted;
+  redlock::async_acquire(
+      other, asio::bind_executor(io.context, [&](std::exception_ptr e, redlock::Hold hold) {
+        if (!e) granted.set_value(std::move(hold));
+      }));
+  auto meanwhile = granted.get_future();
+  const bool completed = meanwhile.wait_for(3s) == std::future_status::ready;
+  unblock.set_value();
+  CHECK(completed);
+  if (completed) CHECK(meanwhile.get().release());
+  CHECK(eventually([&] { return leftovers(s.server, s.k) == 0; }));
 }
 
 TEST_CASE("Async: a release completes a parked async waiter, without polling",

@@ -25,13 +25,14 @@
 //   Hold, std::nullopt, false). use_future and use_awaitable rethrow that exception.
 // - on the handler's associated executor: posted (asio::post) to one with an execution context
 //   (an io_context's, a strand), so it never runs inside a library thread nor inside the call
-//   that completed it (a cancellation); dispatched to one without (asio::system_executor, the
-//   default of a plain callback, and use_future's), which runs it on the completing thread: the
-//   library's async thread, or the thread that cancelled it. Keep such handlers short, never
-//   block in them, and never let them throw, since an exception there ends the process as from
-//   any thread; or bind an executor. The handler's associated allocator serves the
-//   per-operation state, which must stay usable until the operation ends; outstanding work is
-//   counted on that executor while the operation is in flight.
+//   that completed it (a cancellation). A plain callback (asio::system_executor, the default)
+//   runs on the library's callback thread, one at a time in the order they completed: one that
+//   blocks, even on another redlock operation, holds up the plain callbacks behind it, never an
+//   operation. Never let a callback throw: an exception there ends the process, as from any
+//   thread. use_future's handler, which only sets its promise, runs on the completing thread.
+//   The handler's associated allocator serves the per-operation state, which must stay usable
+//   until the operation ends; outstanding work is counted on that executor while the operation
+//   is in flight.
 // - cancellation through the handler's associated cancellation slot (asio::bind_cancellation_slot,
 //   or awaitable operators' `||` with a timer). Terminal and partial cancellation work at every
 //   stage: an acquire not yet granted completes with operation_aborted, and what it may have won
@@ -277,13 +278,21 @@ asio::execution_context& asio_context_of(const Executor& executor) {
   }
 }
 
+// asio::system_executor, whatever its properties: a plain callback's executor.
+template <typename Executor>
+struct AsioIsSystemExecutor : std::false_type {};
+template <typename Blocking, typename Relationship, typename Allocator>
+struct AsioIsSystemExecutor<asio::basic_system_executor<Blocking, Relationship, Allocator>>
+    : std::true_type {};
+
 // Whether the executor belongs to an execution context whose handlers redlock tracks and posts
 // to: not asio::system_executor (the default executor; its context lives until the process
-// exits, and posting to it from a library thread at exit races with its destruction), nor an
-// executor without a context (use_future's).
+// exits, and posting to it from a library thread at exit races with its destruction; its
+// handlers go to the library's callback thread), nor an executor without a context
+// (use_future's).
 template <typename Executor>
 constexpr bool asio_has_context() {
-  if constexpr (std::is_same<Executor, asio::system_executor>::value) {
+  if constexpr (AsioIsSystemExecutor<Executor>::value) {
     return false;
   } else if constexpr (asio::execution::is_executor<Executor>::value) {
     return asio::can_query<const Executor&, asio::execution::context_t>::value;
@@ -417,8 +426,16 @@ class AsioOp final : public AsioOpBase {
     AsioInvoker<Handler, Result> invoker{std::move(*handler_), std::move(error), std::move(value)};
     if constexpr (asio_has_context<Executor>()) {
       asio::post(work.get(), std::move(invoker));  // never inline in a cancel() on its thread
+    } else if constexpr (AsioIsSystemExecutor<Executor>::value) {
+      AsyncCallbackFor<decltype(invoker)>* callback = nullptr;
+      try {
+        callback = AsyncCallbackFor<decltype(invoker)>::make(invoker);
+      } catch (...) {  // no memory: run it here
+        std::move(invoker)();
+      }
+      if (callback) post_callback(callback);
     } else {
-      asio::dispatch(work.get(), std::move(invoker));  // inline (see the header's comment)
+      asio::dispatch(work.get(), std::move(invoker));  // use_future's: it sets its promise
     }
     handler_.reset();
   }

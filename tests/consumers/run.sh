@@ -168,8 +168,8 @@ sets_nothing_global() {
 # The shared library exports the public API only (cmake/redlock.map): every defined dynamic
 # symbol is in namespace redlock, none in redlock::detail except the protected LockBase
 # constructor that takes a LockCore and the async door <redlock/asio.hpp> calls
-# (detail::async_acquire, async_release, async_extend, hold_delivered), and the SONAME carries
-# the ABI version.
+# (detail::async_acquire, async_release, async_extend, hold_delivered, post_callback), and the
+# SONAME carries the ABI version.
 exports_only_redlock() {
   local so
   so="$(find "$1" -name 'libredlock.so' | head -1)"
@@ -178,7 +178,7 @@ exports_only_redlock() {
   all="$(nm -D --defined-only "$so" | awk '{print $3}')"
   others="$(grep -v -E '^_Z(N|NK|TIN|TSN|TVN|ThnN?[0-9]*_N|ZN)7redlock' <<<"$all")"
   internal="$(c++filt <<<"$all" | grep 'redlock::detail' |
-    grep -v -E 'LockBase::LockBase|^redlock::detail::(async_(acquire|release|extend)|hold_delivered)\(')"
+    grep -v -E 'LockBase::LockBase|^redlock::detail::(async_(acquire|release|extend)|hold_delivered|post_callback)\(')"
   [ -z "$others" ] || { echo "exported outside namespace redlock:"; echo "$others" | head; return 1; }
   [ -z "$internal" ] || { echo "internals exported:"; echo "$internal" | head; return 1; }
   readelf -d "$so" | grep -q 'SONAME.*libredlock\.so\.[0-9]' || { echo "no versioned SONAME"; return 1; }

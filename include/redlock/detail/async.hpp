@@ -6,7 +6,8 @@
 // library's async thread (lock/async_driver), or for a cancelled acquire on the thread that
 // called cancel(), inside that call (which may be inside the start call, when the asio layer
 // forwards a cancel that came first). The asio layer posts the handler to an executor with an
-// execution context, so it never runs there; a plain callback's or use_future's is dispatched.
+// execution context, so it never runs there; a plain callback's to the library's callback thread
+// (post_callback); use_future's, which only sets its promise, is dispatched.
 // No thread blocks for an operation that waits: a waiting acquire is a state in the async
 // thread's loop, woken by the release it hears or by its timer.
 #ifndef REDLOCK_DETAIL_ASYNC_HPP
@@ -14,8 +15,10 @@
 
 #include <chrono>     // std::chrono::nanoseconds
 #include <exception>  // std::exception_ptr
-#include <memory>     // std::unique_ptr, std::shared_ptr
+#include <memory>     // std::unique_ptr, std::shared_ptr, std::allocator_traits
+#include <new>        // placement new
 #include <optional>   // std::optional
+#include <utility>    // std::move
 
 #include <redlock/hold.hpp>  // Hold
 
@@ -97,6 +100,65 @@ std::shared_ptr<AsyncOperation> async_extend(const Hold& hold, std::chrono::mill
 // it up (LostReason::undelivered), so a completion stuck in a stopped io_context cannot keep the
 // lock for ever. A Hold of nothing, or one already delivered: a no-op. Any thread; never throws.
 void hold_delivered(const Hold& hold) noexcept;
+
+// A completion handler to run later, on the library's callback thread (post_callback): what the
+// asio layer does with a plain callback's (asio::system_executor's) handler, so that a callback
+// that blocks holds up other plain callbacks at most, never an operation. destroy() instead of a
+// virtual destructor, as for AsyncCompletion.
+class AsyncCallback {
+ public:
+  // Frees this object, then runs the handler (asio's rule: its memory is given back before it
+  // runs). Called once, on the callback thread; never throws (a handler that throws ends the
+  // process, as on any thread).
+  virtual void run() noexcept = 0;
+  // Frees this object without running the handler.
+  virtual void destroy() noexcept = 0;
+
+ protected:
+  ~AsyncCallback() = default;
+};
+
+// An AsyncCallback that calls `Invoker` (a callable with get_allocator(), the asio layer's): its
+// memory comes from that allocator and is given back before the invoker runs.
+template <typename Invoker>
+class AsyncCallbackFor final : public AsyncCallback {
+ public:
+  // Throws std::bad_alloc (then `invoker` is untouched).
+  static AsyncCallbackFor* make(Invoker& invoker) {
+    Alloc alloc(invoker.get_allocator());
+    AsyncCallbackFor* const callback = std::allocator_traits<Alloc>::allocate(alloc, 1);
+    return ::new (static_cast<void*>(callback)) AsyncCallbackFor(std::move(invoker));
+  }
+
+  void run() noexcept override {
+    Alloc alloc(invoker_.get_allocator());  // taken before the invoker is moved from
+    Invoker invoker = std::move(invoker_);
+    free(alloc);
+    std::move(invoker)();
+  }
+
+  void destroy() noexcept override { free(Alloc(invoker_.get_allocator())); }
+
+ private:
+  using Alloc = typename std::allocator_traits<
+      typename Invoker::allocator_type>::template rebind_alloc<AsyncCallbackFor>;
+
+  explicit AsyncCallbackFor(Invoker&& invoker) : invoker_(std::move(invoker)) {}
+  ~AsyncCallbackFor() = default;
+
+  void free(Alloc alloc) noexcept {
+    this->~AsyncCallbackFor();
+    std::allocator_traits<Alloc>::deallocate(alloc, this, 1);
+  }
+
+  Invoker invoker_;
+};
+
+// Runs `callback` (never null) on the library's callback thread ("redlock-callback"), after the
+// callbacks posted before it: one thread, started when a callback is posted and ended when none
+// has come for 200 ms, which no operation waits for. Without a thread (none could be started),
+// runs it inline. Any thread; never throws.
+void post_callback(AsyncCallback* callback) noexcept;
 
 }  // namespace detail
 }  // namespace redlock
