@@ -10,20 +10,13 @@
 
 #include "io/dial.hpp"
 #include "io/executor.hpp"
+#include "io/fan_out.hpp"
 #include "io/wire.hpp"
 
 namespace redlock {
 namespace detail {
 
 using Clock = std::chrono::steady_clock;
-
-// How a node's wait ended without all its replies.
-enum class Cut : unsigned char {
-  none,
-  own_deadline,  // its command (or connect) timeout: evidence that it is slow or stopped
-  grace,         // an early finish's grace ran out: it was slower than the others
-  not_awaited,   // in back-off and the others were done (SkipPolicy::every_node)
-};
 
 // Where a node that is not done stands.
 enum class Stage : unsigned char {

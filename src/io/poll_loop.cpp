@@ -10,6 +10,7 @@
 
 #include <redlock/errors.hpp>
 
+#include "io/fan_out.hpp"
 #include "io/finisher.hpp"
 #include "io/pending.hpp"
 #include "io/pool.hpp"
@@ -208,72 +209,54 @@ void expire(Pending& p, Cut cut) {
   fail(p, std::move(error));
 }
 
-// When an early finish's outcome is certain: the end of the grace the stragglers get.
-Clock::time_point grace_end(const Pending* pending, std::size_t count, Clock::time_point start,
-                            Clock::time_point now, const EarlyFinish& early) {
-  // Only nodes that answered "no" make a quorum impossible: a node that failed or was skipped
-  // says nothing about the others, which are then still awaited normally (else a busy machine
-  // could abandon every live node and turn "not held" into "unreachable").
-  std::size_t succeeded = 0;
-  std::size_t failed = 0;
-  std::size_t unavailable = 0;
-  if (early.required < count) {
-    const Pending& r = pending[early.required];
-    if (!r.done && !r.trailing && !complete(r)) return Clock::time_point::max();
+// One round's scratch arrays, inline for up to five nodes (no allocation).
+struct Scratch {
+  PerNode<FanNode> nodes;  // where each node stands, for FanOut::tick
+  PerNode<FanCut> cuts;
+  PerNode<pollfd> fds;  // the poll set: the nodes still waited for
+  PerNode<Pending*> owners;
+};
+
+// Where node p stands, for the round's rules (io/fan_out).
+FanNode view(const Pending& p) {
+  FanNode n;
+  n.trailing = p.trailing;
+  if (p.done) {
+    n.state = FanNode::State::ended;
+  } else if (complete(p)) {
+    n.state = FanNode::State::answered;
+    const auto first = p.replies.begin();
+    const bool handshake_ok = std::none_of(first, first + static_cast<std::ptrdiff_t>(p.handshake),
+                                           [](const ReplyPtr& r) { return is_error(r.get()); });
+    if (handshake_ok && p.replies.size() > p.handshake) n.answer = p.replies[p.handshake].get();
+  } else {
+    n.securing = p.stage == Stage::securing;
+    n.deadline = p.deadline;
   }
-  for (std::size_t i = 0; i < count; ++i) {
-    const Pending& p = pending[i];
-    if (p.done || p.trailing) {
-      ++unavailable;
-    } else if (complete(p)) {
-      const auto first = p.replies.begin();
-      const bool handshake_ok =
-          std::none_of(first, first + static_cast<std::ptrdiff_t>(p.handshake),
-                       [](const ReplyPtr& r) { return is_error(r.get()); });
-      if (handshake_ok && early.succeeded(i, p.replies[p.handshake].get())) {
-        ++succeeded;
-      } else {
-        ++failed;
-      }
-    }
-  }
-  if (succeeded >= early.needed || (failed > 0 && failed + unavailable > count - early.needed)) {
-    return now + std::max<Clock::duration>(3 * (now - start), std::chrono::milliseconds(5));
-  }
-  return Clock::time_point::max();
+  return n;
 }
 
-// True when every node that is waited for (not trailing) is done or complete.
-bool others_finished(const Pending* pending, std::size_t count) {
-  return std::all_of(pending, pending + count,
-                     [](const Pending& p) { return p.trailing || p.done || complete(p); });
-}
-
-// One pass's poll set: the nodes still waited for. Nodes whose time is up are given a last look
-// and cut. Returns the earliest deadline among the nodes in the set.
-Clock::time_point collect(Pending* pending, std::size_t count, Clock::time_point now,
-                          Clock::time_point grace, PerNode<pollfd>& fds,
-                          PerNode<Pending*>& owners) {
-  fds.clear();
-  owners.clear();
-  const bool cut_trailing = others_finished(pending, count);
-  auto next_deadline = Clock::time_point::max();
+// One pass: the round's rules (FanOut::tick) say which nodes to give up; each gets a last look
+// and is cut. Then the poll set: the nodes still waited for. Returns when to look again.
+Clock::time_point collect(Pending* pending, std::size_t count, FanOut& fan, Clock::time_point now,
+                          Scratch& scratch) {
+  scratch.nodes.clear();
+  scratch.cuts.clear();
+  for (const Pending* p = pending; p != pending + count; ++p) scratch.nodes.push_back(view(*p));
+  const auto next = fan.tick(now, scratch.nodes.data(), scratch.cuts);
+  for (const FanCut& c : scratch.cuts) {
+    Pending& p = pending[c.node];
+    if (last_look(p) || p.done) continue;
+    expire(p, c.cut);
+  }
+  scratch.fds.clear();
+  scratch.owners.clear();
   for (Pending* p = pending; p != pending + count; ++p) {
     if (p->done || complete(*p)) continue;
-    // A TLS handshake in progress is not cut by the grace (only by its connect deadline, or
-    // when the node is trailing): a plain socket's request would be out by now, and a fresh
-    // Redlock's slower handshakes would otherwise leave it held on only a quorum.
-    const bool due = now >= p->deadline || (now >= grace && p->stage != Stage::securing);
-    if (due || (p->trailing && cut_trailing)) {
-      if (last_look(*p) || p->done) continue;
-      expire(*p, now >= p->deadline ? Cut::own_deadline : due ? Cut::grace : Cut::not_awaited);
-      continue;
-    }
-    next_deadline = std::min({next_deadline, p->deadline, grace});
-    fds.push_back(watch(*p));
-    owners.push_back(p);
+    scratch.fds.push_back(watch(*p));
+    scratch.owners.push_back(p);
   }
-  return next_deadline;
+  return next;
 }
 
 // Milliseconds to poll for: until the next deadline, re-checked every minute at most, never
@@ -351,19 +334,14 @@ void start_writing(Pending& p) {
 
 void run_poll_loop(Pending* pending, std::size_t count, Clock::time_point start,
                    const EarlyFinish* early) {
-  PerNode<pollfd> fds;
-  PerNode<Pending*> owners;
-  auto grace = Clock::time_point::max();
+  Scratch scratch;
+  const PerNode<pollfd>& fds = scratch.fds;
+  const PerNode<Pending*>& owners = scratch.owners;
+  FanOut fan(count, start, early);
   bool leading = count > 1;
-  // The lead wait that gave up: the other nodes' replies may have been there all along, so the
-  // grace is reckoned from before it (a silent lead node does not stretch the stragglers' grace).
-  Clock::duration lost{};
   for (;;) {
     const auto now = Clock::now();
-    if (early != nullptr && grace == Clock::time_point::max()) {
-      grace = grace_end(pending, count, start, now - lost, *early);
-    }
-    const auto next_deadline = collect(pending, count, now, grace, fds, owners);
+    const auto next_deadline = collect(pending, count, fan, now, scratch);
     if (fds.empty()) return;
     if (count == 1 && waits_first_reply(*owners[0])) {
       // One node, its request just written: one blocking read (bounded by kWaitingRead, the
@@ -376,12 +354,14 @@ void run_poll_loop(Pending* pending, std::size_t count, Clock::time_point start,
       const Lead lead = lead_step(owners, next_deadline, now);
       if (lead == Lead::stepped) continue;
       if (lead == Lead::gave_up) {
+        // The other nodes' replies may have been there all along, so the grace is reckoned
+        // from before this wait (a silent lead node does not stretch the stragglers' grace).
         leading = false;
-        lost = Clock::now() - now;
+        fan.not_counted(Clock::now() - now);
         continue;  // collect() again, at the time it is now
       }
     }
-    const int rc = ::poll(fds.data(), fds.size(), poll_timeout(owners, next_deadline, now));
+    const int rc = ::poll(scratch.fds.data(), fds.size(), poll_timeout(owners, next_deadline, now));
     if (rc < 0) {
       if (errno == EINTR) continue;
       for (auto* p : owners) {
