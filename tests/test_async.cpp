@@ -206,14 +206,16 @@ TEST_CASE("Async: a plain callback that blocks holds up no operation", "[async][
   redlock::Lock lock(s.client, s.k, fast());
   redlock::Lock other(s.client, key("async-blocking-callback-other"), fast());
 
-  // The callback waits for a release that it starts itself (the issue's case: a deadlock).
-  std::promise<bool> released_inside;
-  redlock::async_acquire(lock, [&](std::exception_ptr e, redlock::Hold hold) {
-    if (e) return released_inside.set_value(false);
+  // The callback waits for a release that it starts itself (the issue's case: a deadlock). The
+  // promises are shared with the handlers, which may still run if a check fails first.
+  auto released_inside = std::make_shared<std::promise<bool>>();
+  redlock::async_acquire(lock, [released_inside](std::exception_ptr e, redlock::Hold hold) {
+    if (e) return released_inside->set_value(false);
     auto released = redlock::async_release(hold, asio::use_future);
-    released_inside.set_value(released.wait_for(5s) == std::future_status::ready && released.get());
+    released_inside->set_value(released.wait_for(5s) == std::future_status::ready &&
+                               released.get());
   });
-  auto inside = released_inside.get_future();
+  auto inside = released_inside->get_future();
   REQUIRE(inside.wait_for(30s) == std::future_status::ready);
   CHECK(inside.get());
   CHECK(leftovers(s.server, s.k) == 0);
@@ -221,19 +223,19 @@ TEST_CASE("Async: a plain callback that blocks holds up no operation", "[async][
   // While a plain callback blocks, an operation with an io_context's handler completes.
   std::promise<void> unblock;
   std::shared_future<void> gate = unblock.get_future().share();
-  std::promise<void> blocking;
-  redlock::async_acquire(lock, [&, gate](std::exception_ptr, redlock::Hold) {
-    blocking.set_value();
+  auto blocking = std::make_shared<std::promise<void>>();
+  redlock::async_acquire(lock, [blocking, gate](std::exception_ptr, redlock::Hold) {
+    blocking->set_value();
     gate.wait_for(10s);
   });  // the Hold is destroyed when the callback returns: released in the background
-  REQUIRE(blocking.get_future().wait_for(30s) == std::future_status::ready);
+  REQUIRE(blocking->get_future().wait_for(30s) == std::future_status::ready);
+  auto granted = std::make_shared<std::promise<redlock::Hold>>();
   IoThreads io;
-  std::promise<redlock::Hold> granted;
   redlock::async_acquire(
-      other, asio::bind_executor(io.context, [&](std::exception_ptr e, redlock::Hold hold) {
-        if (!e) granted.set_value(std::move(hold));
+      other, asio::bind_executor(io.context, [granted](std::exception_ptr e, redlock::Hold hold) {
+        if (!e) granted->set_value(std::move(hold));
       }));
-  auto meanwhile = granted.get_future();
+  auto meanwhile = granted->get_future();
   const bool completed = meanwhile.wait_for(3s) == std::future_status::ready;
   unblock.set_value();
   CHECK(completed);

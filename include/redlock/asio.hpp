@@ -26,13 +26,13 @@
 // - on the handler's associated executor: posted (asio::post) to one with an execution context
 //   (an io_context's, a strand), so it never runs inside a library thread nor inside the call
 //   that completed it (a cancellation). A plain callback (asio::system_executor, the default)
-//   runs on the library's callback thread, one at a time in the order they completed: one that
-//   blocks, even on another redlock operation, holds up the plain callbacks behind it, never an
-//   operation. Never let a callback throw: an exception there ends the process, as from any
-//   thread. use_future's handler, which only sets its promise, runs on the completing thread.
-//   The handler's associated allocator serves the per-operation state, which must stay usable
-//   until the operation ends; outstanding work is counted on that executor while the operation
-//   is in flight.
+//   runs on the library's callback thread, in completion order: one that blocks, even on a
+//   redlock operation, holds up the plain callbacks behind it (an auto_renew Hold queued over
+//   one ttl is given up: LostReason::undelivered), never an operation. Never let one throw: that
+//   ends the process. use_future's handler runs on the completing thread (the async thread):
+//   it sets its promise, and asio::use_future(f) also calls f there, so keep f short. The
+//   handler's associated allocator serves the per-operation state, which must stay usable until
+//   the operation ends; outstanding work is counted on that executor while it is in flight.
 // - cancellation through the handler's associated cancellation slot (asio::bind_cancellation_slot,
 //   or awaitable operators' `||` with a timer). Terminal and partial cancellation work at every
 //   stage: an acquire not yet granted completes with operation_aborted, and what it may have won
@@ -195,7 +195,8 @@ class AsioOpBase : public AsyncCompletion, public std::enable_shared_from_this<A
   }
 
   // Guards the derived handler and work guard, and the fields below. Recursive: a handler run
-  // inline by its executor (system_executor) under it may shut a context down (drop()).
+  // inline under it (use_future's, or a plain callback's when no memory was left to queue it)
+  // may shut a context down (drop()).
   std::recursive_mutex mutex_;
   bool dropped_{false};
 
@@ -427,15 +428,16 @@ class AsioOp final : public AsioOpBase {
     if constexpr (asio_has_context<Executor>()) {
       asio::post(work.get(), std::move(invoker));  // never inline in a cancel() on its thread
     } else if constexpr (AsioIsSystemExecutor<Executor>::value) {
-      AsyncCallbackFor<decltype(invoker)>* callback = nullptr;
       try {
-        callback = AsyncCallbackFor<decltype(invoker)>::make(invoker);
-      } catch (...) {  // no memory: run it here
-        std::move(invoker)();
+        if (auto* callback = AsyncCallbackFor<decltype(invoker)>::make(invoker)) {
+          post_callback(callback);
+        } else {
+          std::move(invoker)();  // no memory: run it here, inline as asio::dispatch would
+        }
+      } catch (...) {  // the handler's move constructor threw: it cannot run
       }
-      if (callback) post_callback(callback);
     } else {
-      asio::dispatch(work.get(), std::move(invoker));  // use_future's: it sets its promise
+      asio::dispatch(work.get(), std::move(invoker));  // use_future's (see the header's comment)
     }
     handler_.reset();
   }

@@ -48,7 +48,7 @@ class CallbackThread {
   bool start() noexcept {
     try {
       std::thread thread([this] { loop(); });
-      pthread_setname_np(thread.native_handle(), "redlock-callback");
+      pthread_setname_np(thread.native_handle(), "redlock-cb");  // 15 bytes at most
       thread.detach();
     } catch (...) {
       return false;

@@ -103,31 +103,41 @@ void hold_delivered(const Hold& hold) noexcept;
 
 // A completion handler to run later, on the library's callback thread (post_callback): what the
 // asio layer does with a plain callback's (asio::system_executor's) handler, so that a callback
-// that blocks holds up other plain callbacks at most, never an operation. destroy() instead of a
-// virtual destructor, as for AsyncCompletion.
+// that blocks holds up other plain callbacks at most, never an operation.
 class AsyncCallback {
  public:
-  // Frees this object, then runs the handler (asio's rule: its memory is given back before it
-  // runs). Called once, on the callback thread; never throws (a handler that throws ends the
-  // process, as on any thread).
+  // Frees this object, then runs the handler (its memory is given back before it runs). Called
+  // once, on the callback thread; never throws (a handler that throws ends the process, as on
+  // any thread). A callback still queued when the process exits is neither run nor freed.
   virtual void run() noexcept = 0;
-  // Frees this object without running the handler.
-  virtual void destroy() noexcept = 0;
 
  protected:
   ~AsyncCallback() = default;
 };
 
-// An AsyncCallback that calls `Invoker` (a callable with get_allocator(), the asio layer's): its
-// memory comes from that allocator and is given back before the invoker runs.
+// An AsyncCallback that calls `Invoker` (a callable with get_allocator(), the asio layer's): this
+// block comes from that allocator and is given back before the invoker runs. (The operation's
+// own state, from the same allocator, may still be freed on the async thread after the handler
+// started: issue 43's defect 5.)
 template <typename Invoker>
 class AsyncCallbackFor final : public AsyncCallback {
  public:
-  // Throws std::bad_alloc (then `invoker` is untouched).
+  // Null when no memory could be allocated; `invoker` is then untouched. Throws what the
+  // invoker's move constructor throws (the block is freed; `invoker` may be moved from).
   static AsyncCallbackFor* make(Invoker& invoker) {
     Alloc alloc(invoker.get_allocator());
-    AsyncCallbackFor* const callback = std::allocator_traits<Alloc>::allocate(alloc, 1);
-    return ::new (static_cast<void*>(callback)) AsyncCallbackFor(std::move(invoker));
+    AsyncCallbackFor* callback = nullptr;
+    try {
+      callback = std::allocator_traits<Alloc>::allocate(alloc, 1);
+    } catch (...) {
+      return nullptr;
+    }
+    try {
+      return ::new (static_cast<void*>(callback)) AsyncCallbackFor(std::move(invoker));
+    } catch (...) {
+      std::allocator_traits<Alloc>::deallocate(alloc, callback, 1);
+      throw;
+    }
   }
 
   void run() noexcept override {
@@ -136,8 +146,6 @@ class AsyncCallbackFor final : public AsyncCallback {
     free(alloc);
     std::move(invoker)();
   }
-
-  void destroy() noexcept override { free(Alloc(invoker_.get_allocator())); }
 
  private:
   using Alloc = typename std::allocator_traits<
@@ -154,10 +162,10 @@ class AsyncCallbackFor final : public AsyncCallback {
   Invoker invoker_;
 };
 
-// Runs `callback` (never null) on the library's callback thread ("redlock-callback"), after the
+// Runs `callback` (never null) on the library's callback thread ("redlock-cb"), after the
 // callbacks posted before it: one thread, started when a callback is posted and ended when none
 // has come for 200 ms, which no operation waits for. Without a thread (none could be started),
-// runs it inline. Any thread; never throws.
+// runs it inline, on the calling thread. Any thread; never throws.
 void post_callback(AsyncCallback* callback) noexcept;
 
 }  // namespace detail
