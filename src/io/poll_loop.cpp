@@ -335,7 +335,7 @@ void start_writing(Pending& p) {
 void run_poll_loop(Pending* pending, std::size_t count, Clock::time_point start,
                    const EarlyFinish* early) {
   Scratch scratch;
-  const PerNode<pollfd>& fds = scratch.fds;
+  PerNode<pollfd>& fds = scratch.fds;
   const PerNode<Pending*>& owners = scratch.owners;
   FanOut fan(count, start, early);
   bool leading = count > 1;
@@ -361,7 +361,7 @@ void run_poll_loop(Pending* pending, std::size_t count, Clock::time_point start,
         continue;  // collect() again, at the time it is now
       }
     }
-    const int rc = ::poll(scratch.fds.data(), fds.size(), poll_timeout(owners, next_deadline, now));
+    const int rc = ::poll(fds.data(), fds.size(), poll_timeout(owners, next_deadline, now));
     if (rc < 0) {
       if (errno == EINTR) continue;
       for (auto* p : owners) {
